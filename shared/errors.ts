@@ -1,0 +1,175 @@
+// One error type for the whole system. Codes are part of the protocol: they
+// cross the wire as `{code, message}`, reach HTTP clients and decide the CLI's
+// exit code, so a code, once published, keeps its meaning. Each entry says
+// which outcome class it belongs to; the CLI and the HTTP API derive their
+// answers from that class, never from the code's spelling.
+
+/** How a failure looks from outside: the CLI exit code and HTTP status follow from it. */
+export type ErrorClass =
+  | 'usage' //          the caller asked wrongly (CLI 2, HTTP 400)
+  | 'refused' //        a rule said no; retrying the same thing will not help (CLI 3, HTTP 403/409)
+  | 'unknown' //        the outcome is not known or not complete yet (CLI 4, HTTP 409)
+  | 'unreachable' //    a process or the service cannot be reached (CLI 5, HTTP 503)
+  | 'not_found' //      the named thing does not exist (CLI 1, HTTP 404)
+  | 'auth' //           missing or wrong credentials (CLI 1, HTTP 401)
+  | 'protocol' //       a peer broke the wire rules; the channel is discarded (CLI 1, HTTP 502)
+  | 'internal'; //      a fault in custody or its environment (CLI 1, HTTP 500)
+
+const CODES = {
+  // wire: framing
+  frame_too_large: { class: 'protocol', summary: 'a frame exceeded the byte bound before its newline' },
+  frame_malformed: { class: 'protocol', summary: 'a frame is not strict UTF-8 JSON with an object at top level' },
+  frame_too_deep: { class: 'protocol', summary: 'a frame nests deeper than the nesting bound' },
+  schema_violation: { class: 'protocol', summary: 'a message does not match the closed schema of its kind' },
+  // wire: session
+  preamble_too_large: { class: 'protocol', summary: 'the session preamble exceeded its byte bound' },
+  preamble_malformed: { class: 'protocol', summary: 'the session preamble is not a valid preamble line' },
+  bad_mac: { class: 'protocol', summary: 'a frame failed its HMAC check' },
+  frame_reflected: { class: 'protocol', summary: 'a frame came back to the process that sent it' },
+  wrong_session: { class: 'protocol', summary: 'a frame names a session other than the channel' },
+  bad_sequence: { class: 'protocol', summary: 'a frame sequence number was repeated, skipped or reordered' },
+  wrong_sender: { class: 'protocol', summary: 'a frame names a sender role the channel does not expect' },
+  hello_invalid: { class: 'protocol', summary: 'the child identity proof (hello) does not verify' },
+  identity_mismatch: { class: 'refused', summary: 'a process identity differs from the pinned one' },
+  unexpected_message: { class: 'protocol', summary: 'a message arrived that the receiver cannot accept in its state' },
+  channel_poisoned: { class: 'unreachable', summary: 'the channel was discarded after a protocol error' },
+  channel_closed: { class: 'unreachable', summary: 'the channel closed before an answer arrived' },
+  peer_exited: { class: 'unreachable', summary: 'the peer process exited' },
+  duplicate_request: { class: 'protocol', summary: 'a request id is already pending on this channel' },
+  too_many_in_flight: { class: 'refused', summary: 'the bound on requests in flight is reached' },
+  // artifacts and keys
+  artifact_malformed: { class: 'refused', summary: 'a signed artifact does not match its schema' },
+  artifact_too_large: { class: 'refused', summary: 'a signed artifact exceeds its size cap' },
+  artifact_noncanonical: { class: 'refused', summary: 'a signed artifact is not in canonical (RFC 8785) form' },
+  signature_invalid: { class: 'refused', summary: 'a signature does not verify under the strict policy' },
+  signer_untrusted: { class: 'refused', summary: 'an artifact is signed by a key that is not pinned' },
+  key_invalid: { class: 'refused', summary: 'a key is malformed, non-canonical or of small order' },
+  key_file_invalid: { class: 'internal', summary: 'a key file is missing, unreadable, loose or malformed' },
+  canonical_unsupported: { class: 'usage', summary: 'a value cannot be canonicalized (non-finite number, lone surrogate, non-plain object)' },
+  // stores
+  store_permissions: { class: 'internal', summary: 'a store directory or file is not private to its owner' },
+  store_exists: { class: 'refused', summary: 'provisioning refused: the store already exists' },
+  store_missing: { class: 'internal', summary: 'the store does not exist; provision it first' },
+  store_locked: { class: 'refused', summary: 'another process holds the store lock' },
+  store_lock_lost: { class: 'internal', summary: 'the store lock was compromised; writing stopped' },
+  store_schema: { class: 'internal', summary: 'the store schema is unknown or newer than this build' },
+  store_identity: { class: 'internal', summary: 'the store file is not the one provisioned (copied, swapped or changed identity)' },
+  store_corrupt: { class: 'internal', summary: 'a store guard refused a write (immutable or insert-once row)' },
+  // kernel decisions
+  capability_invalid: { class: 'refused', summary: 'the capability is malformed or its signature does not verify' },
+  capability_expired: { class: 'refused', summary: 'the capability has expired' },
+  capability_not_yet_valid: { class: 'refused', summary: 'the capability is not valid yet' },
+  capability_revoked: { class: 'refused', summary: 'the capability was revoked' },
+  capability_unknown: { class: 'refused', summary: 'no capability grants this tool' },
+  tool_not_granted: { class: 'refused', summary: 'the capability does not cover this tool' },
+  tool_unknown: { class: 'refused', summary: 'no executor serves this tool' },
+  arguments_invalid: { class: 'refused', summary: 'the arguments do not match the tool schema' },
+  arguments_too_large: { class: 'refused', summary: 'the arguments exceed their bound' },
+  budget_exhausted: { class: 'refused', summary: 'the capability budget is used up' },
+  cost_exceeded: { class: 'refused', summary: 'the realized cost exceeds the budget hold' },
+  nonce_unknown: { class: 'refused', summary: 'the execution nonce does not exist' },
+  nonce_expired: { class: 'refused', summary: 'the execution nonce has expired' },
+  nonce_reused: { class: 'refused', summary: 'the execution nonce was already used' },
+  nonce_store_full: { class: 'refused', summary: 'the execution nonce store is full' },
+  arguments_changed: { class: 'refused', summary: 'the arguments differ from the ones reserved' },
+  request_conflict: { class: 'refused', summary: 'the request id was used with different request bytes' },
+  operation_unknown: { class: 'not_found', summary: 'no such operation' },
+  operation_terminal: { class: 'refused', summary: 'the operation is in a terminal state' },
+  illegal_transition: { class: 'internal', summary: 'a state machine refused a transition' },
+  history_full: { class: 'refused', summary: 'the retained history of an operation reached its bound' },
+  executor_unknown: { class: 'refused', summary: 'the executor is not pinned' },
+  epoch_stale: { class: 'refused', summary: 'the executor key epoch is older than the pinned one' },
+  report_invalid: { class: 'refused', summary: 'the report does not verify or does not belong to the authorization' },
+  report_outside_window: { class: 'refused', summary: 'the report claim fell outside the execution window' },
+  authorization_invalid: { class: 'refused', summary: 'the dispatch authorization does not verify' },
+  // executor
+  not_addressed_to_me: { class: 'refused', summary: 'the authorization names another executor, key or epoch' },
+  invocation_mismatch: { class: 'refused', summary: 'the authorization does not bind the expected invocation' },
+  outside_window: { class: 'refused', summary: 'now is outside the authorization execution window' },
+  outcome_unknown: { class: 'unknown', summary: 'a claim exists with no report; the outcome is unknown and nothing is re-run' },
+  never_claimed: { class: 'refused', summary: 'the authorization was closed as never claimed' },
+  ledger_full: { class: 'refused', summary: 'the ledger has no room for another claim' },
+  ledger_missing: { class: 'internal', summary: 'the ledger does not exist; provision it first' },
+  ledger_identity: { class: 'internal', summary: 'the ledger belongs to another identity' },
+  adapter_unknown: { class: 'refused', summary: 'no adapter serves this tool' },
+  adapter_contract_missing: { class: 'refused', summary: 'the adapter declares no contract and cannot run' },
+  adapter_failed: { class: 'refused', summary: 'the adapter failed before its effect' },
+  operation_fenced: { class: 'refused', summary: 'the operation key was fenced by reconciliation' },
+  indeterminate: { class: 'unknown', summary: 'the adapter cannot tell whether the effect happened' },
+  reconcile_budget_exhausted: { class: 'refused', summary: 'the reconciliation bound for this tool or session is reached' },
+  not_cancellable: { class: 'refused', summary: 'the adapter cannot be cancelled' },
+  shutting_down: { class: 'unreachable', summary: 'the process is shutting down and accepts no new work' },
+  // supervisor, API, CLI
+  deadline_exceeded: { class: 'unknown', summary: 'the deadline passed before an answer' },
+  unauthorized: { class: 'auth', summary: 'missing or wrong bearer token' },
+  forbidden: { class: 'auth', summary: 'the token may not use this endpoint' },
+  not_found: { class: 'not_found', summary: 'no such resource' },
+  bad_request: { class: 'usage', summary: 'the request is malformed' },
+  body_too_large: { class: 'usage', summary: 'the request body exceeds its bound' },
+  config_invalid: { class: 'usage', summary: 'the configuration is invalid' },
+  state_exists: { class: 'refused', summary: 'the state directory is already initialized' },
+  service_unavailable: { class: 'unreachable', summary: 'the service is not running or not reachable' },
+  child_failed: { class: 'unreachable', summary: 'a child exceeded its restart intensity and was marked failed' },
+  usage: { class: 'usage', summary: 'the command line is wrong' },
+  internal: { class: 'internal', summary: 'an internal error; see the log' },
+} as const satisfies Record<string, { class: ErrorClass; summary: string }>;
+
+export type ErrorCode = keyof typeof CODES;
+
+export const ERROR_CODES: readonly ErrorCode[] = Object.keys(CODES) as ErrorCode[];
+
+export function isErrorCode(value: unknown): value is ErrorCode {
+  return typeof value === 'string' && Object.hasOwn(CODES, value);
+}
+
+export function classOf(code: ErrorCode): ErrorClass {
+  return CODES[code].class;
+}
+
+export function summaryOf(code: ErrorCode): string {
+  return CODES[code].summary;
+}
+
+/** What crosses a process boundary: a stable code and a human message, nothing internal. */
+export interface WireError {
+  code: ErrorCode;
+  message: string;
+}
+
+export class CustodyError extends Error {
+  override readonly name = 'CustodyError';
+  readonly code: ErrorCode;
+
+  constructor(code: ErrorCode, message?: string, options?: { cause?: unknown }) {
+    super(message ?? summaryOf(code), options);
+    this.code = code;
+  }
+
+  get errorClass(): ErrorClass {
+    return classOf(this.code);
+  }
+
+  toWire(): WireError {
+    return { code: this.code, message: this.message };
+  }
+
+  /** Rebuild the typed error on the receiving side; an unknown code is a protocol fault of the peer. */
+  static fromWire(value: unknown): CustodyError {
+    if (typeof value === 'object' && value !== null) {
+      const { code, message } = value as Record<string, unknown>;
+      if (isErrorCode(code) && typeof message === 'string') return new CustodyError(code, message);
+    }
+    return new CustodyError('schema_violation', 'peer sent an error without a known code');
+  }
+}
+
+export function isCustodyError(value: unknown, code?: ErrorCode): value is CustodyError {
+  return value instanceof CustodyError && (code === undefined || value.code === code);
+}
+
+/** Wrap anything thrown into a CustodyError, keeping the original as `cause`. */
+export function toCustodyError(value: unknown, fallback: ErrorCode = 'internal'): CustodyError {
+  if (value instanceof CustodyError) return value;
+  const message = value instanceof Error ? value.message : String(value);
+  return new CustodyError(fallback, message, { cause: value });
+}
