@@ -1,0 +1,59 @@
+// Logs are JSON lines on stderr: never on stdout, which is a frame channel
+// in every child process.
+import { CustodyError } from './errors.js';
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
+
+const LEVELS: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
+
+export interface Logger {
+  debug(event: string, fields?: Record<string, unknown>): void;
+  info(event: string, fields?: Record<string, unknown>): void;
+  warn(event: string, fields?: Record<string, unknown>): void;
+  error(event: string, fields?: Record<string, unknown>): void;
+  child(fields: Record<string, unknown>): Logger;
+}
+
+export interface LoggerOptions {
+  readonly level?: LogLevel;
+  readonly write?: (line: string) => void;
+}
+
+function levelFromEnv(): LogLevel {
+  const value = process.env.CUSTODY_LOG_LEVEL;
+  return value === 'debug' || value === 'info' || value === 'warn' || value === 'error' ? value : 'info';
+}
+
+/** Turn an error into loggable fields, keeping its code and the chain of causes. */
+export function errorFields(error: unknown): Record<string, unknown> {
+  if (error instanceof CustodyError) {
+    return { code: error.code, message: error.message, ...(error.cause ? { cause: errorFields(error.cause) } : {}) };
+  }
+  if (error instanceof Error) {
+    return { message: error.message, ...('code' in error ? { code: error.code } : {}), ...(error.cause ? { cause: errorFields(error.cause) } : {}) };
+  }
+  return { message: String(error) };
+}
+
+export function createLogger(base: Record<string, unknown> = {}, options: LoggerOptions = {}): Logger {
+  const threshold = LEVELS[options.level ?? levelFromEnv()];
+  const write = options.write ?? ((line: string) => process.stderr.write(line));
+  const emit = (level: LogLevel, event: string, fields?: Record<string, unknown>) => {
+    if (LEVELS[level] < threshold) return;
+    const record = { ts: new Date().toISOString(), level, ...base, event, ...fields };
+    let line: string;
+    try {
+      line = JSON.stringify(record, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value));
+    } catch {
+      line = JSON.stringify({ ts: record.ts, level, ...base, event, unserializable: true });
+    }
+    write(line + '\n');
+  };
+  return {
+    debug: (event, fields) => emit('debug', event, fields),
+    info: (event, fields) => emit('info', event, fields),
+    warn: (event, fields) => emit('warn', event, fields),
+    error: (event, fields) => emit('error', event, fields),
+    child: (fields) => createLogger({ ...base, ...fields }, options),
+  };
+}

@@ -1,0 +1,52 @@
+// Messages an executor serves (DESIGN §6.2).
+import { z } from 'zod';
+import { invocation, reportStatus } from './artifacts.js';
+import { hex32, identifier, jsonObject, nonNegativeInt, timestampMs } from './common.js';
+import { type MessageSpec, artifactText } from './message-spec.js';
+
+export const claimView = z.strictObject({
+  operation_id: hex32,
+  claim_id: identifier,
+  kind: z.enum(['claim', 'refusal']),
+  claimed_at: timestampMs.nullable(),
+  report_status: reportStatus.nullable(),
+  report: artifactText.nullable(),
+});
+
+const reportResult = z.strictObject({ report: artifactText, status: reportStatus, replayed: z.boolean() });
+
+export const EXECUTOR_MESSAGES = {
+  execute: {
+    to: ['executor'],
+    request: z.strictObject({
+      authorization: artifactText,
+      expected: invocation,
+      arguments: jsonObject,
+      /** Lost-reply drill: exit 75 after the report is retained, before replying. */
+      drop_reply: z.boolean(),
+    }),
+    result: reportResult,
+  },
+  reconcile_operation: {
+    to: ['executor'],
+    request: z.strictObject({ authorization: artifactText, expected: invocation }),
+    result: reportResult,
+  },
+  cancel: {
+    to: ['executor'],
+    /** `target` is the frame id of the execute request to stop. */
+    request: z.strictObject({ target: identifier }),
+    result: z.strictObject({ cancelled: z.boolean() }),
+  },
+  'claims.get': {
+    to: ['executor'],
+    request: z.strictObject({ operation_id: hex32 }),
+    result: z.strictObject({ claim: claimView.nullable() }),
+  },
+  archive: {
+    to: ['executor'],
+    /** Operations whose reports the kernel has reconciled; only those whose window has passed may leave. */
+    request: z.strictObject({ reconciled: z.array(hex32).max(10_000) }),
+    result: z.strictObject({ archived: nonNegativeInt, live: nonNegativeInt }),
+  },
+} as const satisfies Record<string, MessageSpec>;

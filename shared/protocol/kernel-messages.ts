@@ -1,0 +1,158 @@
+// Messages the kernel serves (DESIGN §6.1).
+import { z } from 'zod';
+import { holdDisposition, invocation } from './artifacts.js';
+import {
+  hex32,
+  identifier,
+  jsonObject,
+  jsonValue,
+  nonNegativeInt,
+  positiveInt,
+  timestampMs,
+  toolName,
+  toolPattern,
+} from './common.js';
+import { type MessageSpec, artifactText, emptyBody } from './message-spec.js';
+
+export const OPERATION_STATES = [
+  'reserved',
+  'dispatch_committed',
+  'awaiting_report',
+  'completed',
+  'expired',
+  'denied',
+  'start_denied',
+  'released',
+  'finalization_denied',
+  'unknown',
+] as const;
+export const operationState = z.enum(OPERATION_STATES);
+export type OperationState = z.infer<typeof operationState>;
+
+export const holdView = z.strictObject({
+  id: identifier,
+  disposition: holdDisposition,
+  invocations: nonNegativeInt,
+  cost_units_held: nonNegativeInt,
+  cost_units_charged: nonNegativeInt,
+});
+
+/** A kernel operation as the kernel reports it (operation.get, ops.list, recover, mark_unknown). */
+export const operationView = z.strictObject({
+  operation_id: hex32,
+  request_id: identifier,
+  subject: identifier,
+  tool: toolName,
+  state: operationState,
+  capability_id: identifier.nullable(),
+  executor_id: identifier.nullable(),
+  created_at: timestampMs,
+  updated_at: timestampMs,
+  nonce_expires_at: timestampMs.nullable(),
+  window: z.strictObject({ not_before: timestampMs, expires_at: timestampMs }).nullable(),
+  hold: holdView.nullable(),
+  expected: invocation.nullable(),
+  authorization: artifactText.nullable(),
+  last_receipt: artifactText.nullable(),
+  output: jsonValue.nullable(),
+  flag: z.string().max(512).nullable(),
+});
+export type OperationView = z.infer<typeof operationView>;
+
+/** The answer to reserve, start and reconcile: a decision, its receipt, and what follows from it. */
+const decision = z.strictObject({
+  operation_id: hex32,
+  verdict: z.enum(['allow', 'deny']),
+  /** `ok`, or the error code naming why (shared/errors.ts). */
+  reason: z.string().regex(/^[a-z][a-z0-9_]{0,63}$/),
+  state: operationState,
+  /** The signed receipt of this decision; null only for an allowed start, which yields an authorization. */
+  receipt: artifactText.nullable(),
+});
+
+export const grantView = z.strictObject({
+  capability: artifactText,
+  capability_id: identifier,
+  revoked_at: timestampMs.nullable(),
+  invocations_used: nonNegativeInt,
+  invocations_held: nonNegativeInt,
+  cost_units_used: nonNegativeInt,
+  cost_units_held: nonNegativeInt,
+});
+
+export const KERNEL_MESSAGES = {
+  reserve: {
+    to: ['kernel'],
+    request: z.strictObject({
+      request_id: identifier,
+      subject: identifier,
+      tool: toolName,
+      arguments: jsonObject,
+      capability_id: identifier.nullable(),
+      cost_units: nonNegativeInt,
+    }),
+    result: decision.extend({
+      nonce: z.strictObject({ id: identifier, expires_at: timestampMs }).nullable(),
+      expected: invocation.nullable(),
+    }),
+  },
+  start: {
+    to: ['kernel'],
+    request: z.strictObject({ request_id: identifier, nonce_id: identifier, arguments: jsonObject }),
+    result: decision.extend({ authorization: artifactText.nullable(), expected: invocation.nullable() }),
+  },
+  reconcile: {
+    to: ['kernel'],
+    request: z.strictObject({ authorization: artifactText, report: artifactText }),
+    result: decision.extend({ output: jsonValue.nullable() }),
+  },
+  mark_unknown: {
+    to: ['kernel'],
+    request: z.strictObject({ operation_id: hex32, reason: z.string().max(512) }),
+    result: z.strictObject({ operation: operationView }),
+  },
+  'operation.get': {
+    to: ['kernel'],
+    request: z.strictObject({ operation_id: hex32.nullable(), request_id: identifier.nullable() }),
+    result: z.strictObject({ operation: operationView.nullable(), receipts: z.array(artifactText) }),
+  },
+  'ops.list': {
+    to: ['kernel'],
+    request: z.strictObject({ states: z.array(operationState).nullable(), limit: positiveInt.max(10_000) }),
+    result: z.strictObject({ operations: z.array(operationView) }),
+  },
+  /** Operations a supervisor must drive to a signed end: committed starts, awaiting reports, unknowns. */
+  recover: {
+    to: ['kernel'],
+    request: z.strictObject({ limit: positiveInt.max(10_000) }),
+    result: z.strictObject({ operations: z.array(operationView), now: timestampMs }),
+  },
+  'grant.add': {
+    to: ['kernel'],
+    request: z.strictObject({
+      tool: toolPattern,
+      subject: identifier.or(z.literal('*')),
+      max_invocations: positiveInt,
+      max_cost_units: nonNegativeInt.nullable(),
+      not_before: timestampMs.nullable(),
+      ttl_ms: positiveInt,
+    }),
+    result: grantView,
+  },
+  'grant.list': { to: ['kernel'], request: emptyBody, result: z.strictObject({ grants: z.array(grantView) }) },
+  'grant.revoke': {
+    to: ['kernel'],
+    request: z.strictObject({ capability_id: identifier }),
+    result: grantView,
+  },
+  'executor.pin': {
+    to: ['kernel'],
+    request: z.strictObject({
+      executor_id: identifier,
+      public_key: hex32,
+      key_epoch: positiveInt,
+      tools: z.array(toolPattern).max(256),
+    }),
+    result: z.strictObject({ executor_id: identifier, public_key: hex32, key_epoch: positiveInt, pinned_at: timestampMs }),
+  },
+} as const satisfies Record<string, MessageSpec>;

@@ -1,0 +1,71 @@
+// Strict decoding of one line into a JSON object: UTF-8 with a fatal decoder,
+// a nesting bound checked on the bytes before JSON.parse builds anything
+// (JSON.parse has no depth limit), and an object at top level.
+import { CustodyError } from '../errors.js';
+
+export const DEFAULT_MAX_DEPTH = 32;
+
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+const OPEN_BRACE = 0x7b;
+const OPEN_BRACKET = 0x5b;
+const CLOSE_BRACE = 0x7d;
+const CLOSE_BRACKET = 0x5d;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+
+/**
+ * The deepest nesting of objects and arrays in JSON text, ignoring brackets
+ * inside strings. Stops counting (returns early) once `limit` is exceeded.
+ * Malformed text gets some answer here and is refused by JSON.parse later.
+ */
+export function measureDepth(bytes: Uint8Array, limit: number): number {
+  let depth = 0;
+  let deepest = 0;
+  let inString = false;
+  for (let i = 0; i < bytes.length; i++) {
+    const b = bytes[i];
+    if (inString) {
+      if (b === BACKSLASH) i++;
+      else if (b === QUOTE) inString = false;
+    } else if (b === QUOTE) {
+      inString = true;
+    } else if (b === OPEN_BRACE || b === OPEN_BRACKET) {
+      depth++;
+      if (depth > deepest) {
+        deepest = depth;
+        if (deepest > limit) return deepest;
+      }
+    } else if (b === CLOSE_BRACE || b === CLOSE_BRACKET) {
+      depth--;
+    }
+  }
+  return deepest;
+}
+
+export function decodeUtf8Strict(bytes: Uint8Array, what: string): string {
+  try {
+    return utf8.decode(bytes);
+  } catch (cause) {
+    throw new CustodyError('frame_malformed', `${what} is not valid UTF-8`, { cause });
+  }
+}
+
+/** Decode one line as a JSON object under the nesting bound. */
+export function decodeJsonObject(bytes: Uint8Array, maxDepth: number, what = 'frame'): Record<string, unknown> {
+  const text = decodeUtf8Strict(bytes, what);
+  const depth = measureDepth(bytes, maxDepth);
+  if (depth > maxDepth) {
+    throw new CustodyError('frame_too_deep', `${what} nests deeper than ${maxDepth} levels`);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (cause) {
+    throw new CustodyError('frame_malformed', `${what} is not valid JSON: ${(cause as Error).message}`, { cause });
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new CustodyError('frame_malformed', `${what} is not a JSON object at top level`);
+  }
+  return value as Record<string, unknown>;
+}

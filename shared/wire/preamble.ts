@@ -1,0 +1,77 @@
+// Reading and writing the session preamble: one JSON line of at most 4 KiB
+// before the first frame. Its parser is its own (the frame parser expects a
+// MAC trailer the preamble cannot have): bounded before buffering, strict
+// UTF-8, shallow, closed schema. Any failure is final for the process.
+import { CustodyError, toCustodyError } from '../errors.js';
+import { PREAMBLE_MAX_BYTES, type Preamble, preambleSchema } from '../protocol/preamble.js';
+import { decodeJsonObject } from './decode.js';
+import { describeIssues } from './session.js';
+
+const PREAMBLE_MAX_DEPTH = 4;
+
+export function encodePreamble(preamble: Preamble): Buffer {
+  const checked = preambleSchema.parse(preamble);
+  const line = Buffer.from(JSON.stringify(checked), 'utf8');
+  if (line.length > PREAMBLE_MAX_BYTES) {
+    throw new CustodyError('preamble_too_large', `preamble of ${line.length} bytes exceeds ${PREAMBLE_MAX_BYTES} bytes; shorten the settings`);
+  }
+  return Buffer.concat([line, Buffer.from('\n')]);
+}
+
+export function parsePreambleLine(line: Buffer): Preamble {
+  let object: Record<string, unknown>;
+  try {
+    object = decodeJsonObject(line, PREAMBLE_MAX_DEPTH, 'preamble');
+  } catch (error) {
+    throw new CustodyError('preamble_malformed', toCustodyError(error).message, { cause: error });
+  }
+  const parsed = preambleSchema.safeParse(object);
+  if (!parsed.success) {
+    throw new CustodyError('preamble_malformed', `preamble: ${describeIssues(parsed.error)}`);
+  }
+  return parsed.data;
+}
+
+export interface PreambleRead {
+  readonly preamble: Preamble;
+  /** Bytes after the preamble's newline in the same chunk: the start of the frame stream. */
+  readonly rest: Buffer;
+}
+
+export class PreambleReader {
+  readonly #maxBytes: number;
+  #pending: Buffer[] = [];
+  #pendingBytes = 0;
+  #done = false;
+
+  constructor(maxBytes = PREAMBLE_MAX_BYTES) {
+    this.#maxBytes = maxBytes;
+  }
+
+  /** Feed a chunk; returns the preamble once its line is complete, else null. Throws on any fault. */
+  push(chunk: Buffer): PreambleRead | null {
+    if (this.#done) throw new Error('PreambleReader already delivered its preamble');
+    const newline = chunk.indexOf(0x0a);
+    const end = newline === -1 ? chunk.length : newline;
+    const size = this.#pendingBytes + end;
+    if (size > this.#maxBytes) {
+      throw new CustodyError('preamble_too_large', `preamble exceeds ${this.#maxBytes} bytes before its newline`);
+    }
+    if (newline === -1) {
+      this.#pending.push(Buffer.from(chunk));
+      this.#pendingBytes = size;
+      return null;
+    }
+    const line = Buffer.concat([...this.#pending, chunk.subarray(0, end)], size);
+    this.#pending = [];
+    this.#done = true;
+    return { preamble: parsePreambleLine(line), rest: chunk.subarray(newline + 1) };
+  }
+
+  /** The stream ended before a complete preamble. */
+  end(): CustodyError {
+    return new CustodyError('preamble_malformed', this.#pendingBytes > 0
+      ? `stream ended inside the preamble (${this.#pendingBytes} bytes without a newline)`
+      : 'stream ended before any preamble');
+  }
+}

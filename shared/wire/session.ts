@@ -1,0 +1,123 @@
+// One end of an authenticated session: seals outgoing frames with this
+// side's directional key and sequence, and opens incoming lines in the order
+// DESIGN §4.2 fixes: MAC on the raw bytes first, then strict decoding, then
+// the envelope, session id, sender role and sequence. Any failure throws a
+// CustodyError with its own code; the caller poisons the channel.
+import { z } from 'zod';
+import { CustodyError } from '../errors.js';
+import { type Role, hex16, hex32, identifier, nonNegativeInt, role } from '../protocol/common.js';
+import { decodeJsonObject } from './decode.js';
+import { type Frame, FRAME_VERSION, macMatches, sealFrame, splitTrailer } from './frame-codec.js';
+import { type FrameLimits } from './frame-reader.js';
+import { type SessionSecrets, deriveDirectionKey } from './session-keys.js';
+
+export const frameKind = z.string().regex(/^[a-z][a-z0-9_.]{0,63}$/);
+
+const envelopeSchema = z.strictObject({
+  v: z.literal(FRAME_VERSION),
+  sid: hex16,
+  seq: nonNegativeInt,
+  from: role,
+  kind: frameKind,
+  id: identifier,
+  body: z.record(z.string(), z.unknown()),
+  mac: hex32,
+});
+
+export type Side = 'supervisor' | 'child';
+
+export interface EndpointOptions {
+  readonly secrets: SessionSecrets;
+  readonly side: Side;
+  /** This process's role, written into every frame it sends. */
+  readonly self: Role;
+  /** The only role this end accepts frames from. */
+  readonly peer: Role;
+  readonly limits: FrameLimits;
+}
+
+export class SessionEndpoint {
+  readonly sid: string;
+  readonly self: Role;
+  readonly peer: Role;
+  readonly limits: FrameLimits;
+  readonly #sendKey: Buffer;
+  readonly #receiveKey: Buffer;
+  #sendSeq = 0;
+  #receiveSeq = 0;
+
+  constructor(options: EndpointOptions) {
+    this.sid = options.secrets.sid;
+    this.self = options.self;
+    this.peer = options.peer;
+    this.limits = options.limits;
+    const outbound = options.side === 'supervisor' ? 'to-child' : 'to-supervisor';
+    const inbound = options.side === 'supervisor' ? 'to-supervisor' : 'to-child';
+    this.#sendKey = deriveDirectionKey(options.secrets, outbound);
+    this.#receiveKey = deriveDirectionKey(options.secrets, inbound);
+  }
+
+  /** Sequence number the next sealed frame will carry. */
+  get nextSendSeq(): number {
+    return this.#sendSeq;
+  }
+
+  /** Sequence number the next accepted frame must carry. */
+  get nextReceiveSeq(): number {
+    return this.#receiveSeq;
+  }
+
+  /**
+   * Seal a frame. A frame over the bound is refused here, before it is
+   * written, so a sender never poisons its peer with its own oversized frame;
+   * the sequence number is consumed only by a frame that is sent.
+   */
+  seal(kind: string, id: string, body: Record<string, unknown>): Buffer {
+    const line = sealFrame({ sid: this.sid, seq: this.#sendSeq, from: this.self, kind, id, body }, this.#sendKey);
+    const size = line.length - 1;
+    if (size > this.limits.maxFrameBytes) {
+      throw new CustodyError('frame_too_large', `outgoing ${kind} frame of ${size} bytes exceeds the bound of ${this.limits.maxFrameBytes} bytes`);
+    }
+    this.#sendSeq++;
+    return line;
+  }
+
+  /** Authenticate and decode one line (without its newline). Usable as a FrameReader's LineDecoder. */
+  open(line: Buffer): Frame {
+    const split = splitTrailer(line);
+    if (!macMatches(this.#receiveKey, split)) {
+      if (macMatches(this.#sendKey, split)) {
+        throw new CustodyError('frame_reflected', 'received a frame sealed with this side\'s own sending key');
+      }
+      throw new CustodyError('bad_mac', `frame MAC does not verify (expected seq ${this.#receiveSeq})`);
+    }
+    const parsed = envelopeSchema.safeParse(decodeJsonObject(line, this.limits.maxDepth));
+    if (!parsed.success) {
+      throw new CustodyError('schema_violation', `frame envelope: ${describeIssues(parsed.error)}`);
+    }
+    const frame = parsed.data;
+    if (frame.sid !== this.sid) {
+      throw new CustodyError('wrong_session', `frame names session ${frame.sid}, this channel is ${this.sid}`);
+    }
+    if (frame.from !== this.peer) {
+      const code = frame.from === this.self ? 'frame_reflected' : 'wrong_sender';
+      throw new CustodyError(code, `frame from ${frame.from}, expected ${this.peer}`);
+    }
+    if (frame.seq !== this.#receiveSeq) {
+      const what = frame.seq < this.#receiveSeq ? 'replayed or reordered' : 'skipped ahead';
+      throw new CustodyError('bad_sequence', `frame seq ${frame.seq} ${what}; expected ${this.#receiveSeq}`);
+    }
+    this.#receiveSeq++;
+    return { sid: frame.sid, seq: frame.seq, from: frame.from, kind: frame.kind, id: frame.id, body: frame.body };
+  }
+}
+
+/** A short, stable description of schema issues for error messages. */
+export function describeIssues(error: z.ZodError, limit = 3): string {
+  const parts = error.issues.slice(0, limit).map((issue) => {
+    const where = issue.path.length > 0 ? issue.path.join('.') : '(top)';
+    return `${where}: ${issue.message}`;
+  });
+  const more = error.issues.length > limit ? ` (+${error.issues.length - limit} more)` : '';
+  return parts.join('; ') + more;
+}

@@ -1,0 +1,105 @@
+import { expect } from 'chai';
+import { DEFAULT_FRAME_LIMITS } from '../../../shared/wire/frame-reader.js';
+import { MAC_TRAILER_BYTES, computeMac, encodeCovered, sealFrame } from '../../../shared/wire/frame-codec.js';
+import { SessionEndpoint } from '../../../shared/wire/session.js';
+import { type SessionSecrets, createSessionSecrets, deriveDirectionKey } from '../../../shared/wire/session-keys.js';
+
+function pair(secrets: SessionSecrets = createSessionSecrets()) {
+  const supervisor = new SessionEndpoint({ secrets, side: 'supervisor', self: 'supervisor', peer: 'kernel', limits: DEFAULT_FRAME_LIMITS });
+  const child = new SessionEndpoint({ secrets, side: 'child', self: 'kernel', peer: 'supervisor', limits: DEFAULT_FRAME_LIMITS });
+  return { secrets, supervisor, child };
+}
+
+const strip = (line: Buffer) => line.subarray(0, line.length - 1);
+
+function codeOf(fn: () => unknown): string | undefined {
+  try {
+    fn();
+    return undefined;
+  } catch (error) {
+    return (error as { code?: string }).code;
+  }
+}
+
+describe('session endpoints', () => {
+  it('carry a frame from one side to the other with rising sequence numbers', () => {
+    const { supervisor, child } = pair();
+    for (let i = 0; i < 3; i++) {
+      const frame = child.open(strip(supervisor.seal('ping', `q${i}`, {})));
+      expect(frame).to.include({ seq: i, from: 'supervisor', kind: 'ping', id: `q${i}` });
+    }
+    expect(supervisor.open(strip(child.seal('result', 'q0', { now: 1 })))).to.include({ seq: 0, from: 'kernel' });
+  });
+
+  it('put the MAC last, at a fixed width, over every byte before it', () => {
+    const { secrets, supervisor } = pair();
+    const line = strip(supervisor.seal('ping', 'q1', {}));
+    const covered = line.subarray(0, line.length - MAC_TRAILER_BYTES);
+    const mac = computeMac(deriveDirectionKey(secrets, 'to-child'), covered).toString('hex');
+    expect(line.subarray(covered.length).toString()).to.equal(`,"mac":"${mac}"}`);
+    expect(covered.toString()).to.equal(`{"v":1,"sid":"${secrets.sid}","seq":0,"from":"supervisor","kind":"ping","id":"q1","body":{}`);
+  });
+
+  it('refuse a frame whose bytes were changed: bad_mac', () => {
+    const { supervisor, child } = pair();
+    const line = Buffer.from(strip(supervisor.seal('echo', 'q1', { n: 1 })));
+    line[line.indexOf('"n":1') + 4] = 0x32; // "n":2
+    expect(codeOf(() => child.open(line))).to.equal('bad_mac');
+  });
+
+  it('refuse a frame reflected back at its sender: frame_reflected', () => {
+    const { supervisor } = pair();
+    expect(codeOf(() => supervisor.open(strip(supervisor.seal('ping', 'q1', {}))))).to.equal('frame_reflected');
+  });
+
+  it('refuse a frame of another session: bad_mac, as its keys differ', () => {
+    const a = pair();
+    const b = pair();
+    expect(codeOf(() => b.child.open(strip(a.supervisor.seal('ping', 'q1', {}))))).to.equal('bad_mac');
+  });
+
+  it('refuse a correctly MACed frame naming another session id: wrong_session', () => {
+    const { secrets, child } = pair();
+    const forged = sealFrame({ sid: 'f'.repeat(32), seq: 0, from: 'supervisor', kind: 'ping', id: 'q1', body: {} }, deriveDirectionKey(secrets, 'to-child'));
+    expect(codeOf(() => child.open(strip(forged)))).to.equal('wrong_session');
+  });
+
+  it('refuse a correctly MACed frame from an unexpected role: wrong_sender', () => {
+    const { secrets, child } = pair();
+    const forged = sealFrame({ sid: secrets.sid, seq: 0, from: 'executor', kind: 'ping', id: 'q1', body: {} }, deriveDirectionKey(secrets, 'to-child'));
+    expect(codeOf(() => child.open(strip(forged)))).to.equal('wrong_sender');
+  });
+
+  it('refuse replayed, skipped and reordered sequence numbers: bad_sequence', () => {
+    const replay = pair();
+    const first = strip(replay.supervisor.seal('ping', 'q1', {}));
+    replay.child.open(first);
+    expect(codeOf(() => replay.child.open(first))).to.equal('bad_sequence');
+
+    const skip = pair();
+    skip.supervisor.seal('ping', 'q1', {});
+    expect(codeOf(() => skip.child.open(strip(skip.supervisor.seal('ping', 'q2', {}))))).to.equal('bad_sequence');
+
+    const reorder = pair();
+    const one = strip(reorder.supervisor.seal('ping', 'q1', {}));
+    const two = strip(reorder.supervisor.seal('ping', 'q2', {}));
+    expect(codeOf(() => reorder.child.open(two))).to.equal('bad_sequence');
+    expect(one.length).to.be.greaterThan(0);
+  });
+
+  it('refuse a frame without its MAC trailer: frame_malformed', () => {
+    const { child } = pair();
+    expect(codeOf(() => child.open(Buffer.from('{"v":1}')))).to.equal('frame_malformed');
+    expect(codeOf(() => child.open(Buffer.from(`{"a":1,"mac":"${'A'.repeat(64)}"}`)))).to.equal('frame_malformed');
+  });
+
+  it('refuse to seal a frame over the bound, without consuming a sequence number', () => {
+    const secrets = createSessionSecrets();
+    const small = new SessionEndpoint({ secrets, side: 'supervisor', self: 'supervisor', peer: 'kernel', limits: { maxFrameBytes: 300, maxDepth: 32 } });
+    const covered = encodeCovered({ sid: secrets.sid, seq: 0, from: 'supervisor', kind: 'echo', id: 'q1', body: { p: '' } }).length;
+    const fits = 300 - MAC_TRAILER_BYTES - covered;
+    expect(small.seal('echo', 'q1', { p: 'x'.repeat(fits) }).length).to.equal(301);
+    expect(codeOf(() => small.seal('echo', 'q2', { p: 'x'.repeat(fits + 1) }))).to.equal('frame_too_large');
+    expect(small.nextSendSeq).to.equal(1);
+  });
+});
