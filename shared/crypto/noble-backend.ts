@@ -39,6 +39,9 @@ export const nobleBackend: Ed25519Backend = {
     return ed.sign(message, seed);
   },
   verify(publicKey, message, signature) {
-    return passesStrictChecks(publicKey, message, signature) && satisfiesCofactorlessEquation(publicKey, message, signature);
+    return (
+      passesStrictChecks(publicKey, message, signature) &&
+      satisfiesCofactorlessEquation(publicKey, message, signature)
+    );
   },
 };
