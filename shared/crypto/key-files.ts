@@ -1,0 +1,214 @@
+// Key files. A secret key is generated inside the process that owns it and
+// never leaves it; only `.pub` files are meant to be copied. A `.key` file is
+// refused unless it is a regular file, owned by this uid, private to it, and
+// holds exactly 64 lowercase hex characters and a newline.
+import {
+  closeSync,
+  constants,
+  fchmodSync,
+  fstatSync,
+  fsyncSync,
+  openSync,
+  readSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
+import path from 'node:path';
+import { CustodyError, isCustodyError } from '../errors.js';
+import { generateSeed, publicKeyFromHex, Signer } from './ed25519.js';
+
+const KEY_FILE_BYTES = 65; // 64 hex + newline, for both .key and .pub
+const KEY_FILE_CONTENT = /^[0-9a-f]{64}\n$/;
+const BASENAME = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+const KEY_MODE = 0o600;
+const PUBLIC_MODE = 0o644;
+
+/**
+ * Generates a key pair in this process and writes `<basename>.key` (0600) and
+ * `<basename>.pub` (0644) in `dir`, refusing if either exists. Both files and
+ * the directory are fsynced before the signer is returned.
+ */
+export function createKeyPair(dir: string, basename: string): Signer {
+  if (!BASENAME.test(basename)) {
+    throw new CustodyError('key_file_invalid', `key basename ${JSON.stringify(basename)} must be a plain file name`);
+  }
+  const keyPath = path.join(dir, `${basename}.key`);
+  const publicPath = path.join(dir, `${basename}.pub`);
+  const seed = generateSeed();
+  try {
+    const signer = Signer.fromSeed(seed);
+    const keyFd = openExclusive(keyPath, KEY_MODE);
+    let publicFd: number;
+    try {
+      publicFd = openExclusive(publicPath, PUBLIC_MODE);
+    } catch (error) {
+      closeSync(keyFd);
+      unlinkSync(keyPath);
+      throw error;
+    }
+    try {
+      const keyContent = Buffer.from(`${Buffer.from(seed).toString('hex')}\n`);
+      writeAndSync(keyFd, keyContent);
+      keyContent.fill(0);
+      writeAndSync(publicFd, Buffer.from(`${signer.publicKeyHex}\n`));
+    } catch (error) {
+      unlinkSync(keyPath);
+      unlinkSync(publicPath);
+      throw new CustodyError('key_file_invalid', `cannot write key pair ${keyPath}: ${describeError(error)}`, {
+        cause: error,
+      });
+    } finally {
+      closeSync(keyFd);
+      closeSync(publicFd);
+    }
+    syncDirectory(dir);
+    return signer;
+  } finally {
+    seed.fill(0);
+  }
+}
+
+/** Loads a `.key` file written by createKeyPair, refusing anything looser or malformed. */
+export function loadSigner(keyPath: string): Signer {
+  const fd = openForReading(keyPath, 'key file');
+  let content: Buffer | undefined;
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) refuseKeyFile(keyPath, 'is not a regular file');
+    const uid = process.getuid?.();
+    if (uid !== undefined && stat.uid !== uid) {
+      refuseKeyFile(keyPath, `is owned by uid ${stat.uid}, not by this process (uid ${uid})`);
+    }
+    if ((stat.mode & 0o077) !== 0) {
+      const mode = (stat.mode & 0o777).toString(8).padStart(4, '0');
+      refuseKeyFile(keyPath, `has mode ${mode}; a key file must have no group or world permissions (chmod 0600)`);
+    }
+    content = readBounded(fd, keyPath, stat.size);
+    const seed = Buffer.from(content.toString('latin1', 0, 64), 'hex');
+    try {
+      return Signer.fromSeed(seed);
+    } finally {
+      seed.fill(0);
+    }
+  } finally {
+    content?.fill(0);
+    closeSync(fd);
+  }
+}
+
+/** The hex of the public key in a `.pub` file, after validating the key. */
+export function readPublicKeyFile(filePath: string): string {
+  const fd = openForReading(filePath, 'public key file');
+  let hex: string;
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) refuseKeyFile(filePath, 'is not a regular file');
+    hex = readBounded(fd, filePath, stat.size).toString('latin1', 0, 64);
+  } finally {
+    closeSync(fd);
+  }
+  try {
+    publicKeyFromHex(hex);
+  } catch (error) {
+    if (isCustodyError(error, 'key_invalid')) {
+      throw new CustodyError('key_invalid', `${filePath}: ${error.message}`, { cause: error });
+    }
+    throw error;
+  }
+  return hex;
+}
+
+/** Writes a `.pub` file (0644), refusing an existing file or an invalid key. */
+export function writePublicKeyFile(filePath: string, hex: string): void {
+  publicKeyFromHex(hex);
+  const fd = openExclusive(filePath, PUBLIC_MODE);
+  try {
+    writeAndSync(fd, Buffer.from(`${hex}\n`));
+  } catch (error) {
+    unlinkSync(filePath);
+    throw new CustodyError('key_file_invalid', `cannot write ${filePath}: ${describeError(error)}`, { cause: error });
+  } finally {
+    closeSync(fd);
+  }
+  syncDirectory(path.dirname(filePath));
+}
+
+function refuseKeyFile(filePath: string, fault: string): never {
+  throw new CustodyError('key_file_invalid', `${filePath} ${fault}`);
+}
+
+function describeError(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function openExclusive(filePath: string, mode: number): number {
+  const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+  let fd: number;
+  try {
+    fd = openSync(filePath, flags, mode);
+  } catch (error) {
+    const fault = errnoOf(error) === 'EEXIST' ? 'already exists; refusing to overwrite it' : 'cannot be created';
+    throw new CustodyError('key_file_invalid', `${filePath} ${fault}: ${describeError(error)}`, { cause: error });
+  }
+  // The umask may have taken bits away from `mode`; the file gets exactly `mode`.
+  fchmodSync(fd, mode);
+  return fd;
+}
+
+// O_NOFOLLOW refuses a symlink at open, and every later check runs on the open
+// descriptor, so the file cannot be swapped between the checks and the read.
+// O_NONBLOCK keeps a FIFO planted at the path from blocking the open.
+function openForReading(filePath: string, what: string): number {
+  try {
+    return openSync(filePath, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (error) {
+    throw new CustodyError('key_file_invalid', `${filePath} ${describeOpenFailure(error, what)}`, { cause: error });
+  }
+}
+
+function describeOpenFailure(error: unknown, what: string): string {
+  switch (errnoOf(error)) {
+    case 'ELOOP':
+      return 'is a symbolic link; a key file must be a regular file';
+    case 'ENOENT':
+      return `does not exist (expected a ${what})`;
+    default:
+      return `cannot be opened: ${describeError(error)}`;
+  }
+}
+
+/** Reads the whole file, which must be exactly 64 lowercase hex and a newline. */
+function readBounded(fd: number, filePath: string, size: number): Buffer {
+  if (size !== KEY_FILE_BYTES) {
+    refuseKeyFile(filePath, `is ${size} bytes; expected 64 lowercase hex characters and a newline`);
+  }
+  const content = Buffer.alloc(KEY_FILE_BYTES + 1); // one spare byte catches a file that grew
+  const length = readSync(fd, content, 0, content.length, 0);
+  if (length !== KEY_FILE_BYTES || !KEY_FILE_CONTENT.test(content.toString('latin1', 0, length))) {
+    content.fill(0);
+    refuseKeyFile(filePath, 'does not hold exactly 64 lowercase hex characters and a newline');
+  }
+  return content;
+}
+
+function writeAndSync(fd: number, content: Buffer): void {
+  let written = 0;
+  while (written < content.length) written += writeSync(fd, content, written);
+  fsyncSync(fd);
+}
+
+/** Makes the new directory entries durable, not only the file contents. */
+function syncDirectory(dir: string): void {
+  const fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY);
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function errnoOf(error: unknown): string | undefined {
+  return typeof error === 'object' && error !== null && 'code' in error && typeof error.code === 'string'
+    ? error.code
+    : undefined;
+}
