@@ -3,7 +3,7 @@
 // (a protocol error: nothing more is read or acted upon) or closed (the
 // stream ended or the owner closed it). The first termination reason wins
 // and every later question about the channel gets that reason.
-import { type Readable, type Writable } from 'node:stream';
+import { type Readable } from 'node:stream';
 import { CustodyError, toCustodyError } from '../errors.js';
 import { type Logger, errorFields } from '../log.js';
 import { defineMachine, Machine } from '../state-machine.js';
@@ -26,9 +26,15 @@ export interface ChannelHandlers {
   terminated(reason: CustodyError, state: ChannelState): void;
 }
 
+/** Where frames are written: a child's stdin pipe, or a child's own stdout. */
+export interface FrameOutput {
+  write(chunk: Buffer): unknown;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+}
+
 export interface FrameChannelOptions {
   readonly input: Readable;
-  readonly output: Writable;
+  readonly output: FrameOutput;
   readonly endpoint: SessionEndpoint;
   readonly log: Logger;
 }
@@ -36,7 +42,7 @@ export interface FrameChannelOptions {
 export class FrameChannel {
   readonly endpoint: SessionEndpoint;
   readonly #input: Readable;
-  readonly #output: Writable;
+  readonly #output: FrameOutput;
   readonly #log: Logger;
   readonly #reader: FrameReader<Frame>;
   readonly #machine: Machine<ChannelState>;

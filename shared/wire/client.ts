@@ -23,7 +23,7 @@ import {
 } from '../protocol/messages.js';
 import { type ChannelState, FrameChannel, type FrameChannelOptions } from './channel.js';
 import { type Frame } from './frame-codec.js';
-import { describeIssues } from './session.js';
+import { type SessionEndpoint, describeIssues } from './session.js';
 
 interface Pending {
   readonly kind: MessageKind;
@@ -90,6 +90,11 @@ export class ClientChannel {
 
   get sid(): string {
     return this.#core.endpoint.sid;
+  }
+
+  /** The session endpoint, for tools that must put exact bytes on the wire (conformance tests). */
+  get endpoint(): SessionEndpoint {
+    return this.#core.endpoint;
   }
 
   start(initial?: Buffer): void {

@@ -48,7 +48,11 @@ export function encodeCovered(frame: Frame): Buffer {
 
 /** One complete frame line, newline included, MAC'd with the sender's key. */
 export function sealFrame(frame: Frame, key: Buffer): Buffer {
-  const covered = encodeCovered(frame);
+  return sealCovered(encodeCovered(frame), key);
+}
+
+/** Append the MAC trailer and newline to covered bytes. */
+export function sealCovered(covered: Buffer, key: Buffer): Buffer {
   const mac = computeMac(key, covered).toString('hex');
   return Buffer.concat([covered, MAC_OPEN, Buffer.from(mac, 'latin1'), MAC_CLOSE, Buffer.from('\n')]);
 }

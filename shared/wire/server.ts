@@ -8,7 +8,6 @@ import { type Logger, errorFields } from '../log.js';
 import { type ChildRole } from '../protocol/common.js';
 import {
   ERROR_KIND,
-  FATAL_KIND,
   HELLO_KIND,
   type HelloBody,
   MESSAGES,
@@ -66,15 +65,6 @@ export class ServerChannel {
   start(hello: HelloBody, initial?: Buffer): void {
     this.#core.send(HELLO_KIND, HELLO_KIND, hello);
     this.#core.attach({ frame: (frame) => this.#onFrame(frame), terminated: this.#onTerminated }, initial);
-  }
-
-  /** Tell the supervisor why this child cannot serve (instead of a hello, or before exiting). */
-  sendFatal(error: CustodyError): void {
-    try {
-      this.#core.send(FATAL_KIND, FATAL_KIND, { ...error.toWire() });
-    } catch (fault) {
-      this.#log.warn('fatal_not_sent', errorFields(fault));
-    }
   }
 
   /** Resolves when every request being handled has been answered. */

@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { CustodyError } from '../errors.js';
 import { type Role, hex16, hex32, identifier, nonNegativeInt, role } from '../protocol/common.js';
 import { decodeJsonObject } from './decode.js';
-import { type Frame, FRAME_VERSION, macMatches, sealFrame, splitTrailer } from './frame-codec.js';
+import { type Frame, FRAME_VERSION, macMatches, sealCovered, sealFrame, splitTrailer } from './frame-codec.js';
 import { type FrameLimits } from './frame-reader.js';
 import { type SessionSecrets, deriveDirectionKey } from './session-keys.js';
 
@@ -80,6 +80,20 @@ export class SessionEndpoint {
     }
     this.#sendSeq++;
     return line;
+  }
+
+  /**
+   * Seal a frame around body bytes given verbatim, for conformance tests and
+   * vectors that must put exact (even invalid) JSON on the wire.
+   */
+  sealRawBody(kind: string, id: string, rawBody: Buffer): Buffer {
+    const head = Buffer.from(
+      `{"v":${FRAME_VERSION},"sid":${JSON.stringify(this.sid)},"seq":${this.#sendSeq},` +
+        `"from":${JSON.stringify(this.self)},"kind":${JSON.stringify(kind)},"id":${JSON.stringify(id)},"body":`,
+      'utf8',
+    );
+    this.#sendSeq++;
+    return sealCovered(Buffer.concat([head, rawBody]), this.#sendKey);
   }
 
   /** Authenticate and decode one line (without its newline). Usable as a FrameReader's LineDecoder. */

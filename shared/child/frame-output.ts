@@ -1,0 +1,36 @@
+// In a child, stdout is the frame channel and nothing else may ever reach it
+// (DESIGN §4.1). This takes the real stdout for frames and points every
+// ordinary output path of this process at stderr instead: console, and
+// process.stdout.write itself. A subprocess an adapter spawns is the
+// executor's concern (executor-proc contains it); a deliberate raw write to
+// fd 1 cannot forge a frame: it fails the MAC and poisons the channel.
+import { type Writable } from 'node:stream';
+import { format } from 'node:util';
+
+export interface FrameSink {
+  write(chunk: Buffer): boolean;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+}
+
+let taken: FrameSink | null = null;
+
+export function takeFrameOutput(): FrameSink {
+  if (taken) return taken;
+  const stdout = process.stdout as Writable;
+  const realWrite = stdout.write.bind(stdout) as (chunk: Buffer) => boolean;
+  const toStderr = (...args: unknown[]): void => {
+    process.stderr.write(format(...args) + '\n');
+  };
+  console.log = toStderr;
+  console.info = toStderr;
+  console.debug = toStderr;
+  console.dir = toStderr;
+  console.table = toStderr;
+  stdout.write = ((chunk: unknown, encoding?: unknown, callback?: unknown) =>
+    (process.stderr.write as (...args: unknown[]) => boolean)(chunk, encoding, callback)) as typeof stdout.write;
+  taken = {
+    write: realWrite,
+    on: (event, listener) => stdout.on(event, listener),
+  };
+  return taken;
+}

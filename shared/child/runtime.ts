@@ -1,0 +1,210 @@
+// The life of a child process (kernel, executor, test fixtures), the same for
+// all: read the preamble from stdin, set up (open or provision the store,
+// load or create the key), prove identity with hello, serve requests, and
+// leave in one of three ways:
+//   - stdin ends (the supervisor is gone): take no new work, let what runs
+//     finish and answer, exit 0 (DESIGN §7 "losing the supervisor");
+//   - `shutdown`: the same, after answering it;
+//   - a protocol fault: the channel is poisoned; what runs may finish, then
+//     exit 70 — the supervisor replaces the process with a fresh session.
+// A preamble that cannot be read exits 65 before any frame; a setup the child
+// refuses is reported in a `fatal` frame and exits 78.
+import { type Signer } from '../crypto/ed25519.js';
+import { CustodyError, toCustodyError } from '../errors.js';
+import { type Logger, createLogger, errorFields } from '../log.js';
+import { type ChildRole } from '../protocol/common.js';
+import { FATAL_KIND, type MessageKind } from '../protocol/messages.js';
+import { type Preamble } from '../protocol/preamble.js';
+import { type FrameLimits, DEFAULT_FRAME_LIMITS } from '../wire/frame-reader.js';
+import { signHello } from '../wire/hello.js';
+import { PreambleReader } from '../wire/preamble.js';
+import { type RequestContext, ServerChannel } from '../wire/server.js';
+import { SessionEndpoint } from '../wire/session.js';
+import { takeFrameOutput } from './frame-output.js';
+
+export const EXIT = {
+  ok: 0,
+  preamble: 65, //  EX_DATAERR: no usable preamble
+  software: 70, //  EX_SOFTWARE: the channel was poisoned
+  dropReply: 75, // EX_TEMPFAIL: the lost-reply drill
+  config: 78, //    EX_CONFIG: setup refused (store, key, pins)
+} as const;
+
+export interface ChildIdentity {
+  readonly id: string;
+  readonly keyEpoch: number;
+  readonly signer: Signer;
+}
+
+export interface ChildService {
+  readonly identity: ChildIdentity;
+  /** Serves the role's own message kinds; ping, echo and shutdown are answered here. */
+  handle(kind: MessageKind, body: unknown, context: RequestContext): Promise<unknown>;
+  /** Requests handled at once. */
+  readonly maxInFlight?: number;
+  /** How long in-flight work may take to finish once the child is leaving (default 30 s). */
+  readonly drainTimeoutMs?: number;
+  /** Answers the diagnostic `echo`; by default the body comes back unchanged. */
+  echo?(body: Record<string, unknown>): Promise<Record<string, unknown>>;
+  /** The service must stop taking new work (input ended, shutdown, poison). */
+  stopAccepting?(): void;
+  /** Called once everything in flight has answered; release stores and locks. */
+  close?(): Promise<void> | void;
+}
+
+export interface ChildProgram {
+  readonly role: ChildRole;
+  /** Open or provision what the child owns. Throw a CustodyError to refuse; it is sent as `fatal`. */
+  setup(preamble: Preamble, log: Logger): Promise<ChildService>;
+}
+
+/** Frame limits from the preamble, accepted only at or below this build's defaults. */
+function sessionLimits(preamble: Preamble): FrameLimits {
+  const { max_frame_bytes: maxFrameBytes, max_depth: maxDepth } = preamble.limits;
+  if (maxFrameBytes > DEFAULT_FRAME_LIMITS.maxFrameBytes || maxDepth > DEFAULT_FRAME_LIMITS.maxDepth) {
+    throw new CustodyError(
+      'preamble_malformed',
+      `preamble limits ${maxFrameBytes} bytes / depth ${maxDepth} exceed this build's ${DEFAULT_FRAME_LIMITS.maxFrameBytes} / ${DEFAULT_FRAME_LIMITS.maxDepth}`,
+    );
+  }
+  return { maxFrameBytes, maxDepth };
+}
+
+function readPreamble(): Promise<{ preamble: Preamble; rest: Buffer }> {
+  const reader = new PreambleReader();
+  const stdin = process.stdin;
+  return new Promise((resolve, reject) => {
+    const onData = (chunk: Buffer) => {
+      try {
+        const read = reader.push(chunk);
+        if (!read) return;
+        cleanup();
+        stdin.pause();
+        resolve(read);
+      } catch (error) {
+        cleanup();
+        reject(toCustodyError(error, 'preamble_malformed'));
+      }
+    };
+    const onEnd = () => {
+      cleanup();
+      reject(reader.end());
+    };
+    const cleanup = () => {
+      stdin.off('data', onData);
+      stdin.off('end', onEnd);
+    };
+    stdin.on('data', onData);
+    stdin.once('end', onEnd);
+  });
+}
+
+/** Run a child program to its end; resolves with the process exit code. */
+export async function runChild(program: ChildProgram): Promise<number> {
+  const output = takeFrameOutput();
+  let log = createLogger({ role: program.role, pid: process.pid });
+
+  let preamble: Preamble;
+  let rest: Buffer;
+  let limits: FrameLimits;
+  try {
+    ({ preamble, rest } = await readPreamble());
+    limits = sessionLimits(preamble);
+  } catch (error) {
+    log.error('preamble_refused', errorFields(error));
+    return EXIT.preamble;
+  }
+  if (preamble.role !== program.role) {
+    log.error('preamble_refused', { code: 'preamble_malformed', message: `preamble is for a ${preamble.role}, this is a ${program.role}` });
+    return EXIT.preamble;
+  }
+  log = log.child({ name: preamble.name, sid: preamble.sid });
+
+  const endpoint = new SessionEndpoint({
+    secrets: { sid: preamble.sid, key: Buffer.from(preamble.key, 'hex') },
+    side: 'child',
+    self: program.role,
+    peer: 'supervisor',
+    limits,
+  });
+
+  let service: ChildService;
+  try {
+    service = await program.setup(preamble, log);
+  } catch (error) {
+    const refusal = toCustodyError(error);
+    log.error('setup_refused', errorFields(error));
+    try {
+      output.write(endpoint.seal(FATAL_KIND, FATAL_KIND, { ...refusal.toWire() }));
+    } catch (fault) {
+      log.warn('fatal_not_sent', errorFields(fault));
+    }
+    return EXIT.config;
+  }
+
+  let finish!: (code: number) => void;
+  const finished = new Promise<number>((resolve) => (finish = resolve));
+  let leaving = false;
+
+  const leave = async (code: number, why: string) => {
+    if (leaving) return;
+    leaving = true;
+    log.info('child_leaving', { why, in_flight: channel.inFlight });
+    service.stopAccepting?.();
+    const drainMs = service.drainTimeoutMs ?? 30_000;
+    let timer: NodeJS.Timeout | undefined;
+    const drained = await Promise.race([
+      channel.whenIdle().then(() => true),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), drainMs))),
+    ]);
+    clearTimeout(timer);
+    if (!drained) log.warn('drain_timeout', { in_flight: channel.inFlight, drain_ms: drainMs });
+    try {
+      await service.close?.();
+    } catch (error) {
+      log.error('close_failed', errorFields(error));
+    }
+    finish(code);
+  };
+
+  const channel = new ServerChannel({
+    input: process.stdin,
+    output,
+    endpoint,
+    log,
+    role: program.role,
+    maxInFlight: service.maxInFlight ?? 64,
+    handler: async (kind, body, context) => {
+      if (leaving) throw new CustodyError('shutting_down', 'this process is shutting down and accepts no new work');
+      switch (kind) {
+        case 'ping':
+          return { now: Date.now() };
+        case 'echo':
+          return service.echo ? service.echo(body as Record<string, unknown>) : body;
+        case 'shutdown':
+          setImmediate(() => void leave(EXIT.ok, 'shutdown requested'));
+          return {};
+        default:
+          return service.handle(kind, body, context);
+      }
+    },
+    onTerminated: (reason, state) => {
+      if (state === 'poisoned') {
+        log.error('channel_poisoned', errorFields(reason));
+        void leave(EXIT.software, reason.code);
+      } else {
+        void leave(EXIT.ok, 'input ended');
+      }
+    },
+  });
+
+  const hello = signHello(service.identity.signer, preamble.sid, preamble.challenge, {
+    role: program.role,
+    id: service.identity.id,
+    keyEpoch: service.identity.keyEpoch,
+  });
+  channel.start(hello, rest);
+  process.stdin.resume();
+  log.info('child_serving', { id: service.identity.id, key_epoch: service.identity.keyEpoch, mode: preamble.mode });
+  return finished;
+}

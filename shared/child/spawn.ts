@@ -1,0 +1,151 @@
+// Starting a child process with a fresh session: spawn it in its own process
+// group, write the preamble, open the channel, and accept it only after its
+// hello proves the expected identity. Used by the supervisor and by tests
+// that drive the real kernel and executor entry points.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createInterface } from 'node:readline';
+import { CustodyError } from '../errors.js';
+import { type Logger, errorFields } from '../log.js';
+import { type ChildRole, type JsonObject } from '../protocol/common.js';
+import { type HelloBody } from '../protocol/messages.js';
+import { PREAMBLE_TAG } from '../protocol/preamble.js';
+import { ClientChannel } from '../wire/client.js';
+import { type FrameLimits } from '../wire/frame-reader.js';
+import { type PinnedIdentity, verifyHello } from '../wire/hello.js';
+import { encodePreamble } from '../wire/preamble.js';
+import { SessionEndpoint } from '../wire/session.js';
+import { createSessionSecrets } from '../wire/session-keys.js';
+
+export interface ChildExit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+export interface SpawnChildOptions {
+  /** The command and its arguments; any command that speaks the wire on stdio. */
+  readonly argv: readonly string[];
+  readonly cwd?: string;
+  readonly env?: NodeJS.ProcessEnv;
+  readonly role: ChildRole;
+  readonly name: string;
+  readonly mode: 'serve' | 'provision';
+  readonly pins: { readonly kernel: string | null };
+  readonly settings: JsonObject;
+  readonly limits: FrameLimits;
+  /** The pinned identity the hello must prove; null accepts any valid proof (provisioning). */
+  readonly expect: PinnedIdentity | null;
+  readonly maxInFlight: number;
+  /** How long the child may take to send its hello. */
+  readonly helloTimeoutMs: number;
+  readonly log: Logger;
+  /** Each line the child writes on stderr (its JSON log). Default: forwarded to this process's stderr. */
+  readonly onStderrLine?: (line: string) => void;
+  /** The channel stopped (poisoned or closed), first reason. */
+  readonly onChannelEnd?: (reason: CustodyError, state: string) => void;
+}
+
+export interface ChildSession {
+  readonly process: ChildProcess;
+  readonly pid: number;
+  readonly sid: string;
+  readonly channel: ClientChannel;
+  readonly hello: HelloBody;
+  /** Resolves when the process has exited and been reaped. */
+  readonly exited: Promise<ChildExit>;
+  /** Signal the child's whole process group (adapters' subprocesses included). */
+  kill(signal?: NodeJS.Signals): void;
+}
+
+/** Signal a process group, ignoring a group that is already gone. */
+export function killGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ESRCH') throw error;
+  }
+}
+
+export async function spawnChild(options: SpawnChildOptions): Promise<ChildSession> {
+  const [command, ...args] = options.argv;
+  if (!command) throw new CustodyError('config_invalid', `${options.name}: empty argv`);
+  const secrets = createSessionSecrets();
+  const challenge = randomBytes(32).toString('hex');
+  const log = options.log.child({ child: options.name, sid: secrets.sid });
+
+  const child = spawn(command, args, {
+    cwd: options.cwd,
+    env: options.env ?? process.env,
+    stdio: ['pipe', 'pipe', 'pipe'],
+    detached: true,
+  });
+  const exited = new Promise<ChildExit>((resolve) => {
+    child.once('exit', (code, signal) => resolve({ code, signal }));
+  });
+  const spawnFailure = new Promise<never>((_, reject) => {
+    child.once('error', (error) => reject(new CustodyError('peer_exited', `${options.name}: cannot start ${command}: ${error.message}`, { cause: error })));
+  });
+  spawnFailure.catch(() => undefined);
+  const pid = child.pid;
+  const kill = (signal: NodeJS.Signals = 'SIGKILL') => {
+    if (pid !== undefined && child.exitCode === null && child.signalCode === null) killGroup(pid, signal);
+  };
+
+  const onLine = options.onStderrLine ?? ((line: string) => process.stderr.write(line + '\n'));
+  createInterface({ input: child.stderr, crlfDelay: Infinity }).on('line', onLine);
+  // A child that dies early closes its stdin; the write error is the exit's echo.
+  child.stdin.on('error', (error) => log.debug('child_stdin_error', errorFields(error)));
+
+  const endpoint = new SessionEndpoint({ secrets, side: 'supervisor', self: 'supervisor', peer: options.role, limits: options.limits });
+  const channel = new ClientChannel({
+    input: child.stdout,
+    output: child.stdin,
+    endpoint,
+    log,
+    peerRole: options.role,
+    maxInFlight: options.maxInFlight,
+    ...(options.onChannelEnd ? { onTerminated: options.onChannelEnd } : {}),
+  });
+  child.stdin.write(
+    encodePreamble({
+      custody: PREAMBLE_TAG,
+      sid: secrets.sid,
+      key: secrets.key.toString('hex'),
+      role: options.role,
+      name: options.name,
+      challenge,
+      mode: options.mode,
+      pins: { kernel: options.pins.kernel },
+      limits: { max_frame_bytes: options.limits.maxFrameBytes, max_depth: options.limits.maxDepth },
+      settings: options.settings,
+    }),
+  );
+  channel.start();
+
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new CustodyError('deadline_exceeded', `${options.name} sent no hello within ${options.helloTimeoutMs} ms`)),
+      options.helloTimeoutMs,
+    );
+  });
+  const exitedEarly = exited.then((exit) => {
+    throw channel.termination ?? new CustodyError('peer_exited', `${options.name} exited (code ${exit.code}, signal ${exit.signal}) before its hello`);
+  });
+  try {
+    const hello = await Promise.race([channel.hello, timeout, spawnFailure, exitedEarly]);
+    verifyHello(hello, { sid: secrets.sid, challenge, role: options.role }, options.expect);
+    if (pid === undefined) throw new CustodyError('peer_exited', `${options.name} has no pid`);
+    return { process: child, pid, sid: secrets.sid, channel, hello, exited, kill };
+  } catch (error) {
+    const reason = error instanceof CustodyError ? error : new CustodyError('hello_invalid', String(error));
+    log.warn('child_refused', errorFields(reason));
+    channel.poison(reason);
+    kill('SIGKILL');
+    await exited;
+    throw reason;
+  } finally {
+    clearTimeout(timer);
+    exitedEarly.catch(() => undefined);
+  }
+}

@@ -1,0 +1,37 @@
+// Fault injection for the crash matrix (DESIGN §12). Inert unless the
+// environment names a cutpoint: CUSTODY_FAULT="<role>:<cutpoint>[,…]". At a
+// named cutpoint the process kills itself with SIGKILL, exactly as an
+// operator's `kill -9` would: no handlers, no flush, no goodbye.
+// With CUSTODY_FAULT_DIR set, each cutpoint fires once: a marker file created
+// there (O_EXCL) before the kill keeps the restarted process from dying again.
+import { closeSync, openSync } from 'node:fs';
+import path from 'node:path';
+
+function armed(role: string, cutpoint: string): boolean {
+  const spec = process.env.CUSTODY_FAULT;
+  if (!spec) return false;
+  return spec.split(',').some((entry) => entry.trim() === `${role}:${cutpoint}`);
+}
+
+function claimOnce(role: string, cutpoint: string): boolean {
+  const dir = process.env.CUSTODY_FAULT_DIR;
+  if (!dir) return true;
+  try {
+    closeSync(openSync(path.join(dir, `${role}.${cutpoint}.fired`), 'wx', 0o600));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Die here, as if by `kill -9`, when a test armed this cutpoint. */
+export function crashPoint(role: string, cutpoint: string): void {
+  if (!armed(role, cutpoint) || !claimOnce(role, cutpoint)) return;
+  process.stderr.write(JSON.stringify({ ts: new Date().toISOString(), level: 'warn', event: 'fault_injected', role, cutpoint }) + '\n');
+  process.kill(process.pid, 'SIGKILL');
+}
+
+/** Whether a cutpoint is armed, for faults that are not crashes (a hang, a slow step). */
+export function faultArmed(role: string, cutpoint: string): boolean {
+  return armed(role, cutpoint) && claimOnce(role, cutpoint);
+}
