@@ -31,7 +31,12 @@ const SIDECAR_SUFFIXES = ['-wal', '-shm', '-journal'] as const;
 
 const SYNCHRONOUS_FULL = 2;
 
-/** Create a new store and bring it to the latest schema. Refuses if anything of a store is already there. */
+/**
+ * Create a new store and bring it to the latest schema. Refuses if anything of
+ * a store is already there. If it fails after creating the file, the file
+ * stays: opening it is refused (user_version 0) until an operator moves it
+ * aside, since only they can tell a half-made store from a damaged one.
+ */
 export function provisionStore(spec: StoreSpec): Database.Database {
   validateSpec(spec);
   ensurePrivateDir(spec.dir, { create: true });
@@ -108,11 +113,24 @@ function createStoreFile(spec: StoreSpec, file: string): FileIdentity {
     }
     throw error;
   }
+  let identity: FileIdentity;
   try {
     // The open mode passed through the umask; the store must be 0600 whatever the umask was.
     fs.fchmodSync(fd, 0o600);
     const stat = fs.fstatSync(fd);
-    return { dev: stat.dev, ino: stat.ino };
+    identity = { dev: stat.dev, ino: stat.ino };
+  } finally {
+    fs.closeSync(fd);
+  }
+  // SQLite syncs the directory for the -wal it creates, not for the database file we just created.
+  syncDirectory(spec.dir);
+  return identity;
+}
+
+function syncDirectory(dir: string): void {
+  const fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
+  try {
+    fs.fsyncSync(fd);
   } finally {
     fs.closeSync(fd);
   }
