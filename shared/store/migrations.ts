@@ -1,0 +1,84 @@
+// Forward-only schema migrations, versioned in SQLite's `user_version` so an
+// operator's `PRAGMA user_version` shows where a store stands. Each step runs
+// in its own write transaction with the version bump, so a crash leaves the
+// store at a version it really has.
+import type Database from 'better-sqlite3';
+import { CustodyError } from '../errors.js';
+
+export interface Migration {
+  readonly version: number;
+  readonly description: string;
+  readonly sql: string;
+}
+
+export function validateMigrations(label: string, migrations: readonly Migration[]): void {
+  if (migrations.length === 0) {
+    throw new CustodyError('store_schema', `${label} store declares no migrations; version 1 must create the schema`);
+  }
+  migrations.forEach((migration, index) => {
+    if (migration.version !== index + 1) {
+      throw new CustodyError(
+        'store_schema',
+        `${label} store migration at position ${index} has version ${migration.version}, expected ${index + 1}; migrations are numbered 1..n in order`,
+      );
+    }
+    if (migration.description.trim() === '' || migration.sql.trim() === '') {
+      throw new CustodyError('store_schema', `${label} store migration ${migration.version} needs a description and SQL`);
+    }
+  });
+}
+
+/**
+ * Bring a store from its `user_version` to the last migration. A version newer
+ * than this build is refused (never downgraded); version 0 is accepted only
+ * while provisioning, since an opened store at 0 was either never finished or
+ * is not ours.
+ */
+export function applyMigrations(
+  db: Database.Database,
+  where: string,
+  migrations: readonly Migration[],
+  mode: { readonly provisioning: boolean },
+): void {
+  const latest = migrations.length;
+  const current = readUserVersion(db);
+  if (current > latest) {
+    throw new CustodyError(
+      'store_schema',
+      `${where} has schema version ${current}, newer than this build knows (${latest}); run the custody version that wrote it — stores are never downgraded`,
+    );
+  }
+  if (current === 0 && !mode.provisioning) {
+    throw new CustodyError(
+      'store_schema',
+      `${where} has no schema (user_version 0): its provisioning never completed or it is not a custody store; inspect it, move it aside and provision again`,
+    );
+  }
+  for (const migration of migrations.slice(current)) {
+    const step = `${where}: migration ${migration.version} (${migration.description})`;
+    const apply = db.transaction(() => {
+      // Another connection may have migrated between our first read and this write lock.
+      const before = readUserVersion(db);
+      if (before !== migration.version - 1) {
+        throw new CustodyError('store_schema', `${step} found the store moved to schema version ${before} meanwhile`);
+      }
+      db.exec(migration.sql);
+      const violations = db.pragma('foreign_key_check') as unknown[];
+      if (violations.length > 0) {
+        throw new CustodyError('store_schema', `${step} leaves ${violations.length} foreign key violation(s); rolled back`);
+      }
+      db.pragma(`user_version = ${migration.version}`);
+    });
+    try {
+      apply.immediate();
+    } catch (error) {
+      if (error instanceof CustodyError) throw error;
+      const message = error instanceof Error ? error.message : String(error);
+      throw new CustodyError('store_schema', `${step} failed and was rolled back: ${message}`, { cause: error });
+    }
+  }
+}
+
+export function readUserVersion(db: Database.Database): number {
+  return db.pragma('user_version', { simple: true }) as number;
+}

@@ -1,0 +1,217 @@
+// Opens a process's SQLite store: private files, WAL, full sync, foreign keys,
+// forward-only migrations in `user_version`. Provisioning and opening are two
+// separate doors on purpose: opening never creates a store, and provisioning
+// never touches an existing one, so no error path can end with a fresh empty
+// store standing in for one that held claims.
+import fs from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { CustodyError } from '../errors.js';
+import { applyMigrations, validateMigrations, type Migration } from './migrations.js';
+import { checkPrivateFile, checkPrivateFileIfPresent, ensurePrivateDir, isPathPresent, type FileIdentity } from './private-fs.js';
+
+export type { FileIdentity } from './private-fs.js';
+export type { Migration } from './migrations.js';
+
+export interface StoreSpec {
+  /** Names the store in messages: "kernel", "ledger", "supervisor". */
+  readonly label: string;
+  readonly dir: string;
+  /** A file name inside `dir`, never a path. */
+  readonly file: string;
+  /** Versions 1..n in order; the last one is the schema this build writes. */
+  readonly migrations: readonly Migration[];
+}
+
+/** How long a statement waits on another connection (an operator's sqlite3 shell) before SQLITE_BUSY. */
+export const STORE_BUSY_TIMEOUT_MS = 5000;
+
+/** Files SQLite keeps beside the database; they carry its data and get the same scrutiny. */
+const SIDECAR_SUFFIXES = ['-wal', '-shm', '-journal'] as const;
+
+const SYNCHRONOUS_FULL = 2;
+
+/**
+ * Create a new store and bring it to the latest schema. Refuses if anything of
+ * a store is already there. If it fails after creating the file, the file
+ * stays: opening it is refused (user_version 0) until an operator moves it
+ * aside, since only they can tell a half-made store from a damaged one.
+ */
+export function provisionStore(spec: StoreSpec): Database.Database {
+  validateSpec(spec);
+  ensurePrivateDir(spec.dir, { create: true });
+  const file = storePath(spec);
+  refuseLeftovers(spec, file);
+  const created = createStoreFile(spec, file);
+  const db = openVerified(spec, file, created);
+  return finishOpen(spec, file, db, { provisioning: true });
+}
+
+/** Open an existing store, check it is private and ours, and apply forward migrations. */
+export function openStore(spec: StoreSpec): Database.Database {
+  validateSpec(spec);
+  const file = storePath(spec);
+  if (!isPathPresent(file)) {
+    throw new CustodyError(
+      'store_missing',
+      `${spec.label} store ${file} does not exist; provision it first (custody init) — it is never created on open`,
+    );
+  }
+  ensurePrivateDir(spec.dir, { create: false });
+  const identity = checkPrivateFile(file);
+  checkSidecars(file);
+  const db = openVerified(spec, file, identity);
+  return finishOpen(spec, file, db, { provisioning: false });
+}
+
+/** The identity (device, inode) of a private store file, for callers that record it to detect copies. */
+export function storeFileIdentity(file: string): FileIdentity {
+  return checkPrivateFile(file);
+}
+
+function validateSpec(spec: StoreSpec): void {
+  const { file, label, migrations } = spec;
+  if (file === '' || file === '.' || file === '..' || path.basename(file) !== file) {
+    throw new CustodyError('internal', `${label} store file name ${JSON.stringify(file)} must be a plain file name inside ${spec.dir}`);
+  }
+  validateMigrations(label, migrations);
+}
+
+function storePath(spec: StoreSpec): string {
+  return path.join(spec.dir, spec.file);
+}
+
+/**
+ * A -wal left from a deleted database would be replayed by SQLite into the
+ * new file (its frames are checked against the WAL header, not the database),
+ * resurrecting old rows inside a store that claims to be fresh.
+ */
+function refuseLeftovers(spec: StoreSpec, file: string): void {
+  for (const suffix of SIDECAR_SUFFIXES) {
+    const sidecar = file + suffix;
+    if (isPathPresent(sidecar)) {
+      throw new CustodyError(
+        'store_exists',
+        `${spec.label} store: ${sidecar} is left over from an earlier store and SQLite would replay it; move it aside (and inspect it) before provisioning`,
+      );
+    }
+  }
+}
+
+function createStoreFile(spec: StoreSpec, file: string): FileIdentity {
+  const { O_CREAT, O_EXCL, O_NOFOLLOW, O_WRONLY } = fs.constants;
+  let fd: number;
+  try {
+    fd = fs.openSync(file, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY, 0o600);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EEXIST') {
+      throw new CustodyError(
+        'store_exists',
+        `${spec.label} store ${file} already exists; provisioning never replaces a store (open it, or move it aside yourself to start over)`,
+        { cause: error },
+      );
+    }
+    throw error;
+  }
+  let identity: FileIdentity;
+  try {
+    // The open mode passed through the umask; the store must be 0600 whatever the umask was.
+    fs.fchmodSync(fd, 0o600);
+    const stat = fs.fstatSync(fd);
+    identity = { dev: stat.dev, ino: stat.ino };
+  } finally {
+    fs.closeSync(fd);
+  }
+  // SQLite syncs the directory for the -wal it creates, not for the database file we just created.
+  syncDirectory(spec.dir);
+  return identity;
+}
+
+function syncDirectory(dir: string): void {
+  const fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/**
+ * better-sqlite3 has no O_NOFOLLOW, so the file is checked by lstat before
+ * the open and again after it; a symlink or a different inode at the path
+ * after opening means the path changed under us. A swap there and back
+ * within the open would go unseen, but only this uid (or root) can write
+ * in a 0700 directory, so that is an attacker who already owns the store.
+ */
+function openVerified(spec: StoreSpec, file: string, expected: FileIdentity): Database.Database {
+  let db: Database.Database;
+  try {
+    db = new Database(file, { fileMustExist: true, timeout: STORE_BUSY_TIMEOUT_MS });
+  } catch (error) {
+    throw new CustodyError('store_identity', `${spec.label} store ${file} could not be opened after it was checked: ${messageOf(error)}`, {
+      cause: error,
+    });
+  }
+  try {
+    const found = checkPrivateFile(file);
+    if (found.dev !== expected.dev || found.ino !== expected.ino) {
+      throw new CustodyError(
+        'store_identity',
+        `${spec.label} store ${file} changed while being opened (expected dev ${expected.dev} inode ${expected.ino}, found dev ${found.dev} inode ${found.ino}); something replaced the file`,
+      );
+    }
+  } catch (error) {
+    db.close();
+    throw error;
+  }
+  return db;
+}
+
+function finishOpen(spec: StoreSpec, file: string, db: Database.Database, mode: { provisioning: boolean }): Database.Database {
+  try {
+    applyPragmas(spec, file, db);
+    applyMigrations(db, `${spec.label} store ${file}`, spec.migrations, mode);
+    // The first read above created -wal and -shm; SQLite gives them the database's mode, which we verify rather than trust.
+    checkSidecars(file);
+    return db;
+  } catch (error) {
+    db.close();
+    throw error;
+  }
+}
+
+function applyPragmas(spec: StoreSpec, file: string, db: Database.Database): void {
+  let journalMode: unknown;
+  try {
+    journalMode = db.pragma('journal_mode = WAL', { simple: true });
+  } catch (error) {
+    throw new CustodyError('store_schema', `${spec.label} store ${file} is not a readable SQLite database: ${messageOf(error)}`, {
+      cause: error,
+    });
+  }
+  if (journalMode !== 'wal') {
+    throw new CustodyError(
+      'internal',
+      `${spec.label} store ${file} refused WAL mode (journal_mode is ${String(journalMode)}); the filesystem may lack shared-memory support`,
+    );
+  }
+  db.pragma('synchronous = FULL');
+  db.pragma('foreign_keys = ON');
+  const synchronous = db.pragma('synchronous', { simple: true });
+  const foreignKeys = db.pragma('foreign_keys', { simple: true });
+  if (synchronous !== SYNCHRONOUS_FULL || foreignKeys !== 1) {
+    throw new CustodyError(
+      'internal',
+      `${spec.label} store ${file}: pragmas did not take (synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)})`,
+    );
+  }
+}
+
+function checkSidecars(file: string): void {
+  for (const suffix of SIDECAR_SUFFIXES) checkPrivateFileIfPresent(file + suffix);
+}
+
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,188 @@
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { expect } from 'chai';
+import { type CustodyError, isCustodyError, type ErrorCode } from '../../../shared/errors.js';
+import { openStore, provisionStore, STORE_BUSY_TIMEOUT_MS, storeFileIdentity } from '../../../shared/store/sqlite-store.js';
+import { CREATE_ITEMS, CREATE_NOTES, makeTempRoot, modeOf, removeTempRoot, specIn } from './helpers.js';
+
+function expectRefusal(action: () => unknown, code: ErrorCode): CustodyError {
+  try {
+    action();
+  } catch (error) {
+    if (isCustodyError(error, code)) return error;
+    throw error;
+  }
+  expect.fail(`expected a ${code} refusal`);
+}
+
+function sqlite3Available(): boolean {
+  try {
+    execFileSync('sqlite3', ['-version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe('sqlite store', () => {
+  let root: string;
+  let dir: string;
+  let file: string;
+  const open: Database.Database[] = [];
+
+  beforeEach(() => {
+    root = makeTempRoot();
+    dir = path.join(root, 'state', 'kernel');
+    file = path.join(dir, 'test.db');
+  });
+
+  afterEach(() => {
+    for (const db of open.splice(0)) if (db.open) db.close();
+    removeTempRoot(root);
+  });
+
+  function keep(db: Database.Database): Database.Database {
+    open.push(db);
+    return db;
+  }
+
+  describe('provisioning', () => {
+    it('creates a 0700 directory and a 0600 database in WAL mode with full sync, foreign keys and the latest schema', () => {
+      const db = keep(provisionStore(specIn(dir)));
+      expect(modeOf(dir)).to.equal(0o700);
+      expect(modeOf(file)).to.equal(0o600);
+      expect(db.pragma('journal_mode', { simple: true })).to.equal('wal');
+      expect(db.pragma('synchronous', { simple: true })).to.equal(2);
+      expect(db.pragma('foreign_keys', { simple: true })).to.equal(1);
+      expect(db.pragma('busy_timeout', { simple: true })).to.equal(STORE_BUSY_TIMEOUT_MS);
+      expect(db.pragma('user_version', { simple: true })).to.equal(2);
+      expect(() => db.prepare('INSERT INTO notes (item_id, text) VALUES (42, ?)').run('dangling')).to.throw(/FOREIGN KEY/);
+    });
+
+    it('refuses an existing store with store_exists and leaves its file byte-identical', () => {
+      const first = provisionStore(specIn(dir));
+      first.prepare('INSERT INTO items (body) VALUES (?)').run('kept');
+      first.close();
+      const before = fs.readFileSync(file);
+      const statBefore = fs.statSync(file);
+
+      const refusal = expectRefusal(() => provisionStore(specIn(dir)), 'store_exists');
+      expect(refusal.message).to.include(file);
+      expect(fs.readFileSync(file).equals(before)).to.equal(true);
+      expect(fs.statSync(file).mtimeMs).to.equal(statBefore.mtimeMs);
+      const db = keep(openStore(specIn(dir)));
+      expect(db.prepare('SELECT body FROM items').pluck().all()).to.deep.equal(['kept']);
+    });
+
+    it('refuses a leftover -wal file, which SQLite would replay into the new store', () => {
+      fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+      fs.writeFileSync(`${file}-wal`, 'old frames', { mode: 0o600 });
+      const refusal = expectRefusal(() => provisionStore(specIn(dir)), 'store_exists');
+      expect(refusal.message).to.include(`${file}-wal`);
+      expect(fs.existsSync(file)).to.equal(false);
+    });
+
+    it('refuses a loose existing directory instead of tightening it', () => {
+      fs.mkdirSync(dir, { recursive: true });
+      fs.chmodSync(dir, 0o755);
+      const refusal = expectRefusal(() => provisionStore(specIn(dir)), 'store_permissions');
+      expect(refusal.message).to.include(dir).and.include('chmod 700');
+      expect(modeOf(dir)).to.equal(0o755);
+      expect(fs.existsSync(file)).to.equal(false);
+    });
+
+    it('makes the directory 0700 and every store file 0600 even under umask 000', () => {
+      const previous = process.umask(0);
+      try {
+        const db = keep(provisionStore(specIn(dir)));
+        db.prepare('INSERT INTO items (body) VALUES (?)').run('x');
+        expect(modeOf(dir)).to.equal(0o700);
+        for (const target of [file, `${file}-wal`, `${file}-shm`]) expect(modeOf(target), target).to.equal(0o600);
+      } finally {
+        process.umask(previous);
+      }
+    });
+
+    it('refuses a migration list that is not numbered 1..n in order', () => {
+      const refusal = expectRefusal(() => provisionStore(specIn(dir, [CREATE_NOTES])), 'store_schema');
+      expect(refusal.message).to.include('expected 1');
+      expect(fs.existsSync(dir)).to.equal(false);
+    });
+  });
+
+  describe('opening', () => {
+    it('refuses a missing store with store_missing, says how to provision it and creates nothing', () => {
+      const refusal = expectRefusal(() => openStore(specIn(dir)), 'store_missing');
+      expect(refusal.message).to.include(file).and.include('custody init');
+      expect(fs.existsSync(dir)).to.equal(false);
+    });
+
+    it('applies a new migration to a store written by an older build', () => {
+      provisionStore(specIn(dir, [CREATE_ITEMS])).close();
+      const db = keep(openStore(specIn(dir, [CREATE_ITEMS, CREATE_NOTES])));
+      expect(db.pragma('user_version', { simple: true })).to.equal(2);
+      db.prepare('INSERT INTO items (id, body) VALUES (1, ?)').run('a');
+      db.prepare('INSERT INTO notes (item_id, text) VALUES (1, ?)').run('n');
+    });
+
+    it('refuses a store whose schema is newer than this build with store_schema', () => {
+      provisionStore(specIn(dir)).close();
+      const refusal = expectRefusal(() => openStore(specIn(dir, [CREATE_ITEMS])), 'store_schema');
+      expect(refusal.message).to.include('schema version 2').and.include('(1)');
+    });
+
+    it('rolls back a failing migration and leaves the store at its previous version', () => {
+      provisionStore(specIn(dir, [CREATE_ITEMS])).close();
+      const broken = { version: 2, description: 'broken', sql: 'CREATE TABLE half (id INTEGER); SELECT * FROM no_such_table' };
+      const refusal = expectRefusal(() => openStore(specIn(dir, [CREATE_ITEMS, broken])), 'store_schema');
+      expect(refusal.message).to.include('migration 2 (broken)');
+      const db = keep(openStore(specIn(dir, [CREATE_ITEMS])));
+      expect(db.pragma('user_version', { simple: true })).to.equal(1);
+      expect(db.prepare("SELECT count(*) FROM sqlite_master WHERE name = 'half'").pluck().get()).to.equal(0);
+    });
+
+    it('refuses a SQLite file that was never provisioned (user_version 0)', () => {
+      fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+      new Database(file).close();
+      fs.chmodSync(file, 0o600);
+      expect(expectRefusal(() => openStore(specIn(dir)), 'store_schema').message).to.include('user_version 0');
+    });
+
+    it('refuses a file that is not a SQLite database with store_schema', () => {
+      fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+      fs.writeFileSync(file, 'not a database, just words long enough to fill a header. '.repeat(10), { mode: 0o600 });
+      expect(expectRefusal(() => openStore(specIn(dir)), 'store_schema').message).to.include(file);
+    });
+
+    it('keeps the WAL and SHM files at 0600 after writes', () => {
+      provisionStore(specIn(dir)).close();
+      const db = keep(openStore(specIn(dir)));
+      const insert = db.prepare('INSERT INTO items (body) VALUES (?)');
+      db.transaction(() => {
+        for (let i = 0; i < 100; i += 1) insert.run(`row ${i}`);
+      })();
+      expect(fs.statSync(`${file}-wal`).size).to.be.greaterThan(0);
+      expect(modeOf(`${file}-wal`)).to.equal(0o600);
+      expect(modeOf(`${file}-shm`)).to.equal(0o600);
+    });
+
+    it('lets an operator read the store with the sqlite3 shell while it is open', function () {
+      if (!sqlite3Available()) {
+        if (process.env.CI === 'true') throw new Error('sqlite3 shell missing; CI requires it');
+        this.skip();
+      }
+      const db = keep(provisionStore(specIn(dir)));
+      db.prepare('INSERT INTO items (body) VALUES (?)').run('visible');
+      const out = execFileSync('sqlite3', [file, 'SELECT body FROM items;'], { encoding: 'utf8' });
+      expect(out.trim()).to.equal('visible');
+    });
+
+    it('reports the file identity as the device and inode of the store file', () => {
+      provisionStore(specIn(dir)).close();
+      const stat = fs.lstatSync(file);
+      expect(storeFileIdentity(file)).to.deep.equal({ dev: stat.dev, ino: stat.ino });
+    });
+  });
+});
