@@ -93,6 +93,13 @@ export class FrameChannel {
     this.#output.write(line);
   }
 
+  /** Write an already sealed frame line (conformance tooling). */
+  writeRaw(line: Buffer): void {
+    if (this.#machine.state === 'poisoned' && this.#termination) throw this.#termination;
+    if (this.#outputFailure) throw this.#outputFailure;
+    this.#output.write(line);
+  }
+
   /** A protocol fault: stop reading, record the reason (first one wins). */
   poison(reason: CustodyError): void {
     if (this.#machine.state !== 'open') return;

@@ -140,6 +140,22 @@ export class ClientChannel {
     });
   }
 
+  /**
+   * A request whose body is given as exact bytes, which may be invalid JSON:
+   * for conformance tests that must put such bytes on a live channel. The
+   * answer is not checked against a result schema.
+   */
+  requestRawBody(kind: string, rawBody: Buffer, id: string): Promise<unknown> {
+    const termination = this.#core.termination;
+    if (termination && this.#core.state !== 'open') return Promise.reject(termination);
+    if (this.#pending.has(id)) return Promise.reject(new CustodyError('duplicate_request', `request id ${id} is already pending`));
+    const answer = new Promise<unknown>((resolve, reject) => {
+      this.#pending.set(id, { kind: 'echo', resolve, reject });
+    });
+    this.#core.writeRaw(this.#core.endpoint.sealRawBody(kind, id, rawBody));
+    return answer;
+  }
+
   poison(reason: CustodyError): void {
     this.#core.poison(reason);
   }

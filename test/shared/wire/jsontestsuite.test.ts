@@ -1,0 +1,104 @@
+// JSONTestSuite (nst/JSONTestSuite) against the frame decoder and against a
+// live channel: every n_ file refused and poisoning, every y_ object
+// accepted unchanged, every i_ file the documented answer in
+// docs/vectors/jsontestsuite-i.json.
+import { expect } from 'chai';
+import { readFileSync, readdirSync } from 'node:fs';
+import path from 'node:path';
+import { decodeJsonObject } from '../../../shared/wire/decode.js';
+import { startFixture } from '../../helpers/children.js';
+import { REPO_ROOT, requireVectors } from '../../helpers/vectors.js';
+
+interface Case {
+  readonly name: string;
+  readonly bytes: Buffer;
+}
+
+type Outcome = { answer: 'accepted'; value: unknown } | { answer: 'refused'; code: string };
+
+/** Each body as an echo request on a live channel; a fresh child after every poisoning. */
+async function sendOnLiveChannels(cases: readonly Case[], workers: number): Promise<Map<string, Outcome>> {
+  const outcomes = new Map<string, Outcome>();
+  const queue = [...cases];
+  const work = async () => {
+    let child = await startFixture();
+    for (let next = queue.shift(); next; next = queue.shift()) {
+      try {
+        const value = await child.channel.requestRawBody('echo', next.bytes, 'body');
+        outcomes.set(next.name, { answer: 'accepted', value });
+      } catch {
+        const exit = await child.exited;
+        const poisoned = child.stderr.map((line) => JSON.parse(line) as Record<string, unknown>).find((r) => r.event === 'channel_poisoned');
+        expect(exit.code, `${next.name}: the child leaves with exit 70`).to.equal(70);
+        outcomes.set(next.name, { answer: 'refused', code: String(poisoned?.code) });
+        child = await startFixture();
+      }
+    }
+    await child.channel.request('shutdown', {});
+    await child.exited;
+  };
+  await Promise.all(Array.from({ length: workers }, work));
+  return outcomes;
+}
+
+describe('JSONTestSuite', function () {
+  this.timeout(120_000);
+  const dir = requireVectors(this, 'jsontestsuite/test_parsing');
+  const load = (prefix: string): Case[] =>
+    readdirSync(dir)
+      .filter((name) => name.startsWith(prefix))
+      .sort()
+      .map((name) => ({ name, bytes: readFileSync(path.join(dir, name)) }));
+
+  const isObjectText = (bytes: Buffer) => /^\s*\{/.test(bytes.toString('latin1'));
+
+  describe('the frame decoder', () => {
+    it('refuses every n_ file', () => {
+      const cases = load('n_');
+      expect(cases).to.have.length(188);
+      for (const { name, bytes } of cases) {
+        expect(() => decodeJsonObject(bytes, 32), name).to.throw().with.property('code').that.matches(/^frame_(malformed|too_deep)$/);
+      }
+    });
+
+    it('accepts every y_ file that is an object, and refuses the rest as not an object', () => {
+      for (const { name, bytes } of load('y_')) {
+        if (isObjectText(bytes)) {
+          expect(decodeJsonObject(bytes, 32), name).to.deep.equal(JSON.parse(bytes.toString('utf8')));
+        } else {
+          expect(() => decodeJsonObject(bytes, 32), name).to.throw().with.property('code', 'frame_malformed');
+        }
+      }
+    });
+  });
+
+  describe('on a live channel', () => {
+    it('refuses every n_ file sent as a frame body, poisoning the channel each time', async () => {
+      const outcomes = await sendOnLiveChannels(load('n_'), 4);
+      expect(outcomes.size).to.equal(188);
+      for (const [name, outcome] of outcomes) {
+        expect(outcome.answer, name).to.equal('refused');
+        expect((outcome as { code: string }).code, name).to.match(/^(frame_malformed|frame_too_deep|schema_violation)$/);
+      }
+    });
+
+    it('accepts every y_ object and echoes the same value', async () => {
+      // A frame is one line: an LF between tokens is sent as a space, the same JSON value.
+      const objects = load('y_')
+        .filter((c) => isObjectText(c.bytes))
+        .map((c) => ({ name: c.name, bytes: Buffer.from(c.bytes.toString('latin1').replace(/\n/g, ' '), 'latin1') }));
+      expect(objects).to.have.length(12);
+      const outcomes = await sendOnLiveChannels(objects, 1);
+      for (const { name, bytes } of objects) {
+        expect(outcomes.get(name), name).to.deep.equal({ answer: 'accepted', value: JSON.parse(bytes.toString('utf8')) as unknown });
+      }
+    });
+
+    it('answers every i_ file as documented in docs/vectors/jsontestsuite-i.json', async () => {
+      const documented = JSON.parse(readFileSync(path.join(REPO_ROOT, 'docs', 'vectors', 'jsontestsuite-i.json'), 'utf8')) as Record<string, string>;
+      const outcomes = await sendOnLiveChannels(load('i_'), 4);
+      const answers = Object.fromEntries([...outcomes].map(([name, o]) => [name, o.answer === 'accepted' ? 'accepted' : o.code]));
+      expect(answers).to.deep.equal(documented);
+    });
+  });
+});
