@@ -110,6 +110,7 @@ const CODES = {
   state_exists: { class: 'refused', summary: 'the state directory is already initialized' },
   service_unavailable: { class: 'unreachable', summary: 'the service is not running or not reachable' },
   child_failed: { class: 'unreachable', summary: 'a child exceeded its restart intensity and was marked failed' },
+  reply_dropped: { class: 'unknown', summary: 'the executor retained its report and exited without replying (lost-reply drill)' },
   usage: { class: 'usage', summary: 'the command line is wrong' },
   internal: { class: 'internal', summary: 'an internal error; see the log' },
 } as const satisfies Record<string, { class: ErrorClass; summary: string }>;

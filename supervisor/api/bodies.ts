@@ -1,0 +1,40 @@
+// Closed schemas of the control API's request bodies.
+import { z } from 'zod';
+import { identifier, jsonObject, toolName, toolPattern } from '../../shared/protocol/common.js';
+
+const wait = z.number().int().min(0).max(3_600_000).optional();
+
+export const invokeBody = z.strictObject({
+  tool: toolName,
+  arguments: jsonObject.default({}),
+  request_id: identifier.optional(),
+  subject: identifier.default('agent'),
+  cost_units: z.number().int().min(0).default(0),
+  /** How long to wait for the end before answering 202 with the state so far. */
+  wait_ms: wait,
+});
+
+export const authorizeBody = z.strictObject({
+  tool: toolName,
+  arguments: jsonObject.default({}),
+  operation: identifier,
+  subject: identifier.default('operator'),
+  cost_units: z.number().int().min(0).default(0),
+  wait_ms: wait,
+});
+
+export const executeBody = z.strictObject({
+  drop_reply: z.boolean().default(false),
+  wait_ms: wait,
+});
+
+export const stepBody = z.strictObject({ wait_ms: wait });
+
+export const grantAddBody = z.strictObject({
+  tool: toolPattern,
+  max_invocations: z.number().int().min(1),
+  cost_units: z.number().int().min(0).nullable().default(null),
+  ttl_ms: z.number().int().min(1),
+  subject: identifier.or(z.literal('*')).default('*'),
+  not_before: z.number().int().min(1).nullable().default(null),
+});

@@ -1,0 +1,178 @@
+// What each control API endpoint does. Handlers return plain JSON; errors
+// are CustodyErrors, turned into fixed bodies by the server.
+import { randomBytes } from 'node:crypto';
+import { type z } from 'zod';
+import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { readEnvelope } from '../../shared/artifacts/artifact.js';
+import { operationIdFor } from '../../shared/protocol/binding.js';
+import { nowMs } from '../../shared/clock.js';
+import { type OperationOutcome, outcomeOf } from '../operations/outcome.js';
+import { type RequestRow } from '../store/supervisor-store.js';
+import { type Service } from '../service.js';
+import { type authorizeBody, type executeBody, type grantAddBody, type invokeBody, type stepBody } from './bodies.js';
+
+type Answer = Promise<{ status?: number; body: unknown }>;
+
+const DEFAULT_WAIT_MS = 120_000;
+
+export function health(service: Service) {
+  return { status: service.stopping ? 'stopping' : 'ok', pid: process.pid, uptime_ms: nowMs() - service.startedAt };
+}
+
+export function status(service: Service) {
+  const now = nowMs();
+  const children = [service.kernel, ...service.executors.values()].map((child) => ({
+    name: child.name,
+    role: child.spec.role,
+    state: child.state,
+    pid: child.session?.pid ?? null,
+    sid: child.session?.sid ?? null,
+    restarts: child.restarts,
+    uptime_ms: child.session && child.startedAt ? now - child.startedAt : null,
+    failure: child.failure?.message ?? null,
+  }));
+  return {
+    service: { pid: process.pid, port: service.port, state_dir: service.paths.root, started_at: service.startedAt, uptime_ms: now - service.startedAt, stopping: service.stopping },
+    children,
+    in_flight: service.driver.active,
+  };
+}
+
+/** Wait for a drive up to `waitMs`; past it answer 202 with where the request stands (the drive goes on). */
+async function answerDrive(service: Service, requestId: string, drive: Promise<RequestRow>, waitMs = DEFAULT_WAIT_MS): Answer {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), waitMs)));
+  drive.catch(() => undefined);
+  try {
+    const row = await Promise.race([drive, timeout]);
+    if (row) return { body: outcomeOf(row) };
+  } finally {
+    clearTimeout(timer);
+  }
+  const current = service.store.getRequest(requestId);
+  if (!current) throw new CustodyError('operation_unknown', `no operation ${requestId}`);
+  return { status: 202, body: outcomeOf(current) };
+}
+
+export function invoke(service: Service, body: z.infer<typeof invokeBody>): Answer {
+  const requestId = body.request_id ?? `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
+  const drive = service.driver.submit({ kind: 'invoke', request_id: requestId, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
+  return answerDrive(service, requestId, drive, body.wait_ms);
+}
+
+export function authorize(service: Service, body: z.infer<typeof authorizeBody>): Answer {
+  const drive = service.driver.submit({ kind: 'authorize', request_id: body.operation, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
+  return answerDrive(service, body.operation, drive, body.wait_ms);
+}
+
+function requireRequest(service: Service, name: string): RequestRow {
+  const row = service.store.getRequest(name);
+  if (!row) throw new CustodyError('operation_unknown', `no operation named ${name}`);
+  return row;
+}
+
+export function execute(service: Service, name: string, body: z.infer<typeof executeBody>): Answer {
+  requireRequest(service, name);
+  return answerDrive(service, name, service.driver.drive(name, 'execute', { dropReply: body.drop_reply }), body.wait_ms);
+}
+
+export function step(service: Service, name: string, goal: 'report' | 'reconcile', body: z.infer<typeof stepBody>): Answer {
+  requireRequest(service, name);
+  return answerDrive(service, name, service.driver.drive(name, goal), body.wait_ms);
+}
+
+export async function listOperations(service: Service, query: URLSearchParams): Answer {
+  const limit = Math.min(Math.max(Number(query.get('limit') ?? '200') || 200, 1), 10_000);
+  const { operations } = await service.kernel.request('ops.list', { states: null, limit });
+  return {
+    body: {
+      operations: operations.map((op) => {
+        const row = service.store.getRequestByOperation(op.operation_id);
+        return { name: op.request_id, operation_id: op.operation_id, tool: op.tool, state: op.state, phase: row?.phase ?? null, updated_at: op.updated_at, flag: op.flag };
+      }),
+    },
+  };
+}
+
+export async function showOperation(service: Service, name: string): Answer {
+  const row = service.store.getRequest(name);
+  const kernel = await service.kernel.request('operation.get', { operation_id: operationIdFor(name), request_id: null });
+  if (!row && !kernel.operation) throw new CustodyError('operation_unknown', `no operation named ${name}`);
+  return { body: { request: row ? outcomeOf(row) : null, kernel: kernel.operation, receipts: kernel.receipts } };
+}
+
+/** The operation's timeline across the three stores. */
+export async function trace(service: Service, name: string): Answer {
+  const operationId = operationIdFor(name);
+  const row = service.store.getRequest(name);
+  const kernel = await service.kernel.request('operation.get', { operation_id: operationId, request_id: null });
+  if (!row && !kernel.operation) throw new CustodyError('operation_unknown', `no operation named ${name}`);
+  const events: Array<{ at: number; store: string; event: string; detail: string }> = [];
+  if (row) {
+    events.push({ at: row.created_at, store: 'supervisor', event: 'request logged', detail: `${row.kind} ${row.tool}` });
+    events.push({ at: row.updated_at, store: 'supervisor', event: `phase ${row.phase}`, detail: row.outcome ? `${row.outcome} (${row.reason ?? ''})` : '' });
+  }
+  for (const incident of service.store.incidentsFor(operationId)) {
+    events.push({ at: incident.at, store: 'supervisor', event: incident.kind, detail: incident.message });
+  }
+  for (const text of kernel.receipts) {
+    const body = readEnvelope(text).envelope.body as { issued_at?: number; decision?: string; verdict?: string; reason?: string; state?: string; hold?: { disposition?: string } };
+    events.push({ at: body.issued_at ?? 0, store: 'kernel', event: `receipt ${body.decision} ${body.verdict}`, detail: `reason ${body.reason}, state ${body.state}, hold ${body.hold?.disposition}` });
+  }
+  let claim: unknown = null;
+  const executorId = row?.executor ?? null;
+  if (executorId) {
+    try {
+      claim = (await service.executorById(executorId).request('claims.get', { operation_id: operationId }, { timeoutMs: 10_000 })).claim;
+      const c = claim as { claimed_at: number | null; kind: string; report_status: string | null } | null;
+      if (c?.claimed_at) events.push({ at: c.claimed_at, store: `executor ${executorId}`, event: c.kind, detail: `report ${c.report_status ?? 'none'}` });
+    } catch (error) {
+      events.push({ at: nowMs(), store: `executor ${executorId}`, event: 'unreachable', detail: toCustodyError(error).message });
+    }
+  }
+  events.sort((a, b) => a.at - b.at);
+  return { body: { name, operation_id: operationId, request: row ? outcomeOf(row) : null, kernel: kernel.operation, claim, events } };
+}
+
+/** Every retained artifact of an operation, as exact bytes, for `custody receipt export`. */
+export async function artifacts(service: Service, name: string): Answer {
+  const row = service.store.getRequest(name);
+  const kernel = await service.kernel.request('operation.get', { operation_id: operationIdFor(name), request_id: null });
+  if (!row && !kernel.operation) throw new CustodyError('operation_unknown', `no operation named ${name}`);
+  const files: Array<{ file: string; kind: string; text: string }> = [];
+  kernel.receipts.forEach((text, index) => {
+    const body = readEnvelope(text).envelope.body as { decision?: string };
+    files.push({ file: `receipt-${index + 1}-${body.decision ?? 'decision'}.json`, kind: 'receipt', text });
+  });
+  const authorization = row?.authorization ?? kernel.operation?.authorization ?? null;
+  if (authorization) files.push({ file: 'authorization.json', kind: 'authorization', text: authorization });
+  if (row?.report) files.push({ file: 'report.json', kind: 'report', text: row.report });
+  return { body: { name, operation_id: operationIdFor(name), kernel_public_key: service.store.getPin('kernel')?.public_key ?? null, artifacts: files } };
+}
+
+export async function listGrants(service: Service): Answer {
+  return { body: await service.kernel.request('grant.list', {}) };
+}
+
+export async function addGrant(service: Service, body: z.infer<typeof grantAddBody>): Answer {
+  const grant = await service.kernel.request('grant.add', {
+    tool: body.tool,
+    subject: body.subject,
+    max_invocations: body.max_invocations,
+    max_cost_units: body.cost_units,
+    not_before: body.not_before,
+    ttl_ms: body.ttl_ms,
+  });
+  return { status: 201, body: grant };
+}
+
+export async function revokeGrant(service: Service, id: string): Answer {
+  return { body: await service.kernel.request('grant.revoke', { capability_id: id }) };
+}
+
+export function incidents(service: Service, query: URLSearchParams) {
+  const limit = Math.min(Math.max(Number(query.get('limit') ?? '50') || 50, 1), 1000);
+  return { incidents: service.store.recentIncidents(limit) };
+}
+
+export type { OperationOutcome };

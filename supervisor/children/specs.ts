@@ -1,0 +1,59 @@
+// How each configured child is run: its argv (the build's own entry points by
+// default, or any command from custody.json that speaks the wire on stdio),
+// its settings and its pins.
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type JsonObject } from '../../shared/protocol/common.js';
+import { type CustodyConfig, type ExecutorConfig } from '../config/schema.js';
+import { type StatePaths } from '../paths.js';
+import { type ChildSpec } from './child-handle.js';
+
+const DIST_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+export const KERNEL_ENTRY = path.join(DIST_ROOT, 'kernel-proc', 'main.js');
+export const EXECUTOR_ENTRY = path.join(DIST_ROOT, 'executor-proc', 'main.js');
+
+export function kernelArgv(config: CustodyConfig, paths: StatePaths): string[] {
+  return config.kernel.argv ?? [process.execPath, KERNEL_ENTRY, '--dir', paths.kernelDir];
+}
+
+export function executorArgv(executor: ExecutorConfig, paths: StatePaths): string[] {
+  if (executor.argv) return executor.argv;
+  const adapters = executor.adapters.flatMap((module) => ['--adapter', path.resolve(paths.root, module)]);
+  return [process.execPath, EXECUTOR_ENTRY, '--dir', paths.executorDir(executor.name), '--resources', paths.resourcesDir, ...adapters];
+}
+
+/** Settings an executor receives in its preamble: its identity and capacity, then the operator's own. */
+export function executorSettings(executor: ExecutorConfig): JsonObject {
+  return {
+    executor_id: executor.name,
+    key_epoch: executor.key_epoch,
+    claim_capacity: executor.claim_capacity,
+    max_in_flight: executor.max_in_flight,
+    ...executor.settings,
+  };
+}
+
+export function kernelSpec(config: CustodyConfig, paths: StatePaths): ChildSpec {
+  return {
+    name: 'kernel',
+    role: 'kernel',
+    argv: kernelArgv(config, paths),
+    lockDir: config.kernel.argv ? null : paths.kernelDir,
+    settings: config.kernel.settings,
+    pins: { kernel: null },
+    maxInFlight: config.bounds.kernel_max_in_flight,
+  };
+}
+
+export function executorSpec(executor: ExecutorConfig, config: CustodyConfig, paths: StatePaths, kernelPublicKey: string): ChildSpec {
+  return {
+    name: executor.name,
+    role: 'executor',
+    argv: executorArgv(executor, paths),
+    lockDir: executor.argv ? null : paths.executorDir(executor.name),
+    settings: executorSettings(executor),
+    pins: { kernel: kernelPublicKey },
+    maxInFlight: executor.max_in_flight,
+  };
+}

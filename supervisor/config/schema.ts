@@ -1,0 +1,91 @@
+// custody.json: the service's configuration, in the state directory. One
+// closed schema with a default for every key, so an empty object is a
+// complete configuration; a wrong key or value is refused with a message
+// naming the key and the value.
+import { z } from 'zod';
+import { identifier, toolPattern } from '../../shared/protocol/common.js';
+
+const millis = (max: number) => z.number().int().min(1).max(max);
+
+export const restartPolicySchema = z.strictObject({
+  /** Restarts allowed within `period_s` before the child is marked failed (OTP intensity). */
+  max_restarts: z.number().int().min(0).max(1000).default(5),
+  period_s: z.number().int().min(1).max(86_400).default(60),
+  /** First backoff; doubles with each restart inside the period, capped at backoff_max_ms. */
+  backoff_initial_ms: millis(60_000).default(200),
+  backoff_max_ms: millis(600_000).default(10_000),
+});
+
+export const executorSchema = z.strictObject({
+  name: identifier,
+  /**
+   * The command that runs this executor; any command that speaks the wire on
+   * stdio (`ssh -T host custody-executor …`). Default: this build's own
+   * executor entry point on this machine's state directory.
+   */
+  argv: z.array(z.string().min(1)).min(1).nullable().default(null),
+  /** Tools this executor serves (names or prefixes ending in /*). */
+  tools: z.array(toolPattern).min(1).default(['review-notes/*']),
+  /** Adapter modules for the default argv (`--adapter`), resolved from the state directory. */
+  adapters: z.array(z.string().min(1)).default([]),
+  /** Watchdog deadline per tool (ms); `*` is the default for tools not listed. */
+  deadlines_ms: z.record(z.string(), millis(86_400_000)).default({ '*': 30_000 }),
+  /** Requests in flight on this executor's channel. */
+  max_in_flight: z.number().int().min(1).max(1024).default(16),
+  /** Claims the ledger holds (set at provisioning). */
+  claim_capacity: z.number().int().min(16).max(10_000_000).default(50_000),
+  key_epoch: z.number().int().min(1).default(1),
+  /** Extra settings handed to the executor in its preamble (its own bounds). */
+  settings: z.record(z.string(), z.json()).default({}),
+});
+export type ExecutorConfig = z.infer<typeof executorSchema>;
+
+export const kernelSchema = z.strictObject({
+  argv: z.array(z.string().min(1)).min(1).nullable().default(null),
+  /** Settings handed to the kernel in its preamble (nonce TTL, bounds…). */
+  settings: z.record(z.string(), z.json()).default({}),
+});
+
+export const boundsSchema = z.strictObject({
+  /** Frame bound for every channel (bytes, at most 1 MiB). */
+  max_frame_bytes: z.number().int().min(4096).max(1024 * 1024).default(1024 * 1024),
+  max_depth: z.number().int().min(4).max(32).default(32),
+  /** HTTP request body bound. */
+  max_body_bytes: z.number().int().min(1024).max(1024 * 1024).default(256 * 1024),
+  /** Requests the kernel channel carries at once. */
+  kernel_max_in_flight: z.number().int().min(1).max(4096).default(256),
+});
+
+export const timingSchema = z.strictObject({
+  heartbeat_interval_ms: millis(600_000).default(5_000),
+  /** A ping not answered within this long means the child hung. */
+  heartbeat_timeout_ms: millis(600_000).default(10_000),
+  hello_timeout_ms: millis(600_000).default(15_000),
+  /** Deadline of each kernel request. */
+  kernel_request_ms: millis(600_000).default(30_000),
+  /** Deadline of one reconciliation exchange with an executor. */
+  reconcile_exchange_ms: millis(600_000).default(15_000),
+  /** Grace after a `cancel` before the watchdog kills. */
+  cancel_grace_ms: millis(600_000).default(2_000),
+  /** Backoff of reconciliation retries and re-polls of unknown operations. */
+  reconcile_backoff_initial_ms: millis(600_000).default(500),
+  reconcile_backoff_max_ms: millis(3_600_000).default(30_000),
+  /** How often committed starts are swept for operations nobody drives. */
+  recovery_sweep_ms: millis(3_600_000).default(5_000),
+  /** How long a graceful shutdown lets in-flight operations finish. */
+  shutdown_grace_ms: millis(600_000).default(30_000),
+});
+
+export const configSchema = z.strictObject({
+  /** The control API port on 127.0.0.1; 0 picks a free port (written to supervisor/service.json). */
+  port: z.number().int().min(0).max(65_535).default(8421),
+  kernel: kernelSchema.default(() => kernelSchema.parse({})),
+  executors: z.array(executorSchema).min(1).default(() => [executorSchema.parse({ name: 'default' })]),
+  restart: restartPolicySchema.default(() => restartPolicySchema.parse({})),
+  bounds: boundsSchema.default(() => boundsSchema.parse({})),
+  timing: timingSchema.default(() => timingSchema.parse({})),
+});
+
+export type CustodyConfig = z.infer<typeof configSchema>;
+export type RestartPolicy = z.infer<typeof restartPolicySchema>;
+export type Timing = z.infer<typeof timingSchema>;

@@ -1,0 +1,105 @@
+// `custody init`: provision a state directory. Each child runs once in its
+// provision mode, so each generates its own key inside its own process; the
+// supervisor records the identity each proves (the pins), gives the kernel
+// the executors' public keys, and writes the two API tokens. An existing
+// state is never overwritten.
+import { randomBytes } from 'node:crypto';
+import { closeSync, fsyncSync, mkdirSync, openSync, writeSync } from 'node:fs';
+import { CustodyError } from '../shared/errors.js';
+import { type Logger } from '../shared/log.js';
+import { type ChildSession, spawnChild } from '../shared/child/spawn.js';
+import { ensurePrivateDir } from '../shared/store/private-fs.js';
+import { nowMs } from '../shared/clock.js';
+import { defaultConfig } from './config/load.js';
+import { type CustodyConfig } from './config/schema.js';
+import { executorArgv, executorSettings, kernelArgv } from './children/specs.js';
+import { needsInit, type StatePaths, statePaths } from './paths.js';
+import { SupervisorStore } from './store/supervisor-store.js';
+
+export interface InitOptions {
+  readonly executors?: number;
+  /** A configuration to write instead of the defaults (tests, custom layouts). */
+  readonly config?: CustodyConfig;
+  readonly log: Logger;
+}
+
+export interface InitResult {
+  readonly paths: StatePaths;
+  readonly kernelPublicKey: string;
+  readonly executors: ReadonlyArray<{ name: string; id: string; publicKey: string; keyEpoch: number }>;
+}
+
+/** Create a file that must not exist yet, private, with the given content. */
+export function writePrivateFile(file: string, content: string): void {
+  const fd = openSync(file, 'wx', 0o600);
+  try {
+    writeSync(fd, content);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export async function initState(root: string, options: InitOptions): Promise<InitResult> {
+  const paths = statePaths(root);
+  if (!needsInit(paths.root)) {
+    throw new CustodyError('state_exists', `${paths.root} is not empty; custody init never overwrites a state directory (start it with custody start, or choose another --state)`);
+  }
+  const config = options.config ?? defaultConfig(options.executors ?? 1);
+  const log = options.log.child({ phase: 'init' });
+  mkdirSync(paths.root, { recursive: true, mode: 0o700 });
+  ensurePrivateDir(paths.root, { create: true });
+  writePrivateFile(paths.config, JSON.stringify(config, null, 2) + '\n');
+  ensurePrivateDir(paths.supervisorDir, { create: true });
+  ensurePrivateDir(paths.executorsDir, { create: true });
+  ensurePrivateDir(paths.resourcesDir, { create: true });
+  const store = SupervisorStore.provision(paths.supervisorDir);
+  writePrivateFile(paths.agentToken, randomBytes(32).toString('hex') + '\n');
+  writePrivateFile(paths.controlToken, randomBytes(32).toString('hex') + '\n');
+
+  const common = {
+    limits: { maxFrameBytes: config.bounds.max_frame_bytes, maxDepth: config.bounds.max_depth },
+    expect: null,
+    maxInFlight: 8,
+    helloTimeoutMs: config.timing.hello_timeout_ms,
+    log,
+    mode: 'provision' as const,
+  };
+  const started: ChildSession[] = [];
+  try {
+    const kernel = await spawnChild({ ...common, argv: kernelArgv(config, paths), role: 'kernel', name: 'kernel', pins: { kernel: null }, settings: config.kernel.settings });
+    started.push(kernel);
+    const kernelPublicKey = kernel.hello.public_key;
+    store.putPin({ name: 'kernel', role: 'kernel', identity_id: kernel.hello.id, public_key: kernelPublicKey, key_epoch: kernel.hello.key_epoch, pinned_at: nowMs() });
+    log.info('kernel_provisioned', { public_key: kernelPublicKey });
+
+    const executors: Array<{ name: string; id: string; publicKey: string; keyEpoch: number }> = [];
+    for (const executor of config.executors) {
+      const child = await spawnChild({
+        ...common,
+        argv: executorArgv(executor, paths),
+        role: 'executor',
+        name: executor.name,
+        pins: { kernel: kernelPublicKey },
+        settings: executorSettings(executor),
+      });
+      started.push(child);
+      const { hello } = child;
+      store.putPin({ name: executor.name, role: 'executor', identity_id: hello.id, public_key: hello.public_key, key_epoch: hello.key_epoch, pinned_at: nowMs() });
+      await kernel.channel.request('executor.pin', { executor_id: hello.id, public_key: hello.public_key, key_epoch: hello.key_epoch, tools: executor.tools });
+      executors.push({ name: executor.name, id: hello.id, publicKey: hello.public_key, keyEpoch: hello.key_epoch });
+      log.info('executor_provisioned', { name: executor.name, id: hello.id, public_key: hello.public_key });
+    }
+    return { paths, kernelPublicKey, executors };
+  } finally {
+    await Promise.all(started.map((child) => shutdownChild(child)));
+    store.close();
+  }
+}
+
+async function shutdownChild(child: ChildSession): Promise<void> {
+  await child.channel.request('shutdown', {}, { timeoutMs: 10_000 }).catch(() => child.kill('SIGKILL'));
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  await child.exited;
+  clearTimeout(timer);
+}

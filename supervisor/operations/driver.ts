@@ -1,0 +1,194 @@
+// Carries client requests through reserve → start → execute → settle, from
+// whatever point the stores say they reached. One drive at a time per
+// request: a second caller waits for the first and then continues from the
+// phase it left, so the supervisor never races itself on an operation.
+import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { errorFields } from '../../shared/log.js';
+import { type JsonObject } from '../../shared/protocol/common.js';
+import { operationIdFor, parametersDigest, requestBindingHash } from '../../shared/protocol/binding.js';
+import { type RequestRow } from '../store/supervisor-store.js';
+import { type OperationContext, askKernel } from './context.js';
+import { executeStep, reconcileStep } from './executor-steps.js';
+import { reserveStep, settleStep, startStep } from './kernel-steps.js';
+import { FINAL_PHASES } from './phases.js';
+
+export interface SubmitRequest {
+  readonly kind: 'invoke' | 'authorize';
+  readonly request_id: string;
+  readonly tool: string;
+  readonly subject: string;
+  readonly arguments: JsonObject;
+  readonly cost_units: number;
+}
+
+/** How far a drive carries a request. */
+export type Goal = 'invoke' | 'authorize' | 'execute' | 'report' | 'reconcile' | 'resume';
+
+export class OperationDriver {
+  readonly #ctx: OperationContext;
+  readonly #running = new Map<string, Promise<RequestRow>>();
+
+  constructor(ctx: OperationContext) {
+    this.#ctx = ctx;
+  }
+
+  /** Requests being driven right now. */
+  get active(): number {
+    return this.#running.size;
+  }
+
+  isDriving(requestId: string): boolean {
+    return this.#running.has(requestId);
+  }
+
+  /** Log a client request (or find the same one again) and carry it to its goal. */
+  submit(request: SubmitRequest): Promise<RequestRow> {
+    const digest = parametersDigest(request.arguments);
+    const binding = requestBindingHash({
+      request_id: request.request_id,
+      subject: request.subject,
+      tool: request.tool,
+      parameters_digest: digest,
+      capability_id: null,
+      cost_units: request.cost_units,
+    });
+    const row = this.#ctx.store.logRequest({
+      request_id: request.request_id,
+      operation_id: operationIdFor(request.request_id),
+      kind: request.kind,
+      tool: request.tool,
+      subject: request.subject,
+      arguments: JSON.stringify(request.arguments),
+      cost_units: request.cost_units,
+      binding_hash: binding,
+    });
+    if (row.binding_hash !== binding || row.kind !== request.kind) {
+      return Promise.reject(new CustodyError('request_conflict', `request id ${request.request_id} was already used for a different ${row.kind} request`));
+    }
+    return this.drive(row.request_id, request.kind);
+  }
+
+  /** Carry an existing request toward a goal. */
+  drive(requestId: string, goal: Goal, options: { dropReply?: boolean } = {}): Promise<RequestRow> {
+    const previous = this.#running.get(requestId) ?? Promise.resolve(null);
+    const next = previous
+      .catch(() => null)
+      .then(() => this.#run(requestId, goal, options.dropReply ?? false))
+      .finally(() => {
+        if (this.#running.get(requestId) === next) this.#running.delete(requestId);
+      });
+    this.#running.set(requestId, next);
+    return next;
+  }
+
+  /** Resume every request the log holds open (after a supervisor restart). */
+  resumeAll(): void {
+    for (const row of this.#ctx.store.openRequests()) {
+      this.#ctx.log.info('request_resumed', { request_id: row.request_id, phase: row.phase, kind: row.kind });
+      this.drive(row.request_id, 'resume').catch((error: unknown) => {
+        this.#ctx.log.warn('resume_failed', { request_id: row.request_id, ...errorFields(error) });
+      });
+    }
+  }
+
+  async #run(requestId: string, goal: Goal, dropReply: boolean): Promise<RequestRow> {
+    const ctx = this.#ctx;
+    let row = this.#get(requestId);
+    const effective = goal === 'resume' ? (row.kind === 'invoke' ? 'invoke' : 'authorize-resume') : goal;
+    let executed = false;
+    for (;;) {
+      if (FINAL_PHASES.has(row.phase)) return this.#finalAnswer(row, goal);
+      if (ctx.signal.aborted) return row;
+      switch (row.phase) {
+        case 'received':
+          row = await reserveStep(ctx, row);
+          break;
+        case 'reserved':
+          row = await startStep(ctx, row);
+          break;
+        case 'authorized':
+          if (effective === 'authorize' || effective === 'authorize-resume') return row;
+          if (effective === 'report') return this.#notYet(row, effective);
+          if (effective === 'reconcile') {
+            row = ctx.store.movePhase(row.request_id, 'reconciling');
+            break;
+          }
+          if (executed) return row;
+          executed = true;
+          row = await executeStep(ctx, row, { dropReply });
+          break;
+        case 'executing':
+          // Only a supervisor that died mid-execute leaves this phase behind.
+          if (effective === 'authorize' || effective === 'report') return this.#notYet(row, effective);
+          if (effective === 'reconcile' || effective === 'authorize-resume') {
+            row = ctx.store.movePhase(row.request_id, 'reconciling');
+            break;
+          }
+          // Ask again: a retained report is replayed, a claim without one is
+          // outcome_unknown (→ reconciling), an unclaimed authorization runs once.
+          if (executed) return row;
+          executed = true;
+          row = await executeStep(ctx, row, { dropReply });
+          break;
+        case 'reconciling':
+          if (effective === 'authorize' || effective === 'report') return this.#notYet(row, effective);
+          row = await reconcileStep(ctx, row);
+          break;
+        case 'reported':
+          if (effective === 'execute') return executed ? row : this.#replayExecute(row);
+          if (effective === 'authorize' || effective === 'authorize-resume') return row;
+          row = await settleStep(ctx, row);
+          break;
+        default:
+          throw new CustodyError('internal', `request ${requestId} in unknown phase ${row.phase}`);
+      }
+    }
+  }
+
+  /** A request already at its end: `report` asks the kernel again, which must answer byte-identically. */
+  async #finalAnswer(row: RequestRow, goal: Goal): Promise<RequestRow> {
+    if (goal === 'execute' && row.report) return this.#replayExecute(row);
+    if (goal !== 'report' || !row.authorization || !row.report || !row.receipt) return row;
+    const again = await askKernel(this.#ctx, 'reconcile', { authorization: row.authorization, report: row.report });
+    if (again.receipt !== row.receipt) {
+      this.#ctx.store.recordIncident({ child: 'kernel', kind: 'receipt_mismatch', code: 'internal', message: `a repeated reconcile of ${row.request_id} returned different receipt bytes`, operation_id: row.operation_id });
+      throw new CustodyError('internal', `the kernel's repeated receipt for ${row.request_id} differs from the retained one`);
+    }
+    return row;
+  }
+
+  /** Execute again after a report is retained: the executor must replay the identical bytes. */
+  async #replayExecute(row: RequestRow): Promise<RequestRow> {
+    if (!row.authorization || !row.executor || !row.expected) return row;
+    const executor = this.#ctx.executorById(row.executor);
+    const result = await executor.request('execute', {
+      authorization: row.authorization,
+      expected: JSON.parse(row.expected) as never,
+      arguments: JSON.parse(row.arguments) as JsonObject,
+      drop_reply: false,
+    });
+    if (result.report !== row.report) {
+      this.#ctx.store.recordIncident({ child: executor.name, kind: 'report_mismatch', code: 'internal', message: `a repeated execute of ${row.request_id} returned different report bytes`, operation_id: row.operation_id });
+      throw new CustodyError('internal', `the executor's replayed report for ${row.request_id} differs from the retained one`);
+    }
+    return row;
+  }
+
+  #notYet(row: RequestRow, goal: string): RequestRow {
+    if (goal === 'report') {
+      throw new CustodyError('outcome_unknown', `${row.request_id} has no signed report yet (phase ${row.phase}); run execute, or reconcile`);
+    }
+    return row;
+  }
+
+  #get(requestId: string): RequestRow {
+    const row = this.#ctx.store.getRequest(requestId);
+    if (!row) throw new CustodyError('operation_unknown', `no operation named ${requestId}`);
+    return row;
+  }
+}
+
+export function describeFailure(error: unknown): { code: string; message: string } {
+  const failure = toCustodyError(error);
+  return { code: failure.code, message: failure.message };
+}

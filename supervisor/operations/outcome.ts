@@ -1,0 +1,37 @@
+// What a client is told about an operation, derived from the request log.
+import { type RequestRow } from '../store/supervisor-store.js';
+import { FINAL_PHASES, type RequestPhase } from './phases.js';
+
+export interface OperationOutcome {
+  readonly request_id: string;
+  readonly operation_id: string;
+  readonly tool: string;
+  readonly phase: RequestPhase;
+  /** Whether the supervisor has carried the request as far as it goes. */
+  readonly final: boolean;
+  /** completed | released | finalization_denied | denied | start_denied | expired | unknown | … or null while open. */
+  readonly outcome: string | null;
+  readonly reason: string | null;
+  readonly output: unknown;
+  readonly receipt: string | null;
+  readonly report: string | null;
+  readonly authorization: string | null;
+  readonly executor: string | null;
+}
+
+export function outcomeOf(row: RequestRow): OperationOutcome {
+  return {
+    request_id: row.request_id,
+    operation_id: row.operation_id,
+    tool: row.tool,
+    phase: row.phase,
+    final: FINAL_PHASES.has(row.phase),
+    outcome: row.outcome,
+    reason: row.reason,
+    output: row.output === null ? null : (JSON.parse(row.output) as unknown),
+    receipt: row.receipt,
+    report: row.report,
+    authorization: row.authorization,
+    executor: row.executor,
+  };
+}

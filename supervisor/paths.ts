@@ -1,0 +1,48 @@
+// The state directory's layout (DESIGN §9), in one place.
+import { existsSync, readdirSync } from 'node:fs';
+import path from 'node:path';
+
+export const DEFAULT_STATE_DIR = './custody-state';
+
+export interface StatePaths {
+  readonly root: string;
+  readonly config: string;
+  readonly supervisorDir: string;
+  readonly agentToken: string;
+  readonly controlToken: string;
+  readonly serviceJson: string;
+  readonly kernelDir: string;
+  readonly kernelPub: string;
+  readonly executorsDir: string;
+  readonly resourcesDir: string;
+  executorDir(name: string): string;
+  executorPub(name: string): string;
+}
+
+export function statePaths(root: string): StatePaths {
+  const abs = path.resolve(root);
+  return {
+    root: abs,
+    config: path.join(abs, 'custody.json'),
+    supervisorDir: path.join(abs, 'supervisor'),
+    agentToken: path.join(abs, 'supervisor', 'agent.token'),
+    controlToken: path.join(abs, 'supervisor', 'control.token'),
+    serviceJson: path.join(abs, 'supervisor', 'service.json'),
+    kernelDir: path.join(abs, 'kernel'),
+    kernelPub: path.join(abs, 'kernel', 'kernel.pub'),
+    executorsDir: path.join(abs, 'executors'),
+    resourcesDir: path.join(abs, 'resources'),
+    executorDir: (name) => path.join(abs, 'executors', name),
+    executorPub: (name) => path.join(abs, 'executors', name, 'executor.pub'),
+  };
+}
+
+/** --state, else CUSTODY_STATE, else ./custody-state. */
+export function resolveStateDir(flag?: string): string {
+  return path.resolve(flag ?? process.env.CUSTODY_STATE ?? DEFAULT_STATE_DIR);
+}
+
+/** A state directory that `custody start` should initialize first. */
+export function needsInit(root: string): boolean {
+  return !existsSync(root) || readdirSync(root).length === 0;
+}

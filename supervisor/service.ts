@@ -1,0 +1,220 @@
+// The running service: lock the state, kill what a killed predecessor left
+// running, start the kernel and the executors with fresh sessions, resume
+// every request the log holds open, sweep for operations nobody drives, and
+// serve the control API. Stops gracefully on request; a failed kernel stops
+// it with a clear message and a non-zero exit.
+import { rmSync } from 'node:fs';
+import { CustodyError } from '../shared/errors.js';
+import { type Logger, errorFields } from '../shared/log.js';
+import { killGroup } from '../shared/child/spawn.js';
+import { type DirLock, acquireDirLock, clearDirLock } from '../shared/store/dir-lock.js';
+import { nowMs } from '../shared/clock.js';
+import { type ApiServer, startApiServer } from './api/server.js';
+import { ChildHandle } from './children/child-handle.js';
+import { isGone } from './children/proc-stat.js';
+import { executorSpec, kernelSpec } from './children/specs.js';
+import { loadConfig } from './config/load.js';
+import { type CustodyConfig } from './config/schema.js';
+import { type OperationContext } from './operations/context.js';
+import { OperationDriver } from './operations/driver.js';
+import { RecoverySweeper } from './operations/recovery.js';
+import { type StatePaths, statePaths } from './paths.js';
+import { writePrivateFile } from './init.js';
+import { SupervisorStore } from './store/supervisor-store.js';
+
+export interface ServiceOptions {
+  readonly stateDir: string;
+  /** Overrides custody.json's port (0: any free port). */
+  readonly port?: number;
+  readonly log: Logger;
+}
+
+export class Service {
+  readonly paths: StatePaths;
+  readonly config: CustodyConfig;
+  readonly log: Logger;
+  readonly store: SupervisorStore;
+  readonly kernel: ChildHandle;
+  readonly executors: ReadonlyMap<string, ChildHandle>;
+  readonly driver: OperationDriver;
+  readonly sweeper: RecoverySweeper;
+  readonly startedAt = nowMs();
+  readonly #lock: DirLock;
+  readonly #abort = new AbortController();
+  #api: ApiServer | null = null;
+  #stopping: Promise<number> | null = null;
+  #exitCode: ((code: number) => void) | null = null;
+  /** Resolves with the process exit code once the service has stopped. */
+  readonly done: Promise<number>;
+
+  static async start(options: ServiceOptions): Promise<Service> {
+    const paths = statePaths(options.stateDir);
+    const config = loadConfig(paths.config);
+    const log = options.log;
+    const lock = await acquireDirLock(paths.supervisorDir, {
+      onCompromised: (error) => {
+        // Another process may own the state now: stop writing at once.
+        log.error('state_lock_lost', errorFields(error));
+        process.kill(process.pid, 'SIGKILL');
+      },
+    });
+    let store: SupervisorStore | null = null;
+    try {
+      store = SupervisorStore.open(paths.supervisorDir);
+      const lockDirs = new Map<string, string | null>([
+        ['kernel', kernelSpec(config, paths).lockDir],
+        ...config.executors.map((e) => [e.name, e.argv ? null : paths.executorDir(e.name)] as [string, string | null]),
+      ]);
+      await killPredecessorChildren(store, log, lockDirs);
+      const service = new Service(paths, config, log, store, lock);
+      await service.#boot(options.port ?? config.port);
+      return service;
+    } catch (error) {
+      store?.close();
+      await lock.release().catch(() => undefined);
+      throw error;
+    }
+  }
+
+  private constructor(paths: StatePaths, config: CustodyConfig, log: Logger, store: SupervisorStore, lock: DirLock) {
+    this.paths = paths;
+    this.config = config;
+    this.log = log;
+    this.store = store;
+    this.#lock = lock;
+    this.done = new Promise((resolve) => (this.#exitCode = resolve));
+    const kernelPin = store.getPin('kernel');
+    if (!kernelPin) throw new CustodyError('store_missing', `${paths.root} has no kernel pin; run custody init`);
+    const limits = { maxFrameBytes: config.bounds.max_frame_bytes, maxDepth: config.bounds.max_depth };
+    const deps = (name: string) => ({
+      store,
+      log,
+      limits,
+      timing: config.timing,
+      restart: config.restart,
+      pin: () => {
+        const pin = store.getPin(name);
+        return pin ? { id: pin.identity_id, publicKey: pin.public_key, keyEpoch: pin.key_epoch } : null;
+      },
+      onFailed: (child: ChildHandle, reason: CustodyError) => this.#onChildFailed(child, reason),
+    });
+    this.kernel = new ChildHandle(kernelSpec(config, paths), deps('kernel'));
+    const executors = new Map<string, ChildHandle>();
+    for (const executor of config.executors) {
+      if (!store.getPin(executor.name)) throw new CustodyError('store_missing', `executor ${executor.name} is configured but was never provisioned (no pin); run custody init on a new state`);
+      executors.set(executor.name, new ChildHandle(executorSpec(executor, config, paths, kernelPin.public_key), deps(executor.name)));
+    }
+    this.executors = executors;
+    const ctx: OperationContext = {
+      store,
+      config,
+      log,
+      kernel: this.kernel,
+      executorById: (id) => this.executorById(id),
+      signal: this.#abort.signal,
+    };
+    this.driver = new OperationDriver(ctx);
+    this.sweeper = new RecoverySweeper(ctx, this.driver);
+  }
+
+  get port(): number {
+    return this.#api?.port ?? 0;
+  }
+
+  get stopping(): boolean {
+    return this.#stopping !== null;
+  }
+
+  executorById(id: string): ChildHandle {
+    for (const [name, handle] of this.executors) {
+      if (this.store.getPin(name)?.identity_id === id) return handle;
+    }
+    throw new CustodyError('executor_unknown', `no configured executor has the pinned identity ${id}`);
+  }
+
+  async #boot(port: number): Promise<void> {
+    await this.kernel.start();
+    await Promise.all([...this.executors.values()].map((executor) => executor.start()));
+    this.driver.resumeAll();
+    this.sweeper.start();
+    void this.sweeper.sweep();
+    this.#api = await startApiServer(this, port);
+    rmSync(this.paths.serviceJson, { force: true });
+    writePrivateFile(this.paths.serviceJson, JSON.stringify({ pid: process.pid, port: this.#api.port, started_at: this.startedAt }) + '\n');
+    this.log.info('service_started', { state: this.paths.root, port: this.#api.port, pid: process.pid });
+  }
+
+  /**
+   * Graceful stop: refuse new requests, let in-flight operations finish up to
+   * the grace, then stop the children (shutdown, then SIGKILL), reap them all,
+   * and release the state. Resolves with the exit code.
+   */
+  stop(reason: string, exitCode = 0): Promise<number> {
+    this.#stopping ??= this.#stop(reason, exitCode);
+    return this.#stopping;
+  }
+
+  async #stop(reason: string, exitCode: number): Promise<number> {
+    this.log.info('service_stopping', { reason, in_flight: this.driver.active });
+    this.sweeper.stop();
+    // Stop accepting now; open requests are answered as their drives end.
+    const closing = this.#api?.close() ?? Promise.resolve();
+    const grace = this.config.timing.shutdown_grace_ms;
+    const deadline = Date.now() + grace;
+    while (this.driver.active > 0 && Date.now() < deadline) await wait(50);
+    this.#abort.abort();
+    await Promise.race([closing, wait(1000)]);
+    this.#api?.closeAll();
+    await Promise.all([...this.executors.values()].map((executor) => executor.stop(Math.max(1000, deadline - Date.now()))));
+    await this.kernel.stop(5000);
+    rmSync(this.paths.serviceJson, { force: true });
+    this.store.close();
+    await this.#lock.release().catch((error: unknown) => this.log.warn('lock_release_failed', errorFields(error)));
+    this.log.info('service_stopped', { reason, exit_code: exitCode });
+    this.#exitCode?.(exitCode);
+    return exitCode;
+  }
+
+  #onChildFailed(child: ChildHandle, reason: CustodyError): void {
+    this.log.error('child_failed', { child: child.name, ...errorFields(reason) });
+    if (child === this.kernel) {
+      process.stderr.write(`custody: the kernel failed and the service cannot decide anything without it: ${reason.message}\n`);
+      void this.stop('kernel failed', 1);
+    }
+  }
+}
+
+/**
+ * A supervisor killed with -9 leaves its children running (they stop on
+ * their own once their stdin ends, but an effect may still be finishing).
+ * Kill every child the predecessor recorded whose pid and start time both
+ * still match, and wait until each is gone, before spawning anything.
+ */
+async function killPredecessorChildren(store: SupervisorStore, log: Logger, lockDirs: ReadonlyMap<string, string | null>): Promise<void> {
+  const survivors = store.listChildren().filter((row) => row.pid !== null && !isGone(row.pid, row.pid_start_ticks));
+  for (const row of survivors) {
+    log.warn('predecessor_child_killed', { child: row.name, pid: row.pid });
+    store.recordIncident({ child: row.name, kind: 'predecessor_killed', code: null, message: `killed ${row.name} pid ${row.pid} left running by a previous supervisor` });
+    killGroup(row.pid!, 'SIGKILL');
+  }
+  const deadline = Date.now() + 10_000;
+  for (const row of survivors) {
+    while (!isGone(row.pid!, row.pid_start_ticks)) {
+      if (Date.now() > deadline) throw new CustodyError('internal', `${row.name} pid ${row.pid} is still running after SIGKILL`);
+      await wait(20);
+    }
+    // Gone is the proof: its lock can go now instead of when it turns stale.
+    const dir = lockDirs.get(row.name);
+    if (dir) {
+      try {
+        clearDirLock(dir, row.pid!);
+      } catch (error) {
+        log.warn('lock_not_cleared', { child: row.name, ...errorFields(error) });
+      }
+    }
+  }
+}
+
+function wait(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

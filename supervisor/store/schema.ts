@@ -1,0 +1,98 @@
+// supervisor.db: what the supervisor must remember across its own crashes.
+// Plain columns, JSON as TEXT, integer ms timestamps; the *_view views show
+// ISO times and are what an operator queries first with the sqlite3 shell.
+import { type Migration } from '../../shared/store/migrations.js';
+
+const iso = (column: string) => `strftime('%Y-%m-%dT%H:%M:%fZ', ${column} / 1000.0, 'unixepoch')`;
+
+export const SUPERVISOR_MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    description: 'pins, children, sessions, incidents, client requests',
+    sql: `
+      -- Identities proven at init: every hello must prove the same one.
+      CREATE TABLE pins (
+        name        TEXT PRIMARY KEY,              -- 'kernel' or an executor's configured name
+        role        TEXT NOT NULL CHECK (role IN ('kernel', 'executor')),
+        identity_id TEXT NOT NULL,
+        public_key  TEXT NOT NULL CHECK (length(public_key) = 64),
+        key_epoch   INTEGER NOT NULL CHECK (key_epoch >= 1),
+        pinned_at   INTEGER NOT NULL
+      ) STRICT;
+
+      -- The processes this supervisor runs: a restarted supervisor kills the
+      -- ones its predecessor recorded (pid and start time both matching).
+      CREATE TABLE children (
+        name            TEXT PRIMARY KEY,
+        role            TEXT NOT NULL,
+        state           TEXT NOT NULL,
+        pid             INTEGER,
+        pid_start_ticks INTEGER,                   -- field 22 of /proc/<pid>/stat
+        sid             TEXT,
+        restarts        INTEGER NOT NULL DEFAULT 0,
+        started_at      INTEGER,
+        updated_at      INTEGER NOT NULL,
+        last_exit       TEXT
+      ) STRICT;
+
+      CREATE TABLE sessions (
+        sid        TEXT PRIMARY KEY,
+        child      TEXT NOT NULL,
+        pid        INTEGER,
+        started_at INTEGER NOT NULL,
+        ended_at   INTEGER,
+        end_reason TEXT
+      ) STRICT;
+      CREATE INDEX sessions_by_child ON sessions (child, started_at);
+
+      -- What went wrong, for the operator: kills, poisonings, watchdog firings, refusals.
+      CREATE TABLE incidents (
+        id           INTEGER PRIMARY KEY,
+        at           INTEGER NOT NULL,
+        child        TEXT,
+        kind         TEXT NOT NULL,
+        code         TEXT,
+        message      TEXT NOT NULL,
+        operation_id TEXT
+      ) STRICT;
+      CREATE INDEX incidents_by_operation ON incidents (operation_id);
+
+      -- Client requests: written before the first kernel call, so a request in
+      -- flight when the supervisor dies is resumed from the stores' state.
+      CREATE TABLE requests (
+        request_id    TEXT PRIMARY KEY,
+        operation_id  TEXT NOT NULL UNIQUE,
+        kind          TEXT NOT NULL CHECK (kind IN ('invoke', 'authorize')),
+        tool          TEXT NOT NULL,
+        subject       TEXT NOT NULL,
+        arguments     TEXT NOT NULL,               -- JSON
+        cost_units    INTEGER NOT NULL,
+        binding_hash  TEXT NOT NULL,
+        phase         TEXT NOT NULL,
+        nonce_id      TEXT,
+        expected      TEXT,                        -- JSON: the invocation the executor must see
+        executor      TEXT,
+        authorization TEXT,                        -- exact signed bytes
+        report        TEXT,                        -- exact signed bytes
+        receipt       TEXT,                        -- exact signed bytes of the last kernel receipt
+        output        TEXT,                        -- JSON
+        outcome       TEXT,                        -- completed | refused | released | unknown | …
+        reason        TEXT,
+        attempts      INTEGER NOT NULL DEFAULT 0,
+        created_at    INTEGER NOT NULL,
+        updated_at    INTEGER NOT NULL
+      ) STRICT;
+      CREATE INDEX requests_by_phase ON requests (phase);
+
+      CREATE VIEW requests_view AS
+        SELECT request_id, substr(operation_id, 1, 12) AS operation, kind, tool, phase, outcome, reason, executor, attempts,
+               ${iso('created_at')} AS created, ${iso('updated_at')} AS updated
+          FROM requests ORDER BY created_at;
+      CREATE VIEW children_view AS
+        SELECT name, role, state, pid, restarts, sid, ${iso('started_at')} AS started, last_exit FROM children ORDER BY name;
+      CREATE VIEW incidents_view AS
+        SELECT id, ${iso('at')} AS at, child, kind, code, substr(operation_id, 1, 12) AS operation, message
+          FROM incidents ORDER BY id;
+    `,
+  },
+];

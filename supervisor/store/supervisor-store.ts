@@ -1,0 +1,235 @@
+// Reads and writes of supervisor.db, each a prepared statement made once.
+import type Database from 'better-sqlite3';
+import { nowMs } from '../../shared/clock.js';
+import { CustodyError } from '../../shared/errors.js';
+import { openStore, provisionStore, type StoreSpec } from '../../shared/store/sqlite-store.js';
+import { type RequestPhase, REQUEST_MACHINE } from '../operations/phases.js';
+import { SUPERVISOR_MIGRATIONS } from './schema.js';
+
+export interface PinRow {
+  readonly name: string;
+  readonly role: 'kernel' | 'executor';
+  readonly identity_id: string;
+  readonly public_key: string;
+  readonly key_epoch: number;
+  readonly pinned_at: number;
+}
+
+export interface ChildRow {
+  readonly name: string;
+  readonly role: string;
+  readonly state: string;
+  readonly pid: number | null;
+  readonly pid_start_ticks: number | null;
+  readonly sid: string | null;
+  readonly restarts: number;
+  readonly started_at: number | null;
+  readonly updated_at: number;
+  readonly last_exit: string | null;
+}
+
+export interface IncidentRow {
+  readonly id: number;
+  readonly at: number;
+  readonly child: string | null;
+  readonly kind: string;
+  readonly code: string | null;
+  readonly message: string;
+  readonly operation_id: string | null;
+}
+
+export interface RequestRow {
+  readonly request_id: string;
+  readonly operation_id: string;
+  readonly kind: 'invoke' | 'authorize';
+  readonly tool: string;
+  readonly subject: string;
+  readonly arguments: string;
+  readonly cost_units: number;
+  readonly binding_hash: string;
+  readonly phase: RequestPhase;
+  readonly nonce_id: string | null;
+  readonly expected: string | null;
+  readonly executor: string | null;
+  readonly authorization: string | null;
+  readonly report: string | null;
+  readonly receipt: string | null;
+  readonly output: string | null;
+  readonly outcome: string | null;
+  readonly reason: string | null;
+  readonly attempts: number;
+  readonly created_at: number;
+  readonly updated_at: number;
+}
+
+export type RequestPatch = Partial<
+  Pick<RequestRow, 'nonce_id' | 'expected' | 'executor' | 'authorization' | 'report' | 'receipt' | 'output' | 'outcome' | 'reason'>
+>;
+
+const PATCHABLE = ['nonce_id', 'expected', 'executor', 'authorization', 'report', 'receipt', 'output', 'outcome', 'reason'] as const;
+
+export function supervisorStoreSpec(dir: string): StoreSpec {
+  return { label: 'supervisor', dir, file: 'supervisor.db', migrations: SUPERVISOR_MIGRATIONS };
+}
+
+export class SupervisorStore {
+  readonly db: Database.Database;
+  readonly #putPin: Database.Statement;
+  readonly #getPin: Database.Statement<[string], PinRow>;
+  readonly #upsertChild: Database.Statement;
+  readonly #listChildren: Database.Statement<[], ChildRow>;
+  readonly #openSession: Database.Statement;
+  readonly #closeSession: Database.Statement;
+  readonly #incident: Database.Statement;
+  readonly #incidentsFor: Database.Statement<[string], IncidentRow>;
+  readonly #recentIncidents: Database.Statement<[number], IncidentRow>;
+  readonly #insertRequest: Database.Statement;
+  readonly #getRequest: Database.Statement<[string], RequestRow>;
+  readonly #getByOperation: Database.Statement<[string], RequestRow>;
+  readonly #setPhase: Database.Statement;
+  readonly #bumpAttempts: Database.Statement;
+  readonly #openRequests: Database.Statement<[], RequestRow>;
+  /** One prepared UPDATE per set of patched columns, made on first use. */
+  readonly #patches = new Map<string, Database.Statement>();
+
+  static provision(dir: string): SupervisorStore {
+    return new SupervisorStore(provisionStore(supervisorStoreSpec(dir)));
+  }
+
+  static open(dir: string): SupervisorStore {
+    return new SupervisorStore(openStore(supervisorStoreSpec(dir)));
+  }
+
+  private constructor(db: Database.Database) {
+    this.db = db;
+    this.#putPin = db.prepare(
+      `INSERT INTO pins (name, role, identity_id, public_key, key_epoch, pinned_at) VALUES (@name, @role, @identity_id, @public_key, @key_epoch, @pinned_at)
+       ON CONFLICT (name) DO UPDATE SET identity_id = excluded.identity_id, public_key = excluded.public_key, key_epoch = excluded.key_epoch, pinned_at = excluded.pinned_at`,
+    );
+    this.#getPin = db.prepare('SELECT * FROM pins WHERE name = ?');
+    this.#upsertChild = db.prepare(
+      `INSERT INTO children (name, role, state, pid, pid_start_ticks, sid, restarts, started_at, updated_at, last_exit)
+       VALUES (@name, @role, @state, @pid, @pid_start_ticks, @sid, @restarts, @started_at, @updated_at, @last_exit)
+       ON CONFLICT (name) DO UPDATE SET role = excluded.role, state = excluded.state, pid = excluded.pid, pid_start_ticks = excluded.pid_start_ticks,
+         sid = excluded.sid, restarts = excluded.restarts, started_at = excluded.started_at, updated_at = excluded.updated_at, last_exit = excluded.last_exit`,
+    );
+    this.#listChildren = db.prepare('SELECT * FROM children ORDER BY name');
+    this.#openSession = db.prepare('INSERT INTO sessions (sid, child, pid, started_at) VALUES (?, ?, ?, ?)');
+    this.#closeSession = db.prepare('UPDATE sessions SET ended_at = ?, end_reason = ? WHERE sid = ? AND ended_at IS NULL');
+    this.#incident = db.prepare(
+      'INSERT INTO incidents (at, child, kind, code, message, operation_id) VALUES (@at, @child, @kind, @code, @message, @operation_id)',
+    );
+    this.#incidentsFor = db.prepare('SELECT * FROM incidents WHERE operation_id = ? ORDER BY id');
+    this.#recentIncidents = db.prepare('SELECT * FROM incidents ORDER BY id DESC LIMIT ?');
+    this.#insertRequest = db.prepare(
+      `INSERT INTO requests (request_id, operation_id, kind, tool, subject, arguments, cost_units, binding_hash, phase, created_at, updated_at)
+       VALUES (@request_id, @operation_id, @kind, @tool, @subject, @arguments, @cost_units, @binding_hash, 'received', @now, @now)
+       ON CONFLICT (request_id) DO NOTHING`,
+    );
+    this.#getRequest = db.prepare('SELECT * FROM requests WHERE request_id = ?');
+    this.#getByOperation = db.prepare('SELECT * FROM requests WHERE operation_id = ?');
+    this.#setPhase = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ? AND phase = ?');
+    this.#bumpAttempts = db.prepare('UPDATE requests SET attempts = attempts + 1, updated_at = ? WHERE request_id = ?');
+    this.#openRequests = db.prepare("SELECT * FROM requests WHERE phase NOT IN ('settled', 'refused') ORDER BY created_at");
+  }
+
+  close(): void {
+    this.db.close();
+  }
+
+  // ------------------------------------------------------------------- pins
+
+  putPin(pin: PinRow): void {
+    this.#putPin.run(pin);
+  }
+
+  getPin(name: string): PinRow | undefined {
+    return this.#getPin.get(name);
+  }
+
+  // --------------------------------------------------------------- children
+
+  recordChild(row: Omit<ChildRow, 'updated_at'>): void {
+    this.#upsertChild.run({ ...row, updated_at: nowMs() });
+  }
+
+  listChildren(): ChildRow[] {
+    return this.#listChildren.all();
+  }
+
+  openSession(sid: string, child: string, pid: number): void {
+    this.#openSession.run(sid, child, pid, nowMs());
+  }
+
+  closeSession(sid: string, reason: string): void {
+    this.#closeSession.run(nowMs(), reason, sid);
+  }
+
+  // -------------------------------------------------------------- incidents
+
+  recordIncident(incident: { child: string | null; kind: string; code: string | null; message: string; operation_id?: string | null }): void {
+    this.#incident.run({ at: nowMs(), operation_id: null, ...incident });
+  }
+
+  incidentsFor(operationId: string): IncidentRow[] {
+    return this.#incidentsFor.all(operationId);
+  }
+
+  recentIncidents(limit: number): IncidentRow[] {
+    return this.#recentIncidents.all(limit);
+  }
+
+  // --------------------------------------------------------------- requests
+
+  /** Log a request before the first kernel call; an existing row with the same id is returned as it is. */
+  logRequest(row: Pick<RequestRow, 'request_id' | 'operation_id' | 'kind' | 'tool' | 'subject' | 'arguments' | 'cost_units' | 'binding_hash'>): RequestRow {
+    this.#insertRequest.run({ ...row, now: nowMs() });
+    const stored = this.#getRequest.get(row.request_id);
+    if (!stored) throw new CustodyError('internal', `request ${row.request_id} was not logged`);
+    return stored;
+  }
+
+  getRequest(requestId: string): RequestRow | undefined {
+    return this.#getRequest.get(requestId);
+  }
+
+  getRequestByOperation(operationId: string): RequestRow | undefined {
+    return this.#getByOperation.get(operationId);
+  }
+
+  openRequests(): RequestRow[] {
+    return this.#openRequests.all();
+  }
+
+  /** Record what was learned; values are written as given (null clears nothing: use undefined to skip). */
+  patchRequest(requestId: string, patch: RequestPatch): void {
+    const keys = PATCHABLE.filter((key) => patch[key] !== undefined);
+    if (keys.length === 0) return;
+    const signature = keys.join(',');
+    let statement = this.#patches.get(signature);
+    if (!statement) {
+      statement = this.db.prepare(`UPDATE requests SET ${keys.map((key) => `${key} = @${key}`).join(', ')}, updated_at = @updated_at WHERE request_id = @request_id`);
+      this.#patches.set(signature, statement);
+    }
+    statement.run({ ...Object.fromEntries(keys.map((key) => [key, patch[key]])), updated_at: nowMs(), request_id: requestId });
+  }
+
+  /** Move a request to a phase through the transition table; staying in place is a no-op. */
+  movePhase(requestId: string, to: RequestPhase, patch: RequestPatch = {}): RequestRow {
+    const apply = this.db.transaction(() => {
+      const current = this.#getRequest.get(requestId);
+      if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
+      if (current.phase !== to) {
+        REQUEST_MACHINE.assertMove(current.phase, to, `request ${requestId}`);
+        this.#setPhase.run(to, nowMs(), requestId, current.phase);
+      }
+      this.patchRequest(requestId, patch);
+      return this.#getRequest.get(requestId)!;
+    });
+    return apply.immediate();
+  }
+
+  countAttempt(requestId: string): void {
+    this.#bumpAttempts.run(nowMs(), requestId);
+  }
+}
