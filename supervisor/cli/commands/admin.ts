@@ -1,0 +1,92 @@
+// status, grant add|list|revoke, receipt export|verify.
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { CustodyError } from '../../../shared/errors.js';
+import { decodeArtifact, readEnvelope } from '../../../shared/artifacts/artifact.js';
+import { readPublicKeyFile } from '../../../shared/crypto/key-files.js';
+import { type ServiceClient } from '../client.js';
+import { type Output, formatDuration, formatTime, table } from '../output.js';
+
+export async function statusCommand(client: ServiceClient, out: Output): Promise<number> {
+  const { body } = await client.get('/v1/status');
+  const service = body.service as { pid: number; port: number; state_dir: string; uptime_ms: number };
+  const children = body.children as Array<{ name: string; role: string; state: string; pid: number | null; restarts: number; uptime_ms: number | null; failure: string | null }>;
+  out.result(body, () =>
+    [
+      `custody pid ${service.pid} on 127.0.0.1:${service.port}, state ${service.state_dir}, up ${formatDuration(service.uptime_ms)}, ${String(body.in_flight)} in flight`,
+      table(['CHILD', 'ROLE', 'STATE', 'PID', 'RESTARTS', 'UPTIME'], children.map((c) => [c.name, c.role, c.state, c.pid, c.restarts, formatDuration(c.uptime_ms)])),
+      ...children.filter((c) => c.failure).map((c) => `${c.name}: ${c.failure}`),
+    ].join('\n'),
+  );
+  return children.some((c) => c.state === 'failed') ? 4 : 0;
+}
+
+interface GrantView {
+  capability: string;
+  capability_id: string;
+  revoked_at: number | null;
+  invocations_used: number;
+  invocations_held: number;
+}
+
+function grantLine(grant: GrantView): Array<string | number | null> {
+  const body = readEnvelope(grant.capability).envelope.body as { tool: string; subject: string; max_invocations: number; max_cost_units: number | null; expires_at: number };
+  return [grant.capability_id, body.tool, body.subject, `${grant.invocations_used}+${grant.invocations_held}/${body.max_invocations}`, body.max_cost_units, formatTime(body.expires_at), grant.revoked_at ? formatTime(grant.revoked_at) : null];
+}
+
+const GRANT_HEADERS = ['ID', 'TOOL', 'SUBJECT', 'USED+HELD/MAX', 'COST CAP', 'EXPIRES', 'REVOKED'];
+
+export async function grantAddCommand(client: ServiceClient, out: Output, options: { tool: string; max: number; costUnits?: number; ttl: number }): Promise<number> {
+  const { body } = await client.post('/v1/grants', { tool: options.tool, max_invocations: options.max, cost_units: options.costUnits ?? null, ttl_ms: options.ttl });
+  out.result(body, () => `Granted: ${String(body.capability_id)}\n${table(GRANT_HEADERS, [grantLine(body as unknown as GrantView)])}`);
+  return 0;
+}
+
+export async function grantListCommand(client: ServiceClient, out: Output): Promise<number> {
+  const { body } = await client.get('/v1/grants');
+  const grants = body.grants as GrantView[];
+  out.result(body, () => (grants.length === 0 ? 'No grants.' : table(GRANT_HEADERS, grants.map(grantLine))));
+  return 0;
+}
+
+export async function grantRevokeCommand(client: ServiceClient, out: Output, id: string): Promise<number> {
+  const { body } = await client.delete(`/v1/grants/${encodeURIComponent(id)}`);
+  out.result(body, () => `Revoked: ${id}`);
+  return 0;
+}
+
+/** Write each retained artifact's exact bytes to its own file. */
+export async function receiptExportCommand(client: ServiceClient, out: Output, name: string, dir: string | undefined): Promise<number> {
+  const { body } = await client.get(`/v1/operations/${encodeURIComponent(name)}/artifacts`);
+  const target = path.resolve(dir ?? `${name}-artifacts`);
+  mkdirSync(target, { recursive: true });
+  const artifacts = body.artifacts as Array<{ file: string; kind: string; text: string }>;
+  const written = artifacts.map((artifact) => {
+    const file = path.join(target, artifact.file);
+    writeFileSync(file, artifact.text);
+    return { file, kind: artifact.kind, bytes: Buffer.byteLength(artifact.text) };
+  });
+  if (typeof body.kernel_public_key === 'string') writeFileSync(path.join(target, 'kernel.pub'), `${body.kernel_public_key}\n`);
+  out.result({ name, dir: target, files: written }, () => [`Exported ${written.length} artifacts of ${name} to ${target}`, ...written.map((w) => `  ${path.basename(w.file)}  ${w.kind}, ${w.bytes} bytes`)].join('\n'));
+  return 0;
+}
+
+/** Offline: nothing but the file and the trusted public key. */
+export function receiptVerifyCommand(out: Output, file: string, options: { trustedKernelPubkey: string; trustedExecutorPubkey?: string }): number {
+  const kernelKey = readPublicKeyFile(options.trustedKernelPubkey);
+  const bytes = readFileSync(file);
+  const { kind } = readEnvelope(bytes);
+  let trusted = [kernelKey];
+  if (kind === 'report') {
+    if (!options.trustedExecutorPubkey) throw new CustodyError('usage', `${file} is a report, signed by an executor: add --trusted-executor-pubkey FILE`);
+    trusted = [readPublicKeyFile(options.trustedExecutorPubkey)];
+  }
+  const artifact = decodeArtifact(kind, bytes, { trustedSigners: trusted });
+  const body = artifact.body as Record<string, unknown>;
+  const summary = { file, kind, schema: artifact.envelope.schema, signer: artifact.envelope.signer, digest: artifact.digest, body };
+  out.result({ verified: true, ...summary }, () => {
+    const what = kind === 'receipt' ? `receipt: ${String(body.decision)} ${String(body.verdict)} (${String(body.reason)}), state ${String(body.state)}` : kind;
+    return `Verified ${what}\n  operation ${typeof body.operation_id === 'string' ? body.operation_id : '-'}\n  signed by ${artifact.envelope.signer}\n  sha256 ${artifact.digest}`;
+  });
+  return 0;
+}

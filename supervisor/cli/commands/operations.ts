@@ -1,0 +1,88 @@
+// invoke, authorize, execute, report, reconcile, ops, trace: the commands
+// that carry or show operations through the running service.
+import { readEnvelope } from '../../../shared/artifacts/artifact.js';
+import { type OperationOutcome } from '../../operations/outcome.js';
+import { type ServiceClient } from '../client.js';
+import { exitCodeForOutcome } from '../exit-codes.js';
+import { type Output, formatTime, table } from '../output.js';
+
+function describeOutcome(o: OperationOutcome): string {
+  const lines: string[] = [];
+  if (o.outcome === 'completed') lines.push(`Completed: ${o.request_id}`);
+  else if (o.phase === 'refused') lines.push(`Refused: ${o.request_id} (${o.outcome ?? 'refused'}: ${o.reason ?? 'no reason given'})`);
+  else if (o.final) lines.push(`Ended without effect: ${o.request_id} (${o.outcome}: ${o.reason ?? ''})`);
+  else lines.push(`Not complete: ${o.request_id} is ${o.phase}${o.reason ? ` (last: ${o.reason})` : ''}; see custody trace ${o.request_id}`);
+  lines.push(`  operation ${o.operation_id}`);
+  if (o.output !== null && o.output !== undefined) lines.push('', formatOutput(o.output));
+  return lines.join('\n');
+}
+
+function formatOutput(output: unknown): string {
+  if (output && typeof output === 'object' && typeof (output as { note?: unknown }).note === 'string') {
+    return (output as { note: string }).note.replace(/\n$/, '');
+  }
+  return JSON.stringify(output, null, 2);
+}
+
+export async function invokeCommand(client: ServiceClient, out: Output, tool: string, args: Record<string, string>, requestId: string | undefined): Promise<number> {
+  const answer = await out.progress(`invoking ${tool}`, client.post('/v1/invoke', { tool, arguments: args, ...(requestId ? { request_id: requestId } : {}) }));
+  const outcome = answer.body as unknown as OperationOutcome;
+  out.result(outcome, () => describeOutcome(outcome));
+  return exitCodeForOutcome(outcome, 'complete');
+}
+
+export async function authorizeCommand(client: ServiceClient, out: Output, tool: string, args: Record<string, string>, name: string): Promise<number> {
+  const answer = await out.progress(`authorizing ${name}`, client.post('/v1/authorize', { tool, arguments: args, operation: name }));
+  const outcome = answer.body as unknown as OperationOutcome;
+  out.result(outcome, () =>
+    outcome.phase === 'authorized' ? `Authorized: ${name}\n  operation ${outcome.operation_id}, dispatch committed to executor ${outcome.executor}` : describeOutcome(outcome),
+  );
+  return exitCodeForOutcome(outcome, 'authorized');
+}
+
+export async function executeCommand(client: ServiceClient, out: Output, name: string, dropReply: boolean): Promise<number> {
+  const answer = await out.progress(`executing ${name}`, client.post(`/v1/operations/${encodeURIComponent(name)}/execute`, { drop_reply: dropReply }));
+  const outcome = answer.body as unknown as OperationOutcome;
+  out.result(outcome, () => {
+    if (!outcome.report) return describeOutcome(outcome);
+    const body = readEnvelope(outcome.report).envelope.body as { claim_id: string; status: string };
+    return `Signed report retained: ${name}\n  claim ${body.claim_id}, status ${body.status}`;
+  });
+  return exitCodeForOutcome(outcome, 'reported');
+}
+
+export async function reportCommand(client: ServiceClient, out: Output, name: string, goal: 'report' | 'reconcile'): Promise<number> {
+  const answer = await out.progress(`${goal === 'report' ? 'reporting' : 'reconciling'} ${name}`, client.post(`/v1/operations/${encodeURIComponent(name)}/${goal}`, {}));
+  const outcome = answer.body as unknown as OperationOutcome;
+  out.result(outcome, () => {
+    if (outcome.outcome === 'completed') {
+      const head = goal === 'report' ? 'Completed: original report reconciled.' : `Completed: ${name} reconciled from the executor's signed report.`;
+      return outcome.output === null ? head : `${head}\n\n${formatOutput(outcome.output)}`;
+    }
+    return describeOutcome(outcome);
+  });
+  return exitCodeForOutcome(outcome, 'complete');
+}
+
+export async function opsCommand(client: ServiceClient, out: Output): Promise<number> {
+  const { body } = await client.get('/v1/operations?limit=1000');
+  const operations = body.operations as Array<{ name: string; operation_id: string; tool: string; state: string; phase: string | null; updated_at: number; flag: string | null }>;
+  out.result(body, () =>
+    operations.length === 0
+      ? 'No operations yet.'
+      : table(
+          ['NAME', 'STATE', 'PHASE', 'TOOL', 'UPDATED', 'FLAG'],
+          operations.map((op) => [op.name, op.state, op.phase, op.tool, formatTime(op.updated_at), op.flag]),
+        ),
+  );
+  return 0;
+}
+
+export async function traceCommand(client: ServiceClient, out: Output, name: string): Promise<number> {
+  const { body } = await client.get(`/v1/operations/${encodeURIComponent(name)}/trace`);
+  const events = body.events as Array<{ at: number; store: string; event: string; detail: string }>;
+  out.result(body, () =>
+    [`Operation ${name} (${String(body.operation_id)})`, table(['TIME', 'STORE', 'EVENT', 'DETAIL'], events.map((e) => [formatTime(e.at), e.store, e.event, e.detail]))].join('\n'),
+  );
+  return 0;
+}

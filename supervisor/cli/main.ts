@@ -1,0 +1,165 @@
+#!/usr/bin/env node
+// The `custody` command. Names, flags and exit codes are a contract
+// (README "CLI reference"): 0 done, 1 other error, 2 usage, 3 refused or
+// denied, 4 outcome unknown or not complete, 5 service unreachable, 75 reply
+// dropped on purpose.
+import { Command, CommanderError, Option } from 'commander';
+import { toCustodyError } from '../../shared/errors.js';
+import { resolveStateDir } from '../paths.js';
+import { collectArg, parseCount, parseDuration } from './args.js';
+import { connect } from './client.js';
+import { EXIT_CODES, exitCodeForError } from './exit-codes.js';
+import { createOutput } from './output.js';
+import { authorizeCommand, executeCommand, invokeCommand, opsCommand, reportCommand, traceCommand } from './commands/operations.js';
+import { grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
+import { initCommand, startCommand } from './commands/service.js';
+
+let exitCode: number = EXIT_CODES.done;
+const setExit = (code: number): void => {
+  exitCode = code;
+};
+
+const program = new Command('custody')
+  .description('Runs side-effecting tool calls under separated authority: a kernel decides, executors act at most once.')
+  .addOption(new Option('--state <dir>', 'state directory (default: $CUSTODY_STATE or ./custody-state)'))
+  .showHelpAfterError()
+  .exitOverride();
+
+const state = () => resolveStateDir(program.opts<{ state?: string }>().state);
+const json = (options: { json?: boolean }) => createOutput(options.json === true);
+const client = () => connect(state());
+
+program
+  .command('init')
+  .description('provision a state directory: keys, stores, pins, default grant, tokens')
+  .option('--state <dir>', 'state directory')
+  .option('--executors <n>', 'number of executors', parseCount('--executors', 1), 1)
+  .option('--json', 'machine-readable output')
+  .action(async (options: { state?: string; executors: number; json?: boolean }) => {
+    setExit(await initCommand(json(options), resolveStateDir(options.state ?? program.opts<{ state?: string }>().state), options.executors));
+  });
+
+program
+  .command('start')
+  .description('run the service in the foreground (initializes a missing or empty state first)')
+  .option('--state <dir>', 'state directory')
+  .option('--port <n>', 'control API port on 127.0.0.1 (overrides custody.json; 0 = any free port)', parseCount('--port', 0))
+  .action(async (options: { state?: string; port?: number }) => {
+    setExit(await startCommand(resolveStateDir(options.state ?? program.opts<{ state?: string }>().state), options.port));
+  });
+
+program
+  .command('status')
+  .description('children with pid, state, restarts, uptime')
+  .option('--json', 'machine-readable output')
+  .action(async (options: { json?: boolean }) => setExit(await statusCommand(client(), json(options))));
+
+const argOption = () => new Option('--arg <key=value>', 'an argument; KEY=@FILE reads the value from a file (repeatable)').argParser(collectArg).default({});
+
+program
+  .command('invoke')
+  .description('run a tool call end to end: reserve, start, execute, settle')
+  .argument('<tool>', 'tool name, e.g. review-notes/append')
+  .addOption(argOption())
+  .option('--request-id <id>', 'idempotency key: the same id and arguments get the same answer')
+  .option('--json', 'machine-readable output')
+  .action(async (tool: string, options: { arg: Record<string, string>; requestId?: string; json?: boolean }) =>
+    setExit(await invokeCommand(client(), json(options), tool, options.arg, options.requestId)),
+  );
+
+program
+  .command('authorize')
+  .description('reserve and commit the start of an operation, without executing it')
+  .argument('<tool>', 'tool name')
+  .addOption(argOption())
+  .requiredOption('--operation <name>', 'the operation name (its request id)')
+  .option('--json', 'machine-readable output')
+  .action(async (tool: string, options: { arg: Record<string, string>; operation: string; json?: boolean }) =>
+    setExit(await authorizeCommand(client(), json(options), tool, options.arg, options.operation)),
+  );
+
+program
+  .command('execute')
+  .description('execute an authorized operation; repeating it replays the retained report')
+  .argument('<name>', 'operation name')
+  .option('--drop-reply', 'lost-reply drill: the executor retains its report, then exits 75 without replying')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, options: { dropReply?: boolean; json?: boolean }) => setExit(await executeCommand(client(), json(options), name, options.dropReply === true)));
+
+program
+  .command('report')
+  .description("give the executor's signed report to the kernel; prints the output after a completed, verified reconcile")
+  .argument('<name>', 'operation name')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, options: { json?: boolean }) => setExit(await reportCommand(client(), json(options), name, 'report')));
+
+program
+  .command('reconcile')
+  .description('ask the executor what became of an operation and settle it (never re-runs an effect)')
+  .argument('<name>', 'operation name')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, options: { json?: boolean }) => setExit(await reportCommand(client(), json(options), name, 'reconcile')));
+
+program
+  .command('ops')
+  .description('list operations')
+  .option('--json', 'machine-readable output')
+  .action(async (options: { json?: boolean }) => setExit(await opsCommand(client(), json(options))));
+
+program
+  .command('trace')
+  .description("an operation's timeline across the three stores")
+  .argument('<name>', 'operation name')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, options: { json?: boolean }) => setExit(await traceCommand(client(), json(options), name)));
+
+const grant = program.command('grant').description('manage capability grants');
+grant
+  .command('add')
+  .requiredOption('--tool <pattern>', 'tool name or prefix ending in /*')
+  .requiredOption('--max <n>', 'maximum invocations', parseCount('--max', 1))
+  .option('--cost-units <n>', 'maximum cost units', parseCount('--cost-units', 0))
+  .requiredOption('--ttl <duration>', 'lifetime: 90s, 30m, 1h, 2d', parseDuration)
+  .option('--json', 'machine-readable output')
+  .action(async (options: { tool: string; max: number; costUnits?: number; ttl: number; json?: boolean }) =>
+    setExit(await grantAddCommand(client(), json(options), options)),
+  );
+grant
+  .command('list')
+  .option('--json', 'machine-readable output')
+  .action(async (options: { json?: boolean }) => setExit(await grantListCommand(client(), json(options))));
+grant
+  .command('revoke')
+  .argument('<id>', 'capability id')
+  .option('--json', 'machine-readable output')
+  .action(async (id: string, options: { json?: boolean }) => setExit(await grantRevokeCommand(client(), json(options), id)));
+
+const receipt = program.command('receipt').description('export and verify signed artifacts');
+receipt
+  .command('export')
+  .argument('<name>', 'operation name')
+  .option('--out <dir>', 'directory to write to (default ./<name>-artifacts)')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, options: { out?: string; json?: boolean }) => setExit(await receiptExportCommand(client(), json(options), name, options.out)));
+receipt
+  .command('verify')
+  .argument('<file>', 'an artifact file (exact signed bytes)')
+  .requiredOption('--trusted-kernel-pubkey <file>', "the kernel's .pub file")
+  .option('--trusted-executor-pubkey <file>', "an executor's .pub file, to verify a report")
+  .option('--json', 'machine-readable output')
+  .action((file: string, options: { trustedKernelPubkey: string; trustedExecutorPubkey?: string; json?: boolean }) =>
+    setExit(receiptVerifyCommand(json(options), file, options)),
+  );
+
+try {
+  await program.parseAsync(process.argv);
+} catch (error) {
+  if (error instanceof CommanderError) {
+    exitCode = error.exitCode === 0 ? 0 : EXIT_CODES.usage;
+  } else {
+    const failure = toCustodyError(error);
+    process.stderr.write(`custody: ${failure.message} [${failure.code}]\n`);
+    exitCode = exitCodeForError(failure.code);
+  }
+}
+process.exit(exitCode);
