@@ -55,6 +55,8 @@ export interface ChildDeps {
   readonly onFailed: (child: ChildHandle, reason: CustodyError) => void;
   /** A fresh session is up (first start or restart). */
   readonly onSession?: (child: ChildHandle, session: ChildSession) => void;
+  /** Where the child's stderr lines (its JSON log) go; default: this process's stderr, as they are. */
+  readonly onStderrLine?: (child: ChildHandle, line: string) => void;
 }
 
 interface Waiter {
@@ -320,8 +322,8 @@ export class ChildHandle {
   }
 
   #forwardStderr(line: string): void {
-    // Children log JSON lines; they are passed through as they are, one per line.
-    process.stderr.write(line.endsWith('\n') ? line : line + '\n');
+    if (this.#deps.onStderrLine) this.#deps.onStderrLine(this, line);
+    else process.stderr.write(line + '\n');
   }
 
   #persist(): void {
