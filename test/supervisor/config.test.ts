@@ -1,0 +1,49 @@
+import { expect } from 'chai';
+import { defaultConfig, parseConfig } from '../../supervisor/config/load.js';
+
+function messageOf(input: unknown): string {
+  try {
+    parseConfig(input);
+  } catch (error) {
+    expect(error).to.have.property('code', 'config_invalid');
+    return (error as Error).message;
+  }
+  return expect.fail('the configuration was accepted');
+}
+
+describe('custody.json', () => {
+  it('is complete from an empty object: every key has a default', () => {
+    const config = parseConfig({});
+    expect(config.port).to.equal(8421);
+    expect(config.executors).to.have.length(1);
+    expect(config.executors[0]).to.include({ name: 'default', max_in_flight: 16, claim_capacity: 50_000 });
+    expect(config.executors[0]!.tools).to.deep.equal(['review-notes/*']);
+    expect(config.restart).to.deep.equal({ max_restarts: 5, period_s: 60, backoff_initial_ms: 200, backoff_max_ms: 10_000 });
+    expect(config.bounds.max_frame_bytes).to.equal(1024 * 1024);
+  });
+
+  it('names the key and the value it refuses', () => {
+    expect(messageOf({ port: 70_000 })).to.match(/custody\.json: port: .*got 70000/);
+    expect(messageOf({ executors: [{ name: 'a', max_in_flight: 0 }] })).to.match(/executors\.0\.max_in_flight: .*got 0/);
+    expect(messageOf({ restart: { max_restart: 3 } })).to.match(/restart: unknown key\(s\) "max_restart"/);
+    expect(messageOf({ executors: [{ name: 'a' }, { name: 'a' }] })).to.match(/executors\.1\.name: "a" is used twice/);
+    expect(messageOf({ executors: [{ name: 'a', deadlines_ms: { 'Not A Tool': 5 } }] })).to.match(/deadlines_ms: key "Not A Tool"/);
+    expect(messageOf({ restart: { backoff_initial_ms: 900, backoff_max_ms: 100 } })).to.match(/backoff_initial_ms: 900 is above/);
+  });
+
+  it('holds each bound at its limit and refuses one past it', () => {
+    expect(parseConfig({ bounds: { max_frame_bytes: 1024 * 1024 } }).bounds.max_frame_bytes).to.equal(1024 * 1024);
+    expect(messageOf({ bounds: { max_frame_bytes: 1024 * 1024 + 1 } })).to.match(/bounds\.max_frame_bytes/);
+    expect(parseConfig({ bounds: { max_depth: 32 } }).bounds.max_depth).to.equal(32);
+    expect(messageOf({ bounds: { max_depth: 33 } })).to.match(/bounds\.max_depth/);
+    expect(parseConfig({ executors: [{ name: 'a', max_in_flight: 1024 }] }).executors[0]!.max_in_flight).to.equal(1024);
+    expect(messageOf({ executors: [{ name: 'a', max_in_flight: 1025 }] })).to.match(/max_in_flight/);
+    expect(parseConfig({ bounds: { max_body_bytes: 1024 * 1024 } }).bounds.max_body_bytes).to.equal(1024 * 1024);
+    expect(messageOf({ bounds: { max_body_bytes: 1024 * 1024 + 1 } })).to.match(/max_body_bytes/);
+  });
+
+  it('names N executors executor-1 … executor-N in the default configuration', () => {
+    expect(defaultConfig(3).executors.map((e) => e.name)).to.deep.equal(['executor-1', 'executor-2', 'executor-3']);
+    expect(defaultConfig(1).executors.map((e) => e.name)).to.deep.equal(['default']);
+  });
+});
