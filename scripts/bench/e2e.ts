@@ -1,0 +1,156 @@
+// End-to-end measurements (DESIGN §13), in one run, each beside the limit it
+// runs against: durable SQLite commits/s on this machine (the floor every
+// governed operation pays several times), then governed operations through
+// the real service: sequential and concurrent throughput with latency
+// percentiles, cold start, and the time from `kill -9` of the executor to the
+// next completed operation. Ratios, not lone numbers.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { createLogger } from '../../shared/log.js';
+import { parseConfig } from '../../supervisor/config/load.js';
+import { initState } from '../../supervisor/init.js';
+import { statePaths } from '../../supervisor/paths.js';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const CLI = path.resolve(HERE, '..', '..', 'supervisor', 'cli', 'main.js');
+
+export function measureSqliteCommits(ms: number): number {
+  const dir = mkdtempSync(path.join(tmpdir(), 'custody-bench-sqlite-'));
+  const db = new Database(path.join(dir, 'bench.db'));
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.exec('CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)');
+  const insert = db.prepare('INSERT INTO t (payload) VALUES (?)');
+  const commit = db.transaction((payload: string) => insert.run(payload));
+  const payload = 'x'.repeat(200);
+  let count = 0;
+  const started = performance.now();
+  while (performance.now() - started < ms) {
+    commit(payload);
+    count++;
+  }
+  const seconds = (performance.now() - started) / 1000;
+  db.close();
+  rmSync(dir, { recursive: true, force: true });
+  return count / seconds;
+}
+
+export function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+interface Running {
+  readonly root: string;
+  readonly port: number;
+  readonly token: string;
+  readonly process: ChildProcess;
+  readonly coldStartMs: number;
+}
+
+async function startService(root: string): Promise<Running> {
+  const paths = statePaths(root);
+  const started = performance.now();
+  const child = spawn(process.execPath, [CLI, 'start', '--state', root], { stdio: ['ignore', 'ignore', 'ignore'] });
+  for (;;) {
+    if (existsSync(paths.serviceJson)) break;
+    if (child.exitCode !== null) throw new Error(`service exited ${child.exitCode}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  const { port } = JSON.parse(readFileSync(paths.serviceJson, 'utf8')) as { port: number };
+  return { root, port, token: readFileSync(paths.controlToken, 'utf8').trim(), process: child, coldStartMs: performance.now() - started };
+}
+
+async function call(service: Running, method: string, route: string, body?: unknown): Promise<{ status: number; body: Record<string, unknown> }> {
+  const response = await fetch(`http://127.0.0.1:${service.port}${route}`, {
+    method,
+    headers: { authorization: `Bearer ${service.token}`, 'content-type': 'application/json' },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+}
+
+let sequence = 0;
+async function invokeOnce(service: Running): Promise<{ ms: number; outcome: unknown }> {
+  const started = performance.now();
+  const answer = await call(service, 'POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: `bench note ${++sequence}` } });
+  return { ms: performance.now() - started, outcome: answer.body.outcome };
+}
+
+async function runLoad(service: Running, total: number, concurrency: number) {
+  const latencies: number[] = [];
+  let failures = 0;
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        next++;
+        const { ms, outcome } = await invokeOnce(service);
+        if (outcome === 'completed') latencies.push(ms);
+        else failures++;
+      }
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  latencies.sort((a, b) => a - b);
+  return {
+    concurrency,
+    operations: total,
+    failures,
+    ops_per_s: latencies.length / seconds,
+    p50_ms: percentile(latencies, 50),
+    p95_ms: percentile(latencies, 95),
+    p99_ms: percentile(latencies, 99),
+  };
+}
+
+/** kill -9 the executor while operations stream; time until the next one completes. */
+async function measureKillToRecovered(service: Running): Promise<{ kill_to_next_completed_ms: number; outcomes: Record<string, number> }> {
+  const status = await call(service, 'GET', '/v1/status');
+  const executor = (status.body.children as Array<{ role: string; pid: number }>).find((c) => c.role === 'executor')!;
+  const outcomes: Record<string, number> = {};
+  let killedAt = 0;
+  let recoveredAt = 0;
+  let stop = false;
+  const stream = async () => {
+    while (!stop) {
+      const { outcome } = await invokeOnce(service);
+      const key = String(outcome);
+      outcomes[key] = (outcomes[key] ?? 0) + 1;
+      if (killedAt > 0 && outcome === 'completed' && recoveredAt === 0) recoveredAt = performance.now();
+    }
+  };
+  const workers = [stream(), stream(), stream(), stream()];
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  killedAt = performance.now();
+  process.kill(executor.pid, 'SIGKILL');
+  while (recoveredAt === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+  stop = true;
+  await Promise.all(workers);
+  return { kill_to_next_completed_ms: recoveredAt - killedAt, outcomes };
+}
+
+export async function measureEndToEnd(scale = 1) {
+  const dir = mkdtempSync(path.join(tmpdir(), 'custody-bench-e2e-'));
+  const root = path.join(dir, 'state');
+  const config = parseConfig({ port: 0, timing: { reconcile_backoff_initial_ms: 50, reconcile_backoff_max_ms: 500, recovery_sweep_ms: 1000 } });
+  await initState(root, { config, log: createLogger({}, { level: 'error' }) });
+  const service = await startService(root);
+  try {
+    await call(service, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 1_000_000, ttl_ms: 3_600_000 });
+    await runLoad(service, 20, 1);
+    const sequential = await runLoad(service, Math.round(300 * scale), 1);
+    const concurrent = await runLoad(service, Math.round(1000 * scale), 16);
+    const recovery = await measureKillToRecovered(service);
+    return { cold_start_ms: service.coldStartMs, sequential, concurrent, recovery };
+  } finally {
+    service.process.kill('SIGTERM');
+    await new Promise((resolve) => service.process.once('exit', resolve));
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
