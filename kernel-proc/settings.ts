@@ -45,8 +45,8 @@ const settingsSchema = z.strictObject({
   nonce_capacity: bounded(1, NONCE_CAPACITY_DEFAULT, NONCE_CAPACITY_DEFAULT),
   /** UTF-8 bytes of the RFC 8785 form of a reserve or start request body. */
   max_request_bytes: bounded(256, DEFAULT_MAX_FRAME_BYTES, MAX_REQUEST_BYTES_DEFAULT),
-  /** UTF-8 bytes of the RFC 8785 form of a tool's arguments, for tools without their own entry. */
-  argument_bytes_default: bounded(2, DEFAULT_MAX_FRAME_BYTES, ARGUMENT_BYTES_DEFAULT),
+  /** UTF-8 bytes of the RFC 8785 form of a tool's arguments, for tools without their own entry; default 32 KiB or max_request_bytes if lower. */
+  argument_bytes_default: z.number().int().min(2).max(DEFAULT_MAX_FRAME_BYTES).optional(),
   /** Per-tool argument bounds, tool name → bytes. */
   argument_bytes_per_tool: z.record(toolName, z.number().int().min(2).max(DEFAULT_MAX_FRAME_BYTES)).default({}),
   /** Receipts retained per operation. */
@@ -61,13 +61,18 @@ const settingsSchema = z.strictObject({
   default_grant: defaultGrant.nullable().default(DEFAULT_GRANT),
 });
 
-export type KernelSettings = Readonly<Omit<z.infer<typeof settingsSchema>, 'execution_window_ms'> & { execution_window_ms: number }>;
+type Resolved = 'execution_window_ms' | 'argument_bytes_default';
+export type KernelSettings = Readonly<Omit<z.infer<typeof settingsSchema>, Resolved> & Record<Resolved, number>>;
 
 /** Validate the preamble's settings; refuses unknown keys and values outside their bounds (config_invalid). */
 export function parseKernelSettings(raw: unknown): KernelSettings {
   const parsed = settingsSchema.safeParse(raw);
   if (!parsed.success) throw new CustodyError('config_invalid', `kernel settings: ${describeIssues(parsed.error)}`);
-  const settings = parsed.data;
+  const settings = {
+    ...parsed.data,
+    argument_bytes_default: parsed.data.argument_bytes_default ?? Math.min(ARGUMENT_BYTES_DEFAULT, parsed.data.max_request_bytes),
+    execution_window_ms: parsed.data.execution_window_ms ?? parsed.data.nonce_ttl_ms,
+  };
   for (const [tool, bytes] of Object.entries({ default: settings.argument_bytes_default, ...settings.argument_bytes_per_tool })) {
     if (bytes > settings.max_request_bytes) {
       throw new CustodyError(
@@ -76,7 +81,7 @@ export function parseKernelSettings(raw: unknown): KernelSettings {
       );
     }
   }
-  return Object.freeze({ ...settings, execution_window_ms: settings.execution_window_ms ?? settings.nonce_ttl_ms });
+  return Object.freeze(settings);
 }
 
 /** The argument bound that applies to a tool. */

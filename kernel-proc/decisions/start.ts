@@ -60,7 +60,8 @@ export function start(kernel: Kernel, request: StartRequest, context: UnitContex
   const nonce = store.nonces.forOperation(operation.operation_id);
   const { now } = context;
   if (operation.state === 'reserved' && nonce && nonce.expires_at <= now) {
-    // The sweep runs before each batch, so this is only the race of a TTL ending within the batch.
+    // The sweep before each batch has normally expired it already; this keeps an expired nonce from ever
+    // committing a start should that sweep have failed.
     expireOperation(kernel, operation, nonce, now);
     context.afterCommit('after_sweep_commit');
     return terminalReply(kernel, store.operations.get(operation.operation_id)!);

@@ -54,6 +54,11 @@ describe('kernel-proc: settings', () => {
     expect(refusal({ history_per_operation: 3 })).to.match(/history_per_operation/);
   });
 
+  it('lowers the default argument bound with max_request_bytes when it is not set', () => {
+    expect(parseKernelSettings({ max_request_bytes: 1000 }).argument_bytes_default).to.equal(1000);
+    expect(parseKernelSettings({ max_request_bytes: 1000, argument_bytes_default: 10 }).argument_bytes_default).to.equal(10);
+  });
+
   it('picks a tool own argument bound over the default', () => {
     const settings = parseKernelSettings({ argument_bytes_default: 100, argument_bytes_per_tool: { 'review-notes/append': 50 } });
     expect(argumentBytesFor(settings, 'review-notes/append')).to.equal(50);
