@@ -41,7 +41,7 @@ function resultOf(row: PinRow): ResultOf<'executor.pin'> {
   return { executor_id: row.executor_id, public_key: row.public_key, key_epoch: row.key_epoch, pinned_at: row.pinned_at };
 }
 
-export function toolsOf(pin: PinRow): string[] {
+function toolsOf(pin: PinRow): string[] {
   return JSON.parse(pin.tools) as string[];
 }
 

@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { decodeArtifact } from '../../shared/artifacts/artifact.js';
 import { type CustodyError } from '../../shared/errors.js';
 import { type RequestOf } from '../../shared/protocol/messages.js';
 import {
@@ -147,6 +148,35 @@ describe('kernel-proc: reconcile', function () {
       expect(verifyReceipt(settled.receipt!, root.publicKey).hold.disposition).to.equal('released');
       expect(holdOf(root, operationId)).to.include({ state: 'released', cost_units_charged: 0 });
     }
+  });
+
+  it('denies finalization of a report claimed before the window opened: report_outside_window', async () => {
+    const { authorization } = await dispatch('r-window-early');
+    const window = decodeArtifact('authorization', authorization, { trustedSigners: [root.publicKey] }).body;
+    const early = report(executor, authorization, { claimed_at: window.not_before - 1 });
+    expect(await kernel.request('reconcile', { authorization, report: early })).to.include({ reason: 'report_outside_window', state: 'finalization_denied' });
+  });
+
+  describe('queries', () => {
+    it('finds an operation by request id or operation id, says null for one it does not hold, and refuses a mismatched pair', async () => {
+      const { operationId } = await dispatch('r-query');
+      const byRequest = await kernel.request('operation.get', { operation_id: null, request_id: 'r-query' });
+      expect(await kernel.request('operation.get', { operation_id: operationId, request_id: 'r-query' })).to.deep.equal(byRequest);
+      expect(await kernel.request('operation.get', { operation_id: null, request_id: 'r-nothing' })).to.deep.equal({ operation: null, receipts: [] });
+      expect((await refused(kernel.request('operation.get', { operation_id: operationId, request_id: 'r-other' }))).code).to.equal('bad_request');
+      expect((await refused(kernel.request('operation.get', { operation_id: null, request_id: null }))).code).to.equal('bad_request');
+    });
+
+    it('lists operations by state, newest first, up to a limit; recover lists committed starts and unknowns', async () => {
+      const listed = (await kernel.request('ops.list', { states: ['dispatch_committed'], limit: 2 })).operations;
+      expect(listed).to.have.length(2);
+      expect(listed.every((op) => op.state === 'dispatch_committed')).to.equal(true);
+      expect(listed[0]!.created_at).to.be.at.least(listed[1]!.created_at);
+      const { operations, now } = await kernel.request('recover', { limit: 1000 });
+      expect(now).to.be.a('number');
+      expect(operations.every((op) => ['dispatch_committed', 'awaiting_report', 'unknown'].includes(op.state))).to.equal(true);
+      expect(operations.map((op) => op.request_id)).to.include('r-query');
+    });
   });
 
   describe('cost budgets', () => {

@@ -26,8 +26,10 @@ describe('kernel-proc: start', function () {
   const root = new KernelRoot();
   const executor = testExecutor(21);
   let kernel: KernelProcess;
+  let mainGrant: string;
 
-  const reserve = (id: string, overrides: Partial<RequestOf<'reserve'>> = {}) => kernel.request('reserve', reserveBody(id, overrides));
+  const reserve = (id: string, overrides: Partial<RequestOf<'reserve'>> = {}) =>
+    kernel.request('reserve', reserveBody(id, { capability_id: mainGrant, ...overrides }));
   const startOf = (reserved: ResultOf<'reserve'>, id: string, note = `note for ${id}`) =>
     kernel.request('start', { request_id: id, nonce_id: reserved.nonce!.id, arguments: { note } });
   const receiptsOf = (operationId: string) => root.read<{ decision: string; reason: string; state: string }>(
@@ -38,7 +40,7 @@ describe('kernel-proc: start', function () {
   before(async () => {
     kernel = await KernelProcess.start(root, { mode: 'provision', settings: { sweep_interval_ms: 20, history_per_operation: 5, max_request_bytes: 512 } });
     await kernel.request('executor.pin', pinBody(executor));
-    await kernel.request('grant.add', grantBody(TOOL, { max_invocations: 1000 }));
+    mainGrant = (await kernel.request('grant.add', grantBody(TOOL, { max_invocations: 1000 }))).capability_id;
   });
   after(async () => {
     await kernel.stop();
@@ -128,6 +130,27 @@ describe('kernel-proc: start', function () {
     const marked = await kernel.request('mark_unknown', { operation_id: reserved.operation_id, reason: 'test' });
     expect(marked.operation.state).to.equal('unknown');
     expect(receiptsOf(reserved.operation_id)).to.have.length(4);
+  });
+
+  it('opens a window of execution_window_ms, cut short at the grant\'s expiry', async () => {
+    const grant = await kernel.request('grant.add', grantBody(TOOL, { ttl_ms: 30_000 }));
+    const reserved = await reserve('s-window', { capability_id: grant.capability_id });
+    const authorization = decodeArtifact('authorization', (await startOf(reserved, 's-window')).authorization!, { trustedSigners: [root.publicKey] }).body;
+    const capability = decodeArtifact('capability', grant.capability, { trustedSigners: [root.publicKey] }).body;
+    expect(authorization.expires_at).to.equal(capability.expires_at);
+  });
+
+  it('denies a start once the grant expired after the reservation: capability_expired', async () => {
+    const grant = await kernel.request('grant.add', grantBody(TOOL, { ttl_ms: 10_000 }));
+    const reserved = await reserve('s-grant-expired', { capability_id: grant.capability_id });
+    root.advance(10_000);
+    expect(await startOf(reserved, 's-grant-expired')).to.include({ verdict: 'deny', reason: 'capability_expired', state: 'start_denied' });
+  });
+
+  it('still starts a reservation a second before its nonce TTL ends', async () => {
+    const reserved = await reserve('s-ttl-inside');
+    root.advance(119_000);
+    expect((await startOf(reserved, 's-ttl-inside')).verdict).to.equal('allow');
   });
 
   it('expires a reservation whose nonce ran out when a start arrives: the expiry receipt, nonce_expired, one release', async () => {
