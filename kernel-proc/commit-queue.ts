@@ -59,6 +59,12 @@ export class CommitQueue {
     });
   }
 
+  /** Resolves once every unit queued before this call has been answered (the queue is first in, first out). */
+  async drain(): Promise<void> {
+    if (this.#queue.length === 0) return;
+    await this.submit(() => undefined).catch(() => undefined);
+  }
+
   #schedule(): void {
     if (this.#scheduled) return;
     this.#scheduled = true;

@@ -113,6 +113,8 @@ export class KernelService implements ChildService {
 
   async close(): Promise<void> {
     clearInterval(this.#timer);
+    // A sweep the timer queued just before the end is not a request the runtime waits for.
+    await this.#queue.drain();
     this.#kernel.store.close();
     await this.#lock.release();
   }

@@ -54,8 +54,7 @@ const transitionsInsert = transitionRows()
   .join('\n');
 
 const V1 = `
--- The key this store was provisioned for (kernel.pub). One row; never changes.
-CREATE TABLE kernel_identity (
+CREATE TABLE kernel_identity ( -- The key this store was provisioned for (kernel.pub). One row; never changes.
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
   public_key TEXT NOT NULL CHECK (length(public_key) = 64),
   key_epoch INTEGER NOT NULL,
@@ -65,8 +64,7 @@ CREATE TRIGGER kernel_identity_fixed BEFORE UPDATE ON kernel_identity
 BEGIN SELECT RAISE(ABORT, 'store_corrupt: the kernel identity never changes'); END;
 ${neverDeleted('kernel_identity')}
 
--- The legal moves of each state machine, copied from kernel-proc/machines.ts; the guards below read it.
-CREATE TABLE state_transitions (
+CREATE TABLE state_transitions ( -- The legal moves of each state machine, copied from kernel-proc/machines.ts; the state guards read it.
   machine TEXT NOT NULL,
   from_state TEXT NOT NULL,
   to_state TEXT NOT NULL,
@@ -79,8 +77,7 @@ CREATE TRIGGER state_transitions_fixed_update BEFORE UPDATE ON state_transitions
 BEGIN SELECT RAISE(ABORT, 'store_corrupt: state_transitions changes only through a schema migration'); END;
 ${neverDeleted('state_transitions')}
 
--- Grants: kernel-signed capabilities (tool or tool prefix, subject, budget, validity). Only revoked_at ever changes, once.
-CREATE TABLE grants (
+CREATE TABLE grants ( -- Grants: kernel-signed capabilities (tool or tool prefix, subject, budget, validity). Only revoked_at ever changes, once.
   capability_id TEXT PRIMARY KEY,
   tool TEXT NOT NULL,
   subject TEXT NOT NULL,
@@ -96,9 +93,8 @@ CREATE TABLE grants (
 ${fixedColumns('grants', 'fixed', ['capability_id', 'tool', 'subject', 'max_invocations', 'max_cost_units', 'not_before', 'expires_at', 'issued_at', 'capability', 'capability_digest'], ['revoked_at'])}
 ${neverDeleted('grants')}
 
--- Executor pins: (id, key, epoch) from each executor's exported public key, and the tools it serves.
--- The highest epoch of an id is its current pin; older rows stay for audit and make old authorizations unusable.
-CREATE TABLE executor_pins (
+CREATE TABLE executor_pins ( -- Executor pins: (id, key, epoch) from each executor's exported public key, and the tools it serves.
+  -- The highest epoch of an id is its current pin; older rows stay for audit and make old authorizations unusable.
   executor_id TEXT NOT NULL,
   key_epoch INTEGER NOT NULL CHECK (key_epoch > 0),
   public_key TEXT NOT NULL CHECK (length(public_key) = 64),
@@ -109,8 +105,7 @@ CREATE TABLE executor_pins (
 ${fixedColumns('executor_pins', 'fixed', ['executor_id', 'key_epoch', 'public_key'])}
 ${neverDeleted('executor_pins')}
 
--- Operations, one per request id (the idempotency key). state follows the operation machine.
-CREATE TABLE operations (
+CREATE TABLE operations ( -- Operations, one per request id (the idempotency key). state follows the operation machine.
   operation_id TEXT PRIMARY KEY,
   request_id TEXT NOT NULL UNIQUE,
   request_binding_hash TEXT NOT NULL,   -- digest of the request bytes; a different one is request_conflict
@@ -142,8 +137,7 @@ ${transitionGuard('operations', 'operation')}
 ${fixedColumns('operations', 'fixed', ['operation_id', 'request_id', 'request_binding_hash', 'subject', 'tool', 'parameters_digest', 'cost_units', 'capability_id', 'capability_digest', 'executor_id', 'created_at'], ['start_request_digest', 'authorization', 'authorization_digest', 'window_not_before', 'window_expires_at', 'report', 'report_digest', 'output'])}
 ${neverDeleted('operations')}
 
--- Budget holds placed at reserve: one per allowed operation, disposed of (released or consumed) at most once.
-CREATE TABLE holds (
+CREATE TABLE holds ( -- Budget holds placed at reserve: one per allowed operation, disposed of (released or consumed) at most once.
   hold_id TEXT PRIMARY KEY,
   operation_id TEXT NOT NULL UNIQUE REFERENCES operations (operation_id),
   capability_id TEXT NOT NULL REFERENCES grants (capability_id),
@@ -160,8 +154,7 @@ ${transitionGuard('holds', 'hold')}
 ${fixedColumns('holds', 'fixed', ['hold_id', 'operation_id', 'capability_id', 'invocations', 'cost_units_held', 'created_at'], ['settled_at', 'settled_by'])}
 ${neverDeleted('holds')}
 
--- Execution nonces minted at reserve. A live nonce is never evicted: when the live ones reach capacity, reserve refuses.
-CREATE TABLE nonces (
+CREATE TABLE nonces ( -- Execution nonces minted at reserve. A live nonce is never evicted: when the live ones reach capacity, reserve refuses.
   nonce_id TEXT PRIMARY KEY,
   operation_id TEXT NOT NULL UNIQUE REFERENCES operations (operation_id),
   state TEXT NOT NULL DEFAULT 'live',  -- live, used, expired, voided
@@ -174,16 +167,15 @@ ${transitionGuard('nonces', 'nonce')}
 ${fixedColumns('nonces', 'fixed', ['nonce_id', 'operation_id', 'created_at', 'expires_at'], ['closed_at'])}
 ${neverDeleted('nonces')}
 
--- Every decision, kernel-signed, retained as its exact bytes; insert-once. request_digest names the request it answers.
-CREATE TABLE receipts (
+CREATE TABLE receipts ( -- Every decision, kernel-signed, retained as its exact bytes; insert-once. request_digest names the request it answers.
   receipt_id TEXT PRIMARY KEY,
   operation_id TEXT NOT NULL REFERENCES operations (operation_id),
   seq INTEGER NOT NULL CHECK (seq > 0),
-  decision TEXT NOT NULL,        -- reserve, start, completion, finalization, expiry, unknown
+  decision TEXT NOT NULL CHECK (decision IN ('reserve', 'start', 'completion', 'finalization', 'expiry', 'unknown')),
   verdict TEXT NOT NULL CHECK (verdict IN ('allow', 'deny')),
   reason TEXT NOT NULL,          -- ok, or an error code
   state TEXT NOT NULL,           -- the operation state after the decision
-  hold_disposition TEXT NOT NULL,
+  hold_disposition TEXT NOT NULL CHECK (hold_disposition IN ('reserved', 'released', 'consumed', 'release_unconfirmed', 'none')),
   request_digest TEXT,
   issued_at INTEGER NOT NULL,
   digest TEXT NOT NULL,          -- SHA-256 of the receipt bytes

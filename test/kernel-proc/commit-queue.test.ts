@@ -99,6 +99,16 @@ describe('kernel-proc: the group-commit write path', () => {
     expect(committed()).to.deep.equal([]);
   });
 
+  it('drains: resolves after every unit queued before it was answered, and at once when nothing is queued', async () => {
+    const q = queue(32);
+    await q.drain();
+    expect(batches).to.equal(0);
+    const pending = q.submit(() => insert('a'));
+    await q.drain();
+    expect(committed()).to.deep.equal(['a']);
+    await pending;
+  });
+
   it('gives every unit of a batch the same time', async () => {
     const q = queue(32);
     expect(await Promise.all([q.submit((c) => c.now), q.submit((c) => c.now)])).to.deep.equal([1234, 1234]);
