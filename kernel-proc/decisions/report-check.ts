@@ -7,6 +7,7 @@
 // and a router on the pipe must not be able to fill its history or end it.
 import { type SignedArtifact, decodeArtifact } from '../../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { type ReportBody } from '../../shared/protocol/artifacts.js';
 import { type Kernel } from '../kernel.js';
 import { type OperationRow } from '../store/operations-table.js';
 
@@ -56,17 +57,21 @@ export function checkReport(kernel: Kernel, { operation, authorization }: Authen
       { cause },
     );
   }
-  const body = report.body;
-  const mismatch =
-    body.authorization_digest !== authorization.digest
-      ? `it names authorization ${body.authorization_digest.slice(0, 16)}…, not ${authorization.digest.slice(0, 16)}…`
-      : body.operation_id !== operation.operation_id
-        ? `it names operation ${body.operation_id.slice(0, 16)}…`
-        : body.executor_id !== addressed.id || body.key_epoch !== addressed.key_epoch
-          ? `it names executor ${body.executor_id} epoch ${body.key_epoch}, the authorization ${addressed.id} epoch ${addressed.key_epoch}`
-          : body.claimed_at === null && body.status !== 'never_claimed'
-            ? `a ${body.status} report must carry its claim time`
-            : null;
+  const mismatch = mismatchOf(report.body, authorization, operation);
   if (mismatch) throw new CustodyError('report_invalid', `report for ${operation.request_id} does not belong to its authorization: ${mismatch}`);
   return report;
+}
+
+/** Why an authentic report does not belong to its authorization, or null when it does. */
+function mismatchOf(body: ReportBody, authorization: SignedArtifact<'authorization'>, operation: OperationRow): string | null {
+  const addressed = authorization.body.executor;
+  if (body.authorization_digest !== authorization.digest) {
+    return `it names authorization ${body.authorization_digest.slice(0, 16)}…, not ${authorization.digest.slice(0, 16)}…`;
+  }
+  if (body.operation_id !== operation.operation_id) return `it names operation ${body.operation_id.slice(0, 16)}…`;
+  if (body.executor_id !== addressed.id || body.key_epoch !== addressed.key_epoch) {
+    return `it names executor ${body.executor_id} epoch ${body.key_epoch}, the authorization ${addressed.id} epoch ${addressed.key_epoch}`;
+  }
+  if (body.claimed_at === null && body.status !== 'never_claimed') return `a ${body.status} report must carry its claim time`;
+  return null;
 }
