@@ -23,7 +23,7 @@ import { type AuthenticAuthorization, checkAuthorization, checkReport } from './
 
 type ReconcileResult = ResultOf<'reconcile'>;
 
-interface Settlement {
+interface Outcome {
   readonly state: OperationState;
   readonly verdict: 'allow' | 'deny';
   readonly reason: 'ok' | ErrorCode;
@@ -56,7 +56,7 @@ export function reconcile(kernel: Kernel, request: RequestOf<'reconcile'>, conte
   return settle(kernel, authentic, report, requestDigest, context);
 }
 
-function judge(kernel: Kernel, authentic: AuthenticAuthorization, report: SignedArtifact<'report'>): Settlement {
+function judge(kernel: Kernel, authentic: AuthenticAuthorization, report: SignedArtifact<'report'>): Outcome {
   const { not_before: opens, expires_at: closes } = authentic.authorization.body;
   const body = report.body;
   const hold = kernel.store.holds.forOperation(authentic.operation.operation_id)!;
