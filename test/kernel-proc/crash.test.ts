@@ -3,18 +3,8 @@
 // reaps it, starts a fresh kernel on the same directory and checks what the
 // store kept and what a retry gets.
 import { expect } from 'chai';
-import { type CustodyError } from '../../shared/errors.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
-import { KernelProcess, KernelRoot, TOOL, grantBody, holdOf, pinBody, reserveBody, signReport, testExecutor, verifyReceipt } from './helpers.js';
-
-async function refused(promise: Promise<unknown>): Promise<CustodyError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as CustodyError;
-  }
-  return expect.fail('expected the request to fail');
-}
+import { KernelProcess, KernelRoot, TOOL, grantBody, holdOf, pinBody, reserveBody, signReport, testExecutor, verifyReceipt, refused } from './helpers.js';
 
 describe('kernel-proc: kill -9 after each commit, then a restart on the same directory', function () {
   this.timeout(30_000);

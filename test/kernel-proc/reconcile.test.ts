@@ -1,6 +1,5 @@
 import { expect } from 'chai';
 import { decodeArtifact } from '../../shared/artifacts/artifact.js';
-import { type CustodyError } from '../../shared/errors.js';
 import { type RequestOf } from '../../shared/protocol/messages.js';
 import {
   KernelProcess,
@@ -14,16 +13,8 @@ import {
   signReport,
   testExecutor,
   verifyReceipt,
+  refused,
 } from './helpers.js';
-
-async function refused(promise: Promise<unknown>): Promise<CustodyError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as CustodyError;
-  }
-  return expect.fail('expected a refusal');
-}
 
 describe('kernel-proc: reconcile', function () {
   this.timeout(20_000);

@@ -1,19 +1,9 @@
 import { expect } from 'chai';
 import { artifactDigest } from '../../shared/artifacts/artifact.js';
 import { canonicalBytes } from '../../shared/canonical/jcs.js';
-import { type CustodyError } from '../../shared/errors.js';
 import { operationIdFor, parametersDigest, requestBindingHash } from '../../shared/protocol/binding.js';
 import { type RequestOf } from '../../shared/protocol/messages.js';
-import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, reserveBody, testExecutor, verifyReceipt } from './helpers.js';
-
-async function refused(promise: Promise<unknown>): Promise<CustodyError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as CustodyError;
-  }
-  return expect.fail('expected a refusal');
-}
+import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, reserveBody, testExecutor, verifyReceipt, refused } from './helpers.js';
 
 /** A reserve body whose RFC 8785 form is exactly `bytes` long. */
 function reserveOfSize(requestId: string, tool: string, bytes: number): RequestOf<'reserve'> {

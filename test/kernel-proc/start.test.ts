@@ -1,17 +1,7 @@
 import { expect } from 'chai';
 import { decodeArtifact } from '../../shared/artifacts/artifact.js';
-import { type CustodyError } from '../../shared/errors.js';
 import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
-import { KernelProcess, KernelRoot, TOOL, grantBody, holdOf, pinBody, reserveBody, testExecutor, verifyReceipt } from './helpers.js';
-
-async function refused(promise: Promise<unknown>): Promise<CustodyError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as CustodyError;
-  }
-  return expect.fail('expected a refusal');
-}
+import { KernelProcess, KernelRoot, TOOL, grantBody, holdOf, pinBody, reserveBody, testExecutor, verifyReceipt, refused } from './helpers.js';
 
 async function until(check: () => boolean, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
