@@ -62,6 +62,7 @@ const CODES = {
   capability_revoked: { class: 'refused', summary: 'the capability was revoked' },
   capability_unknown: { class: 'refused', summary: 'no capability grants this tool' },
   tool_not_granted: { class: 'refused', summary: 'the capability does not cover this tool' },
+  subject_not_granted: { class: 'refused', summary: 'the capability is granted to another subject' },
   tool_unknown: { class: 'refused', summary: 'no executor serves this tool' },
   arguments_invalid: { class: 'refused', summary: 'the arguments do not match the tool schema' },
   arguments_too_large: { class: 'refused', summary: 'the arguments exceed their bound' },

@@ -1,0 +1,130 @@
+// The kernel's single write path, ready for group commit (DESIGN §13).
+// Requests become units; the units queued within one turn of the event loop
+// run in one IMMEDIATE transaction, each in its own savepoint, so one unit's
+// refusal or fault rolls back only its own writes. Nobody hears an answer
+// before the transaction that holds it has committed, and a crash cutpoint a
+// unit asks for fires after that commit and before any answer is sent.
+//
+// Serializing every decision through this one queue is also what closes the
+// model's H1 ordering: a sweep, a start and a reconcile for one operation can
+// never interleave inside each other's read-check-write.
+import type Database from 'better-sqlite3';
+import { CustodyError, toCustodyError } from '../shared/errors.js';
+import { crashPoint } from '../shared/fault.js';
+import { type Logger, errorFields } from '../shared/log.js';
+
+export interface UnitContext {
+  /** The batch's time, read once (shared/clock.ts): every decision in a batch sees the same now. */
+  readonly now: number;
+  /** Name a crash cutpoint (CUSTODY_FAULT=kernel:<name>) to pass once this unit's writes have committed. */
+  afterCommit(cutpoint: string): void;
+}
+
+export type Unit<T> = (context: UnitContext) => T;
+
+interface Queued {
+  readonly unit: Unit<unknown>;
+  resolve(value: unknown): void;
+  reject(reason: CustodyError): void;
+}
+
+type Outcome = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: CustodyError };
+
+export interface CommitQueueOptions {
+  readonly db: Database.Database;
+  /** Units per transaction. */
+  readonly maxBatch: number;
+  readonly clock: () => number;
+  /** Throws when this process may no longer write (the store lock was lost). */
+  readonly assertWritable: () => void;
+  /** Runs first in every batch, in its own savepoint; a failure is logged and the batch goes on. */
+  readonly beforeEachBatch?: Unit<void>;
+  readonly log: Logger;
+}
+
+export class CommitQueue {
+  readonly #options: CommitQueueOptions;
+  readonly #queue: Queued[] = [];
+  #scheduled = false;
+
+  constructor(options: CommitQueueOptions) {
+    this.#options = options;
+  }
+
+  /** Queue a unit; resolves with its value (or rejects with its refusal) after its batch has committed. */
+  submit<T>(unit: Unit<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.#queue.push({ unit, resolve: resolve, reject });
+      this.#schedule();
+    });
+  }
+
+  /** Resolves once every unit queued before this call has been answered (the queue is first in, first out). */
+  async drain(): Promise<void> {
+    if (this.#queue.length === 0) return;
+    await this.submit(() => undefined).catch(() => undefined);
+  }
+
+  #schedule(): void {
+    if (this.#scheduled) return;
+    this.#scheduled = true;
+    setImmediate(() => {
+      this.#scheduled = false;
+      this.#flush(this.#queue.splice(0, this.#options.maxBatch));
+      if (this.#queue.length > 0) this.#schedule();
+    });
+  }
+
+  #flush(batch: Queued[]): void {
+    const { db, clock, assertWritable, beforeEachBatch, log } = this.#options;
+    const now = clock();
+    const cutpoints: string[] = [];
+    const outcomes: Outcome[] = [];
+    const runSavepoint = (unit: Unit<unknown>): Outcome => {
+      const own: string[] = [];
+      try {
+        const value = db.transaction(() => unit({ now, afterCommit: (name) => own.push(name) }))();
+        cutpoints.push(...own);
+        return { ok: true, value };
+      } catch (error) {
+        return { ok: false, error: fromStore(error) };
+      }
+    };
+    try {
+      assertWritable();
+      db.transaction(() => {
+        if (beforeEachBatch) {
+          const swept = runSavepoint(beforeEachBatch);
+          if (!swept.ok) log.error('sweep_failed', errorFields(swept.error));
+        }
+        for (const queued of batch) outcomes.push(runSavepoint(queued.unit));
+      }).immediate();
+    } catch (error) {
+      const failure = fromStore(error);
+      log.error('batch_not_committed', { units: batch.length, ...errorFields(failure) });
+      for (const queued of batch) queued.reject(failure);
+      return;
+    }
+    log.debug('batch_committed', { units: batch.length });
+    // Committed. A test's kill -9 lands here: after the commit, before any answer.
+    for (const cutpoint of cutpoints) crashPoint('kernel', cutpoint);
+    batch.forEach((queued, index) => {
+      const outcome = outcomes[index]!;
+      if (outcome.ok) queued.resolve(outcome.value);
+      else queued.reject(outcome.error);
+    });
+  }
+}
+
+/**
+ * The store's guards raise `illegal_transition: …` or `store_corrupt: …`
+ * (kernel-proc/store/schema.ts); they become typed errors here. Anything else
+ * that is not already a CustodyError is an internal fault.
+ */
+export function fromStore(error: unknown): CustodyError {
+  if (error instanceof CustodyError) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  const guard = /^(illegal_transition|store_corrupt): (.*)$/s.exec(message);
+  if (guard) return new CustodyError(guard[1] as 'illegal_transition' | 'store_corrupt', guard[2], { cause: error });
+  return toCustodyError(error);
+}

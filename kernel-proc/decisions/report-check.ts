@@ -1,0 +1,77 @@
+// Before a report can settle anything: the authorization must be this
+// kernel's, exactly the one committed for its operation; the report must be
+// signed by the executor key that authorization was addressed to, at an epoch
+// that is still current, and must name that authorization. Anything that
+// fails here is refused as input, unsigned and without touching the
+// operation: what cannot be attributed is no decision about the operation,
+// and a router on the pipe must not be able to fill its history or end it.
+import { type SignedArtifact, decodeArtifact } from '../../shared/artifacts/artifact.js';
+import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { type ReportBody } from '../../shared/protocol/artifacts.js';
+import { type Kernel } from '../kernel.js';
+import { type OperationRow } from '../store/operations-table.js';
+
+export interface AuthenticAuthorization {
+  readonly operation: OperationRow;
+  readonly authorization: SignedArtifact<'authorization'>;
+}
+
+export function checkAuthorization(kernel: Kernel, text: string): AuthenticAuthorization {
+  let authorization: SignedArtifact<'authorization'>;
+  try {
+    authorization = decodeArtifact('authorization', text, { trustedSigners: [kernel.signer.publicKeyHex] });
+  } catch (error) {
+    const cause = toCustodyError(error);
+    throw new CustodyError('authorization_invalid', `authorization is not one this kernel signed: ${cause.code}: ${cause.message}`, { cause });
+  }
+  const operationId = authorization.body.invocation.operation_id;
+  const operation = kernel.store.operations.get(operationId);
+  if (!operation) throw new CustodyError('operation_unknown', `authorization names operation ${operationId}, which this kernel does not hold`);
+  if (operation.authorization !== authorization.text) {
+    throw new CustodyError(
+      'authorization_invalid',
+      `authorization ${authorization.digest.slice(0, 16)}… is not the one committed for operation ${operation.request_id}`,
+    );
+  }
+  return { operation, authorization };
+}
+
+export function checkReport(kernel: Kernel, { operation, authorization }: AuthenticAuthorization, text: string): SignedArtifact<'report'> {
+  const addressed = authorization.body.executor;
+  const pin = kernel.store.pins.current(addressed.id);
+  if (!pin) throw new CustodyError('executor_unknown', `executor ${addressed.id} is not pinned`);
+  if (pin.key_epoch > addressed.key_epoch) {
+    throw new CustodyError(
+      'epoch_stale',
+      `the authorization of ${operation.request_id} is for executor ${addressed.id} epoch ${addressed.key_epoch}; epoch ${pin.key_epoch} superseded it`,
+    );
+  }
+  let report: SignedArtifact<'report'>;
+  try {
+    report = decodeArtifact('report', text, { trustedSigners: [addressed.public_key] });
+  } catch (error) {
+    const cause = toCustodyError(error);
+    throw new CustodyError(
+      'report_invalid',
+      `report for ${operation.request_id} does not verify under executor ${addressed.id} epoch ${addressed.key_epoch}: ${cause.code}: ${cause.message}`,
+      { cause },
+    );
+  }
+  const mismatch = mismatchOf(report.body, authorization, operation);
+  if (mismatch) throw new CustodyError('report_invalid', `report for ${operation.request_id} does not belong to its authorization: ${mismatch}`);
+  return report;
+}
+
+/** Why an authentic report does not belong to its authorization, or null when it does. */
+function mismatchOf(body: ReportBody, authorization: SignedArtifact<'authorization'>, operation: OperationRow): string | null {
+  const addressed = authorization.body.executor;
+  if (body.authorization_digest !== authorization.digest) {
+    return `it names authorization ${body.authorization_digest.slice(0, 16)}…, not ${authorization.digest.slice(0, 16)}…`;
+  }
+  if (body.operation_id !== operation.operation_id) return `it names operation ${body.operation_id.slice(0, 16)}…`;
+  if (body.executor_id !== addressed.id || body.key_epoch !== addressed.key_epoch) {
+    return `it names executor ${body.executor_id} epoch ${body.key_epoch}, the authorization ${addressed.id} epoch ${addressed.key_epoch}`;
+  }
+  if (body.claimed_at === null && body.status !== 'never_claimed') return `a ${body.status} report must carry its claim time`;
+  return null;
+}

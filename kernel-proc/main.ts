@@ -1,0 +1,33 @@
+// kernel-proc's entry point: `node dist/kernel-proc/main.js --dir <state>/kernel`.
+// The supervisor spawns it and writes the session preamble (mode, settings)
+// on its stdin; stdout carries frames only, so argv help and errors go to stderr.
+import { Command } from 'commander';
+import { EXIT, runChild } from '../shared/child/runtime.js';
+import { errorFields } from '../shared/log.js';
+import { setupKernel } from './setup.js';
+
+const program = new Command()
+  .name('kernel-proc')
+  .description('custody kernel: grants, budgets, nonces, operations and signed receipts, served on stdio')
+  .requiredOption('--dir <path>', 'the kernel state directory (kernel.key, kernel.pub, kernel.db)')
+  .configureOutput({ writeOut: (text) => process.stderr.write(text), writeErr: (text) => process.stderr.write(text) })
+  .exitOverride((error) => process.exit(error.exitCode === 0 ? 0 : EXIT.config))
+  .parse(process.argv);
+
+const { dir } = program.opts<{ dir: string }>();
+
+const code = await runChild({
+  role: 'kernel',
+  setup: (preamble, log) =>
+    setupKernel({
+      dir,
+      preamble,
+      log,
+      // Another process may own the store now: write nothing more, leave at once (the supervisor restarts us).
+      onLockLost: (error) => {
+        log.error('store_lock_lost', errorFields(error));
+        process.exit(EXIT.software);
+      },
+    }),
+});
+process.exit(code);

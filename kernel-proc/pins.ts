@@ -1,0 +1,55 @@
+// Executor pins: which executor identity (id, public key, key epoch) the
+// kernel addresses authorizations to and accepts reports from. A re-pin with
+// a higher epoch supersedes the old key at once: authorizations and reports
+// of an older epoch become unusable (epoch_stale).
+import { publicKeyFromHex } from '../shared/crypto/ed25519.js';
+import { CustodyError } from '../shared/errors.js';
+import { toolPatternCovers } from '../shared/protocol/common.js';
+import { type RequestOf, type ResultOf } from '../shared/protocol/messages.js';
+import { type Kernel } from './kernel.js';
+import { type PinRow } from './store/pins-table.js';
+
+export function pinExecutor(kernel: Kernel, request: RequestOf<'executor.pin'>, now: number): ResultOf<'executor.pin'> {
+  // Refuses a malformed, non-canonical or small-order key (key_invalid) before anything is recorded.
+  publicKeyFromHex(request.public_key);
+  const { pins } = kernel.store;
+  const current = pins.current(request.executor_id);
+  const tools = [...new Set(request.tools)];
+  if (current && request.key_epoch < current.key_epoch) {
+    throw new CustodyError(
+      'epoch_stale',
+      `executor ${request.executor_id} is pinned at key epoch ${current.key_epoch}; epoch ${request.key_epoch} is older and cannot be pinned`,
+    );
+  }
+  if (current && request.key_epoch === current.key_epoch) {
+    if (current.public_key !== request.public_key) {
+      throw new CustodyError(
+        'identity_mismatch',
+        `executor ${request.executor_id} epoch ${current.key_epoch} is pinned to key ${current.public_key.slice(0, 16)}…, not ${request.public_key.slice(0, 16)}…; a new key needs a higher epoch`,
+      );
+    }
+    pins.setTools(request.executor_id, request.key_epoch, tools);
+    return resultOf(pins.current(request.executor_id)!);
+  }
+  const row: PinRow = { executor_id: request.executor_id, key_epoch: request.key_epoch, public_key: request.public_key, tools: JSON.stringify(tools), pinned_at: now };
+  pins.insert(row);
+  kernel.log.info('executor_pinned', { executor_id: row.executor_id, key_epoch: row.key_epoch, superseded_epoch: current?.key_epoch ?? null });
+  return resultOf(row);
+}
+
+function resultOf(row: PinRow): ResultOf<'executor.pin'> {
+  return { executor_id: row.executor_id, public_key: row.public_key, key_epoch: row.key_epoch, pinned_at: row.pinned_at };
+}
+
+function toolsOf(pin: PinRow): string[] {
+  return JSON.parse(pin.tools) as string[];
+}
+
+/** The executor that serves a tool: the first pinned executor (by id) whose tools cover it. */
+export function executorFor(kernel: Kernel, tool: string): PinRow | undefined {
+  return kernel.store.pins.allCurrent().find((pin) => servesTool(pin, tool));
+}
+
+export function servesTool(pin: PinRow, tool: string): boolean {
+  return toolsOf(pin).some((pattern) => toolPatternCovers(pattern, tool));
+}

@@ -1,0 +1,129 @@
+// Bringing the kernel up in its directory (DESIGN §9: kernel/kernel.key,
+// kernel.pub, kernel.db), in one of two modes that never stand in for each
+// other:
+//   provision — create the directory (0700), the key pair inside this
+//     process, kernel.db and the default grant; refuse anything already there;
+//   serve — open what provisioning made; refuse a missing store, and a key
+//     that is not the one the store and kernel.pub were made for.
+// Either way the directory stays locked for the life of the process. Serving
+// starts with recovery: a committed start found now is `awaiting_report`.
+import path from 'node:path';
+import { createKeyPair, loadSigner, readPublicKeyFile } from '../shared/crypto/key-files.js';
+import { type Signer } from '../shared/crypto/ed25519.js';
+import { CustodyError } from '../shared/errors.js';
+import { crashPoint } from '../shared/fault.js';
+import { nowMs } from '../shared/clock.js';
+import { type Logger } from '../shared/log.js';
+import { type Preamble } from '../shared/protocol/preamble.js';
+import { acquireDirLock } from '../shared/store/dir-lock.js';
+import { ensurePrivateDir, isPathPresent } from '../shared/store/private-fs.js';
+import { addGrant } from './grants.js';
+import { KERNEL_KEY_EPOCH, type Kernel } from './kernel.js';
+import { KernelService } from './service.js';
+import { type KernelSettings, parseKernelSettings } from './settings.js';
+import { KernelStore } from './store/kernel-store.js';
+import { KERNEL_DB_FILE } from './store/schema.js';
+
+export const KERNEL_KEY_FILE = 'kernel.key';
+export const KERNEL_PUB_FILE = 'kernel.pub';
+
+export interface KernelSetupOptions {
+  readonly dir: string;
+  readonly preamble: Preamble;
+  readonly log: Logger;
+  /** The store lock was lost: another process may own the store. Must stop this process. */
+  readonly onLockLost: (error: CustodyError) => void;
+}
+
+export async function setupKernel(options: KernelSetupOptions): Promise<KernelService> {
+  const { dir, preamble, log } = options;
+  const settings = parseKernelSettings(preamble.settings);
+  if (preamble.mode === 'provision') ensurePrivateDir(dir, { create: true });
+  const lock = await acquireDirLock(dir, { onCompromised: options.onLockLost });
+  try {
+    const kernel = preamble.mode === 'provision' ? provision(dir, settings, log) : open(dir, settings, log);
+    return new KernelService(kernel, lock);
+  } catch (error) {
+    await lock.release();
+    throw error;
+  }
+}
+
+function provision(dir: string, settings: KernelSettings, log: Logger): Kernel {
+  for (const file of [KERNEL_KEY_FILE, KERNEL_PUB_FILE, KERNEL_DB_FILE]) {
+    const existing = path.join(dir, file);
+    if (isPathPresent(existing)) {
+      throw new CustodyError('store_exists', `${existing} already exists; provisioning never replaces a kernel key or store (serve it, or move the directory aside)`);
+    }
+  }
+  // A failure after this point leaves what was made; the next provisioning is refused until an operator moves it aside.
+  const signer = createKeyPair(dir, 'kernel');
+  const store = KernelStore.provision(dir);
+  const kernel: Kernel = { store, signer, settings, log };
+  try {
+    const now = nowMs();
+    store.db.transaction(() => {
+      store.recordIdentity({ public_key: signer.publicKeyHex, key_epoch: KERNEL_KEY_EPOCH, created_at: now });
+      if (settings.default_grant) {
+        const grant = addGrant(kernel, { ...settings.default_grant, not_before: null }, now);
+        log.info('default_grant_created', { capability_id: grant.capability_id, tool: grant.tool, max_invocations: grant.max_invocations });
+      }
+    }).immediate();
+  } catch (error) {
+    store.close();
+    throw error;
+  }
+  crashPoint('kernel', 'after_provision_commit');
+  log.info('kernel_provisioned', { dir, public_key: signer.publicKeyHex });
+  return kernel;
+}
+
+function open(dir: string, settings: KernelSettings, log: Logger): Kernel {
+  const store = KernelStore.open(dir);
+  try {
+    const signer = checkIdentity(dir, store);
+    const kernel: Kernel = { store, signer, settings, log };
+    recover(kernel);
+    return kernel;
+  } catch (error) {
+    store.close();
+    throw error;
+  }
+}
+
+function checkIdentity(dir: string, store: KernelStore): Signer {
+  const signer = loadSigner(path.join(dir, KERNEL_KEY_FILE));
+  const recorded = store.identity();
+  if (!recorded) {
+    throw new CustodyError('store_schema', `kernel store in ${dir} has no identity row: its provisioning never completed; inspect it and move it aside`);
+  }
+  if (recorded.public_key !== signer.publicKeyHex) {
+    throw new CustodyError(
+      'identity_mismatch',
+      `${KERNEL_KEY_FILE} holds key ${signer.publicKeyHex.slice(0, 16)}…, but ${KERNEL_DB_FILE} was provisioned for ${recorded.public_key.slice(0, 16)}…`,
+    );
+  }
+  const published = readPublicKeyFile(path.join(dir, KERNEL_PUB_FILE));
+  if (published !== signer.publicKeyHex) {
+    throw new CustodyError(
+      'identity_mismatch',
+      `${KERNEL_PUB_FILE} holds key ${published.slice(0, 16)}…, not the kernel's ${signer.publicKeyHex.slice(0, 16)}…; receipts would not verify against it`,
+    );
+  }
+  return signer;
+}
+
+/**
+ * Startup recovery (DESIGN §6.3): a start committed before this process began
+ * has lost whoever was waiting for it. It becomes `awaiting_report`; the
+ * original report still settles it. Nothing is re-authorized: a retried start
+ * gets the retained authorization, with its original window.
+ */
+function recover(kernel: Kernel): void {
+  const { store } = kernel;
+  const moved = store.db.transaction(() => store.operations.markAllAwaitingReport(nowMs())).immediate();
+  if (moved > 0) {
+    kernel.log.info('recovered_committed_starts', { count: moved, state: 'awaiting_report' });
+    crashPoint('kernel', 'after_recovery_commit');
+  }
+}

@@ -1,0 +1,77 @@
+// Budget holds. A grant's usage is derived from its holds (consumed ones are
+// used, reserved ones are held), never kept in a counter that could drift.
+// A hold leaves `reserved` at most once: the UPDATE names `reserved` and the
+// store's trigger refuses any other move (model P4, the H1 double release).
+import type Database from 'better-sqlite3';
+import { CustodyError } from '../../shared/errors.js';
+import { HOLD_MACHINE, type HoldState } from '../machines.js';
+
+export interface HoldRow {
+  readonly hold_id: string;
+  readonly operation_id: string;
+  readonly capability_id: string;
+  readonly invocations: number;
+  readonly cost_units_held: number;
+  readonly cost_units_charged: number;
+  readonly state: HoldState;
+  readonly created_at: number;
+  readonly settled_at: number | null;
+  readonly settled_by: string | null;
+}
+
+export interface GrantUsage {
+  readonly invocations_used: number;
+  readonly invocations_held: number;
+  readonly cost_units_used: number;
+  readonly cost_units_held: number;
+}
+
+export function holdIdFor(operationId: string): string {
+  return `hold:${operationId}`;
+}
+
+export class HoldsTable {
+  readonly #get: Database.Statement<[string], HoldRow>;
+  readonly #insert: Database.Statement<[{ hold_id: string; operation_id: string; capability_id: string; invocations: number; cost: number; now: number }]>;
+  readonly #settle: Database.Statement<[{ id: string; to: string; charged: number; now: number; receipt: string }]>;
+  readonly #usage: Database.Statement<[string], GrantUsage>;
+
+  constructor(db: Database.Database) {
+    this.#get = db.prepare('SELECT * FROM holds WHERE operation_id = ?');
+    this.#insert = db.prepare(`
+      INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, state, created_at)
+      VALUES (@hold_id, @operation_id, @capability_id, @invocations, @cost, 'reserved', @now)`);
+    this.#settle = db.prepare(`
+      UPDATE holds SET state = @to, cost_units_charged = @charged, settled_at = @now, settled_by = @receipt
+      WHERE hold_id = @id AND state = 'reserved'`);
+    this.#usage = db.prepare(`
+      SELECT coalesce(sum(CASE WHEN state = 'consumed' THEN invocations END), 0) AS invocations_used,
+             coalesce(sum(CASE WHEN state = 'reserved' THEN invocations END), 0) AS invocations_held,
+             coalesce(sum(CASE WHEN state = 'consumed' THEN cost_units_charged END), 0) AS cost_units_used,
+             coalesce(sum(CASE WHEN state = 'reserved' THEN cost_units_held END), 0) AS cost_units_held
+      FROM holds WHERE capability_id = ? AND state IN ('reserved', 'consumed')`);
+  }
+
+  forOperation(operationId: string): HoldRow | undefined {
+    return this.#get.get(operationId);
+  }
+
+  place(operationId: string, capabilityId: string, costUnits: number, now: number): HoldRow {
+    const holdId = holdIdFor(operationId);
+    this.#insert.run({ hold_id: holdId, operation_id: operationId, capability_id: capabilityId, invocations: 1, cost: costUnits, now });
+    return this.forOperation(operationId)!;
+  }
+
+  /** Release or consume a hold that is still reserved; `receiptId` names the decision that did it. */
+  settle(hold: HoldRow, to: HoldState, charged: number, now: number, receiptId: string): void {
+    HOLD_MACHINE.assertMove(hold.state, to, `hold ${hold.hold_id}`);
+    const { changes } = this.#settle.run({ id: hold.hold_id, to, charged, now, receipt: receiptId });
+    if (changes !== 1) {
+      throw new CustodyError('illegal_transition', `hold ${hold.hold_id} was no longer reserved when moving it to ${to}; it is never disposed of twice`);
+    }
+  }
+
+  usage(capabilityId: string): GrantUsage {
+    return this.#usage.get(capabilityId)!;
+  }
+}

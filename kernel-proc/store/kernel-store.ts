@@ -1,0 +1,107 @@
+// kernel.db: one connection, its tables, and the identity row that ties the
+// store to kernel.key. Provisioning and opening stay two separate doors
+// (shared/store/sqlite-store.ts): opening never creates a store.
+import type Database from 'better-sqlite3';
+import { CustodyError } from '../../shared/errors.js';
+import { type StoreSpec, openStore, provisionStore } from '../../shared/store/sqlite-store.js';
+import { transitionRows } from '../machines.js';
+import { GrantsTable } from './grants-table.js';
+import { HoldsTable } from './holds-table.js';
+import { NoncesTable } from './nonces-table.js';
+import { OperationsTable } from './operations-table.js';
+import { PinsTable } from './pins-table.js';
+import { ReceiptsTable } from './receipts-table.js';
+import { KERNEL_DB_FILE, KERNEL_MIGRATIONS } from './schema.js';
+
+export interface StoredIdentity {
+  readonly public_key: string;
+  readonly key_epoch: number;
+  readonly created_at: number;
+}
+
+function specFor(dir: string): StoreSpec {
+  return { label: 'kernel', dir, file: KERNEL_DB_FILE, migrations: KERNEL_MIGRATIONS };
+}
+
+export class KernelStore {
+  readonly db: Database.Database;
+  readonly operations: OperationsTable;
+  readonly holds: HoldsTable;
+  readonly nonces: NoncesTable;
+  readonly receipts: ReceiptsTable;
+  readonly grants: GrantsTable;
+  readonly pins: PinsTable;
+  readonly #identity: Database.Statement<[], StoredIdentity>;
+  readonly #recordIdentity: Database.Statement<[StoredIdentity]>;
+
+  private constructor(db: Database.Database) {
+    this.db = db;
+    this.operations = new OperationsTable(db);
+    this.holds = new HoldsTable(db);
+    this.nonces = new NoncesTable(db);
+    this.receipts = new ReceiptsTable(db);
+    this.grants = new GrantsTable(db);
+    this.pins = new PinsTable(db);
+    this.#identity = db.prepare('SELECT public_key, key_epoch, created_at FROM kernel_identity WHERE singleton = 1');
+    this.#recordIdentity = db.prepare(
+      'INSERT INTO kernel_identity (singleton, public_key, key_epoch, created_at) VALUES (1, @public_key, @key_epoch, @created_at)',
+    );
+  }
+
+  /** Create kernel.db in `dir`; refuses an existing store (store_exists). */
+  static provision(dir: string): KernelStore {
+    return KernelStore.#wrap(provisionStore(specFor(dir)));
+  }
+
+  /** Open an existing kernel.db; refuses a missing one (store_missing). */
+  static open(dir: string): KernelStore {
+    return KernelStore.#wrap(openStore(specFor(dir)));
+  }
+
+  static #wrap(db: Database.Database): KernelStore {
+    try {
+      checkTransitions(db);
+      return new KernelStore(db);
+    } catch (error) {
+      db.close();
+      throw error;
+    }
+  }
+
+  identity(): StoredIdentity | undefined {
+    return this.#identity.get();
+  }
+
+  recordIdentity(identity: StoredIdentity): void {
+    this.#recordIdentity.run(identity);
+  }
+
+  close(): void {
+    if (this.db.open) this.db.close();
+  }
+}
+
+/**
+ * The store's copy of the machine tables must be this build's: a difference
+ * means the code changed its machines without a schema migration, and the
+ * triggers would enforce the wrong rules.
+ */
+function checkTransitions(db: Database.Database): void {
+  const key = (row: { machine: string; from: string; to: string }) => `${row.machine}:${row.from}->${row.to}`;
+  const stored = db
+    .prepare<[], { machine: string; from: string; to: string }>(
+      'SELECT machine, from_state AS "from", to_state AS "to" FROM state_transitions',
+    )
+    .all()
+    .map(key)
+    .sort();
+  const code = transitionRows().map(key).sort();
+  if (stored.join('\n') !== code.join('\n')) {
+    const missing = code.filter((k) => !stored.includes(k));
+    const extra = stored.filter((k) => !code.includes(k));
+    throw new CustodyError(
+      'store_schema',
+      `kernel store state_transitions differ from this build (missing ${missing.join(', ') || 'none'}; extra ${extra.join(', ') || 'none'}); a schema migration is missing`,
+    );
+  }
+}

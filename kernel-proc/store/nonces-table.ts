@@ -1,0 +1,65 @@
+// Execution nonces. Capacity counts live nonces only (unused, unexpired):
+// used, expired and voided nonces stay as history and never block a reserve,
+// and a live one is never evicted to make room.
+import type Database from 'better-sqlite3';
+import { CustodyError } from '../../shared/errors.js';
+import { NONCE_MACHINE, type NonceState } from '../machines.js';
+
+export interface NonceRow {
+  readonly nonce_id: string;
+  readonly operation_id: string;
+  readonly state: NonceState;
+  readonly created_at: number;
+  readonly expires_at: number;
+  readonly closed_at: number | null;
+}
+
+export class NoncesTable {
+  readonly #get: Database.Statement<[string], NonceRow>;
+  readonly #forOperation: Database.Statement<[string], NonceRow>;
+  readonly #insert: Database.Statement<[{ nonce_id: string; operation_id: string; now: number; expires_at: number }]>;
+  readonly #close: Database.Statement<[{ id: string; to: string; now: number }]>;
+  readonly #countLive: Database.Statement<[], { live: number }>;
+  readonly #expired: Database.Statement<[{ now: number; limit: number }], NonceRow>;
+
+  constructor(db: Database.Database) {
+    this.#get = db.prepare('SELECT * FROM nonces WHERE nonce_id = ?');
+    this.#forOperation = db.prepare('SELECT * FROM nonces WHERE operation_id = ?');
+    this.#insert = db.prepare(`
+      INSERT INTO nonces (nonce_id, operation_id, state, created_at, expires_at)
+      VALUES (@nonce_id, @operation_id, 'live', @now, @expires_at)`);
+    this.#close = db.prepare(`UPDATE nonces SET state = @to, closed_at = @now WHERE nonce_id = @id AND state = 'live'`);
+    this.#countLive = db.prepare(`SELECT count(*) AS live FROM nonces WHERE state = 'live'`);
+    this.#expired = db.prepare(`
+      SELECT * FROM nonces WHERE state = 'live' AND expires_at <= @now ORDER BY expires_at, nonce_id LIMIT @limit`);
+  }
+
+  get(nonceId: string): NonceRow | undefined {
+    return this.#get.get(nonceId);
+  }
+
+  forOperation(operationId: string): NonceRow | undefined {
+    return this.#forOperation.get(operationId);
+  }
+
+  mint(nonceId: string, operationId: string, now: number, expiresAt: number): NonceRow {
+    this.#insert.run({ nonce_id: nonceId, operation_id: operationId, now, expires_at: expiresAt });
+    return this.get(nonceId)!;
+  }
+
+  close(nonce: NonceRow, to: NonceState, now: number): void {
+    NONCE_MACHINE.assertMove(nonce.state, to, `nonce of operation ${nonce.operation_id}`);
+    if (this.#close.run({ id: nonce.nonce_id, to, now }).changes !== 1) {
+      throw new CustodyError('illegal_transition', `nonce of operation ${nonce.operation_id} was no longer live when moving it to ${to}`);
+    }
+  }
+
+  countLive(): number {
+    return this.#countLive.get()!.live;
+  }
+
+  /** Live nonces whose time has come, oldest first. */
+  expired(now: number, limit: number): NonceRow[] {
+    return this.#expired.all({ now, limit });
+  }
+}

@@ -1,0 +1,154 @@
+// The operations table: one row per request id. Every state change names the
+// state it expects to leave, so a row that moved meanwhile is refused rather
+// than overwritten; the machine table is checked here and again by the
+// store's trigger.
+import type Database from 'better-sqlite3';
+import { CustodyError } from '../../shared/errors.js';
+import { type OperationState } from '../../shared/protocol/kernel-messages.js';
+import { OPERATION_MACHINE } from '../machines.js';
+
+export interface OperationRow {
+  readonly operation_id: string;
+  readonly request_id: string;
+  readonly request_binding_hash: string;
+  readonly subject: string;
+  readonly tool: string;
+  readonly parameters_digest: string;
+  readonly cost_units: number;
+  readonly capability_id: string | null;
+  readonly capability_digest: string | null;
+  readonly executor_id: string | null;
+  readonly state: OperationState;
+  readonly created_at: number;
+  readonly updated_at: number;
+  readonly start_request_digest: string | null;
+  readonly authorization: string | null;
+  readonly authorization_digest: string | null;
+  readonly window_not_before: number | null;
+  readonly window_expires_at: number | null;
+  readonly report: string | null;
+  readonly report_digest: string | null;
+  readonly output: string | null;
+  readonly flag: string | null;
+}
+
+export type NewOperation = Pick<
+  OperationRow,
+  | 'operation_id'
+  | 'request_id'
+  | 'request_binding_hash'
+  | 'subject'
+  | 'tool'
+  | 'parameters_digest'
+  | 'cost_units'
+  | 'capability_id'
+  | 'capability_digest'
+  | 'executor_id'
+  | 'state'
+  | 'created_at'
+>;
+
+export interface DispatchCommit {
+  readonly start_request_digest: string;
+  readonly authorization: string;
+  readonly authorization_digest: string;
+  readonly window_not_before: number;
+  readonly window_expires_at: number;
+}
+
+export interface Settlement {
+  readonly report: string;
+  readonly report_digest: string;
+  /** JSON text of the report's output, kept only for a completed operation. */
+  readonly output: string | null;
+  readonly flag: string | null;
+}
+
+/** The states `recover` hands to the supervisor: committed starts it must drive to a signed end. */
+const IN_DOUBT: readonly OperationState[] = ['dispatch_committed', 'awaiting_report', 'unknown'];
+
+export class OperationsTable {
+  readonly #get: Database.Statement<[string], OperationRow>;
+  readonly #insert: Database.Statement<[NewOperation]>;
+  readonly #move: Database.Statement<[{ id: string; from: string; to: string; now: number; flag: string | null }]>;
+  readonly #dispatch: Database.Statement<[DispatchCommit & { id: string; now: number }]>;
+  readonly #settle: Database.Statement<[Settlement & { id: string; from: string; to: string; now: number }]>;
+  readonly #list: Database.Statement<[{ states: string | null; limit: number }], OperationRow>;
+  readonly #inDoubt: Database.Statement<[{ states: string; limit: number }], OperationRow>;
+  readonly #awaitAll: Database.Statement<[{ now: number }]>;
+
+  constructor(db: Database.Database) {
+    this.#get = db.prepare('SELECT * FROM operations WHERE operation_id = ?');
+    this.#insert = db.prepare(`
+      INSERT INTO operations (operation_id, request_id, request_binding_hash, subject, tool, parameters_digest, cost_units,
+                              capability_id, capability_digest, executor_id, state, created_at, updated_at)
+      VALUES (@operation_id, @request_id, @request_binding_hash, @subject, @tool, @parameters_digest, @cost_units,
+              @capability_id, @capability_digest, @executor_id, @state, @created_at, @created_at)`);
+    this.#move = db.prepare(`
+      UPDATE operations SET state = @to, updated_at = @now, flag = coalesce(@flag, flag)
+      WHERE operation_id = @id AND state = @from`);
+    this.#dispatch = db.prepare(`
+      UPDATE operations SET state = 'dispatch_committed', updated_at = @now, start_request_digest = @start_request_digest,
+             authorization = @authorization, authorization_digest = @authorization_digest,
+             window_not_before = @window_not_before, window_expires_at = @window_expires_at
+      WHERE operation_id = @id AND state = 'reserved'`);
+    this.#settle = db.prepare(`
+      UPDATE operations SET state = @to, updated_at = @now, report = @report, report_digest = @report_digest,
+             output = @output, flag = coalesce(@flag, flag)
+      WHERE operation_id = @id AND state = @from`);
+    this.#list = db.prepare(`
+      SELECT * FROM operations WHERE @states IS NULL OR state IN (SELECT value FROM json_each(@states))
+      ORDER BY created_at DESC, operation_id LIMIT @limit`);
+    this.#inDoubt = db.prepare(`
+      SELECT * FROM operations WHERE state IN (SELECT value FROM json_each(@states))
+      ORDER BY created_at, operation_id LIMIT @limit`);
+    this.#awaitAll = db.prepare(`
+      UPDATE operations SET state = 'awaiting_report', updated_at = @now WHERE state = 'dispatch_committed'`);
+  }
+
+  get(operationId: string): OperationRow | undefined {
+    return this.#get.get(operationId);
+  }
+
+  insert(row: NewOperation): void {
+    this.#insert.run(row);
+  }
+
+  move(row: OperationRow, to: OperationState, now: number, flag: string | null = null): void {
+    OPERATION_MACHINE.assertMove(row.state, to, `operation ${row.operation_id}`);
+    expectOne(this.#move.run({ id: row.operation_id, from: row.state, to, now, flag }).changes, row, to);
+  }
+
+  commitDispatch(row: OperationRow, commit: DispatchCommit, now: number): void {
+    OPERATION_MACHINE.assertMove(row.state, 'dispatch_committed', `operation ${row.operation_id}`);
+    expectOne(this.#dispatch.run({ ...commit, id: row.operation_id, now }).changes, row, 'dispatch_committed');
+  }
+
+  settle(row: OperationRow, to: OperationState, settlement: Settlement, now: number): void {
+    OPERATION_MACHINE.assertMove(row.state, to, `operation ${row.operation_id}`);
+    expectOne(this.#settle.run({ ...settlement, id: row.operation_id, from: row.state, to, now }).changes, row, to);
+  }
+
+  list(states: readonly OperationState[] | null, limit: number): OperationRow[] {
+    return this.#list.all({ states: states === null ? null : JSON.stringify(states), limit });
+  }
+
+  inDoubt(limit: number): OperationRow[] {
+    return this.#inDoubt.all({ states: JSON.stringify(IN_DOUBT), limit });
+  }
+
+  /** Startup recovery: every committed start becomes awaiting_report (DESIGN §6.3). Returns how many. */
+  markAllAwaitingReport(now: number): number {
+    OPERATION_MACHINE.assertMove('dispatch_committed', 'awaiting_report');
+    return this.#awaitAll.run({ now }).changes;
+  }
+}
+
+function expectOne(changes: number, row: OperationRow, to: OperationState): void {
+  if (changes !== 1) {
+    throw new CustodyError(
+      'illegal_transition',
+      `operation ${row.operation_id} was no longer ${row.state} when moving it to ${to}; nothing was overwritten`,
+    );
+  }
+}

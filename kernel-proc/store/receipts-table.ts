@@ -1,0 +1,70 @@
+// Retained receipts: insert-once, numbered per operation, each with the
+// digest of the request it answers so a retried request finds its answer.
+import type Database from 'better-sqlite3';
+import { type HoldDisposition } from '../../shared/protocol/artifacts.js';
+import { type OperationState } from '../../shared/protocol/kernel-messages.js';
+
+export type ReceiptDecision = 'reserve' | 'start' | 'completion' | 'finalization' | 'expiry' | 'unknown';
+
+export interface ReceiptRow {
+  readonly receipt_id: string;
+  readonly operation_id: string;
+  readonly seq: number;
+  readonly decision: ReceiptDecision;
+  readonly verdict: 'allow' | 'deny';
+  readonly reason: string;
+  readonly state: OperationState;
+  readonly hold_disposition: HoldDisposition;
+  readonly request_digest: string | null;
+  readonly issued_at: number;
+  readonly digest: string;
+  readonly receipt: string;
+}
+
+export class ReceiptsTable {
+  readonly #insert: Database.Statement<[ReceiptRow]>;
+  readonly #count: Database.Statement<[string], { n: number }>;
+  readonly #forRequest: Database.Statement<[string, string], ReceiptRow>;
+  readonly #entering: Database.Statement<[string, string], ReceiptRow>;
+  readonly #all: Database.Statement<[string], ReceiptRow>;
+  readonly #last: Database.Statement<[string], ReceiptRow>;
+
+  constructor(db: Database.Database) {
+    this.#insert = db.prepare(`
+      INSERT INTO receipts (receipt_id, operation_id, seq, decision, verdict, reason, state, hold_disposition,
+                            request_digest, issued_at, digest, receipt)
+      VALUES (@receipt_id, @operation_id, @seq, @decision, @verdict, @reason, @state, @hold_disposition,
+              @request_digest, @issued_at, @digest, @receipt)`);
+    this.#count = db.prepare('SELECT count(*) AS n FROM receipts WHERE operation_id = ?');
+    this.#forRequest = db.prepare('SELECT * FROM receipts WHERE operation_id = ? AND request_digest = ? ORDER BY seq LIMIT 1');
+    this.#entering = db.prepare('SELECT * FROM receipts WHERE operation_id = ? AND state = ? ORDER BY seq LIMIT 1');
+    this.#all = db.prepare('SELECT * FROM receipts WHERE operation_id = ? ORDER BY seq');
+    this.#last = db.prepare('SELECT * FROM receipts WHERE operation_id = ? ORDER BY seq DESC LIMIT 1');
+  }
+
+  insert(row: ReceiptRow): void {
+    this.#insert.run(row);
+  }
+
+  count(operationId: string): number {
+    return this.#count.get(operationId)!.n;
+  }
+
+  /** The answer already given to this exact request, if any. */
+  forRequest(operationId: string, requestDigest: string): ReceiptRow | undefined {
+    return this.#forRequest.get(operationId, requestDigest);
+  }
+
+  /** The receipt of the decision that moved the operation into `state`. */
+  entering(operationId: string, state: OperationState): ReceiptRow | undefined {
+    return this.#entering.get(operationId, state);
+  }
+
+  all(operationId: string): ReceiptRow[] {
+    return this.#all.all(operationId);
+  }
+
+  last(operationId: string): ReceiptRow | undefined {
+    return this.#last.get(operationId);
+  }
+}

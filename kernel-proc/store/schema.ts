@@ -1,0 +1,225 @@
+// kernel.db, as an operator reads it with the sqlite3 shell: plain columns,
+// JSON as TEXT, integer millisecond timestamps, signed artifacts as their
+// exact bytes, and three views to query first (operations_view, holds_view,
+// receipts_view; grants_view too). Triggers guard what the code promises:
+// states move only along the tables in machines.ts, a hold is disposed of
+// once, receipts are insert-once, identities never change.
+import { type Migration } from '../../shared/store/sqlite-store.js';
+import { INITIAL_OPERATION_STATES, transitionRows } from '../machines.js';
+
+/** ISO-8601 UTC text for an integer millisecond column. */
+const iso = (column: string) => `strftime('%Y-%m-%dT%H:%M:%fZ', ${column} / 1000.0, 'unixepoch')`;
+
+const quote = (text: string) => `'${text.replaceAll("'", "''")}'`;
+
+/**
+ * A trigger that refuses any state change not listed in state_transitions for
+ * `machine`. RAISE messages are string literals: an expression there is newer
+ * SQLite syntax (3.47) that an operator's older sqlite3 shell cannot parse,
+ * and a schema it cannot parse makes the whole store unreadable to it.
+ */
+function transitionGuard(table: string, machine: string): string {
+  return `
+CREATE TRIGGER ${table}_state_guard BEFORE UPDATE OF state ON ${table}
+WHEN NEW.state IS NOT OLD.state AND NOT EXISTS (
+  SELECT 1 FROM state_transitions WHERE machine = '${machine}' AND from_state = OLD.state AND to_state = NEW.state)
+BEGIN
+  SELECT RAISE(ABORT, 'illegal_transition: ${table}: a state change the ${machine} machine does not allow');
+END;`;
+}
+
+/** A trigger that refuses changes to columns that are fixed once written (NULL may become a value once). */
+function fixedColumns(table: string, name: string, columns: readonly string[], setOnce: readonly string[] = []): string {
+  const changed = [
+    ...columns.map((c) => `NEW.${c} IS NOT OLD.${c}`),
+    ...setOnce.map((c) => `(OLD.${c} IS NOT NULL AND NEW.${c} IS NOT OLD.${c})`),
+  ].join(' OR ');
+  return `
+CREATE TRIGGER ${table}_${name} BEFORE UPDATE ON ${table} WHEN ${changed}
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: ${table}: a column that is fixed once written was changed');
+END;`;
+}
+
+function neverDeleted(table: string): string {
+  return `
+CREATE TRIGGER ${table}_kept BEFORE DELETE ON ${table}
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: ${table} rows are never deleted');
+END;`;
+}
+
+const transitionsInsert = transitionRows()
+  .map((row) => `INSERT INTO state_transitions (machine, from_state, to_state) VALUES (${quote(row.machine)}, ${quote(row.from)}, ${quote(row.to)});`)
+  .join('\n');
+
+const V1 = `
+CREATE TABLE kernel_identity ( -- The key this store was provisioned for (kernel.pub). One row; never changes.
+  singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+  public_key TEXT NOT NULL CHECK (length(public_key) = 64),
+  key_epoch INTEGER NOT NULL,
+  created_at INTEGER NOT NULL
+) STRICT;
+CREATE TRIGGER kernel_identity_fixed BEFORE UPDATE ON kernel_identity
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: the kernel identity never changes'); END;
+${neverDeleted('kernel_identity')}
+
+CREATE TABLE state_transitions ( -- The legal moves of each state machine, copied from kernel-proc/machines.ts; the state guards read it.
+  machine TEXT NOT NULL,
+  from_state TEXT NOT NULL,
+  to_state TEXT NOT NULL,
+  PRIMARY KEY (machine, from_state, to_state)
+) STRICT, WITHOUT ROWID;
+${transitionsInsert}
+CREATE TRIGGER state_transitions_fixed_insert BEFORE INSERT ON state_transitions
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: state_transitions changes only through a schema migration'); END;
+CREATE TRIGGER state_transitions_fixed_update BEFORE UPDATE ON state_transitions
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: state_transitions changes only through a schema migration'); END;
+${neverDeleted('state_transitions')}
+
+CREATE TABLE grants ( -- Grants: kernel-signed capabilities (tool or tool prefix, subject, budget, validity). Only revoked_at ever changes, once.
+  capability_id TEXT PRIMARY KEY,
+  tool TEXT NOT NULL,
+  subject TEXT NOT NULL,
+  max_invocations INTEGER NOT NULL CHECK (max_invocations > 0),
+  max_cost_units INTEGER CHECK (max_cost_units >= 0),
+  not_before INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  issued_at INTEGER NOT NULL,
+  revoked_at INTEGER,
+  capability TEXT NOT NULL,         -- the signed capability, exact JCS bytes
+  capability_digest TEXT NOT NULL   -- SHA-256 of those bytes
+) STRICT;
+${fixedColumns('grants', 'fixed', ['capability_id', 'tool', 'subject', 'max_invocations', 'max_cost_units', 'not_before', 'expires_at', 'issued_at', 'capability', 'capability_digest'], ['revoked_at'])}
+${neverDeleted('grants')}
+
+CREATE TABLE executor_pins ( -- Executor pins: (id, key, epoch) from each executor's exported public key, and the tools it serves.
+  -- The highest epoch of an id is its current pin; older rows stay for audit and make old authorizations unusable.
+  executor_id TEXT NOT NULL,
+  key_epoch INTEGER NOT NULL CHECK (key_epoch > 0),
+  public_key TEXT NOT NULL CHECK (length(public_key) = 64),
+  tools TEXT NOT NULL CHECK (json_valid(tools)),  -- JSON array of tool patterns
+  pinned_at INTEGER NOT NULL,
+  PRIMARY KEY (executor_id, key_epoch)
+) STRICT;
+${fixedColumns('executor_pins', 'fixed', ['executor_id', 'key_epoch', 'public_key'])}
+${neverDeleted('executor_pins')}
+
+CREATE TABLE operations ( -- Operations, one per request id (the idempotency key). state follows the operation machine.
+  operation_id TEXT PRIMARY KEY,
+  request_id TEXT NOT NULL UNIQUE,
+  request_binding_hash TEXT NOT NULL,   -- digest of the request bytes; a different one is request_conflict
+  subject TEXT NOT NULL,
+  tool TEXT NOT NULL,
+  parameters_digest TEXT NOT NULL,
+  cost_units INTEGER NOT NULL,
+  capability_id TEXT REFERENCES grants (capability_id),
+  capability_digest TEXT,
+  executor_id TEXT,
+  state TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  start_request_digest TEXT,            -- the start request that committed dispatch (its retry gets the same authorization)
+  authorization TEXT,                   -- the signed dispatch authorization, exact JCS bytes
+  authorization_digest TEXT,
+  window_not_before INTEGER,
+  window_expires_at INTEGER,
+  report TEXT,                          -- the executor's signed report that settled it, exact bytes
+  report_digest TEXT,
+  output TEXT CHECK (output IS NULL OR json_valid(output)),  -- the report's output (JSON), for completed operations
+  flag TEXT                             -- why an operator should look (finalization deny, unknown)
+) STRICT;
+CREATE INDEX operations_by_state ON operations (state, created_at);
+CREATE TRIGGER operations_initial_state BEFORE INSERT ON operations
+WHEN NEW.state NOT IN (${INITIAL_OPERATION_STATES.map(quote).join(', ')})
+BEGIN SELECT RAISE(ABORT, 'illegal_transition: operations: an operation starts as reserved or denied'); END;
+${transitionGuard('operations', 'operation')}
+${fixedColumns('operations', 'fixed', ['operation_id', 'request_id', 'request_binding_hash', 'subject', 'tool', 'parameters_digest', 'cost_units', 'capability_id', 'capability_digest', 'executor_id', 'created_at'], ['start_request_digest', 'authorization', 'authorization_digest', 'window_not_before', 'window_expires_at', 'report', 'report_digest', 'output'])}
+${neverDeleted('operations')}
+
+CREATE TABLE holds ( -- Budget holds placed at reserve: one per allowed operation, disposed of (released or consumed) at most once.
+  hold_id TEXT PRIMARY KEY,
+  operation_id TEXT NOT NULL UNIQUE REFERENCES operations (operation_id),
+  capability_id TEXT NOT NULL REFERENCES grants (capability_id),
+  invocations INTEGER NOT NULL CHECK (invocations >= 0),
+  cost_units_held INTEGER NOT NULL CHECK (cost_units_held >= 0),
+  cost_units_charged INTEGER NOT NULL DEFAULT 0 CHECK (cost_units_charged >= 0 AND cost_units_charged <= cost_units_held),
+  state TEXT NOT NULL DEFAULT 'reserved',  -- reserved, released, consumed
+  created_at INTEGER NOT NULL,
+  settled_at INTEGER,
+  settled_by TEXT                          -- the receipt that released or consumed it
+) STRICT;
+CREATE INDEX holds_by_grant ON holds (capability_id, state);
+${transitionGuard('holds', 'hold')}
+${fixedColumns('holds', 'fixed', ['hold_id', 'operation_id', 'capability_id', 'invocations', 'cost_units_held', 'created_at'], ['settled_at', 'settled_by'])}
+${neverDeleted('holds')}
+
+CREATE TABLE nonces ( -- Execution nonces minted at reserve. A live nonce is never evicted: when the live ones reach capacity, reserve refuses.
+  nonce_id TEXT PRIMARY KEY,
+  operation_id TEXT NOT NULL UNIQUE REFERENCES operations (operation_id),
+  state TEXT NOT NULL DEFAULT 'live',  -- live, used, expired, voided
+  created_at INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  closed_at INTEGER
+) STRICT;
+CREATE INDEX nonces_live ON nonces (expires_at) WHERE state = 'live';
+${transitionGuard('nonces', 'nonce')}
+${fixedColumns('nonces', 'fixed', ['nonce_id', 'operation_id', 'created_at', 'expires_at'], ['closed_at'])}
+${neverDeleted('nonces')}
+
+CREATE TABLE receipts ( -- Every decision, kernel-signed, retained as its exact bytes; insert-once. request_digest names the request it answers.
+  receipt_id TEXT PRIMARY KEY,
+  operation_id TEXT NOT NULL REFERENCES operations (operation_id),
+  seq INTEGER NOT NULL CHECK (seq > 0),
+  decision TEXT NOT NULL CHECK (decision IN ('reserve', 'start', 'completion', 'finalization', 'expiry', 'unknown')),
+  verdict TEXT NOT NULL CHECK (verdict IN ('allow', 'deny')),
+  reason TEXT NOT NULL,          -- ok, or an error code
+  state TEXT NOT NULL,           -- the operation state after the decision
+  hold_disposition TEXT NOT NULL CHECK (hold_disposition IN ('reserved', 'released', 'consumed', 'release_unconfirmed', 'none')),
+  request_digest TEXT,
+  issued_at INTEGER NOT NULL,
+  digest TEXT NOT NULL,          -- SHA-256 of the receipt bytes
+  receipt TEXT NOT NULL,         -- the signed receipt, exact JCS bytes
+  UNIQUE (operation_id, seq)
+) STRICT;
+CREATE INDEX receipts_by_request ON receipts (operation_id, request_digest);
+CREATE TRIGGER receipts_insert_once BEFORE UPDATE ON receipts
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: receipts are insert-once'); END;
+${neverDeleted('receipts')}
+
+CREATE VIEW operations_view AS
+SELECT o.operation_id, o.request_id, o.state, o.tool, o.subject, o.capability_id, o.executor_id,
+       h.state AS hold, h.cost_units_held, h.cost_units_charged,
+       ${iso('o.created_at')} AS created, ${iso('o.updated_at')} AS updated,
+       ${iso('n.expires_at')} AS nonce_expires, n.state AS nonce,
+       ${iso('o.window_not_before')} AS window_opens, ${iso('o.window_expires_at')} AS window_closes,
+       (SELECT count(*) FROM receipts r WHERE r.operation_id = o.operation_id) AS receipts,
+       (SELECT r.reason FROM receipts r WHERE r.operation_id = o.operation_id ORDER BY r.seq DESC LIMIT 1) AS last_reason,
+       o.flag
+FROM operations o
+LEFT JOIN holds h ON h.operation_id = o.operation_id
+LEFT JOIN nonces n ON n.operation_id = o.operation_id;
+
+CREATE VIEW holds_view AS
+SELECT h.hold_id, o.request_id, h.operation_id, h.capability_id, h.state, h.invocations,
+       h.cost_units_held, h.cost_units_charged, ${iso('h.created_at')} AS created, ${iso('h.settled_at')} AS settled, h.settled_by
+FROM holds h JOIN operations o ON o.operation_id = h.operation_id;
+
+CREATE VIEW receipts_view AS
+SELECT r.receipt_id, o.request_id, r.operation_id, r.seq, r.decision, r.verdict, r.reason, r.state, r.hold_disposition,
+       ${iso('r.issued_at')} AS issued, r.digest
+FROM receipts r JOIN operations o ON o.operation_id = r.operation_id;
+
+CREATE VIEW grants_view AS
+SELECT g.capability_id, g.tool, g.subject, g.max_invocations, g.max_cost_units,
+       (SELECT count(*) FROM holds h WHERE h.capability_id = g.capability_id AND h.state = 'consumed') AS invocations_used,
+       (SELECT count(*) FROM holds h WHERE h.capability_id = g.capability_id AND h.state = 'reserved') AS invocations_held,
+       ${iso('g.not_before')} AS valid_from, ${iso('g.expires_at')} AS expires, ${iso('g.revoked_at')} AS revoked
+FROM grants g;
+`;
+
+export const KERNEL_MIGRATIONS: readonly Migration[] = [
+  { version: 1, description: 'identity, grants, executor pins, operations, holds, nonces, receipts, views', sql: V1 },
+];
+
+export const KERNEL_DB_FILE = 'kernel.db';

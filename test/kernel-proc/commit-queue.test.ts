@@ -1,0 +1,116 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { expect } from 'chai';
+import { CustodyError } from '../../shared/errors.js';
+import { createLogger } from '../../shared/log.js';
+import { CommitQueue, fromStore } from '../../kernel-proc/commit-queue.js';
+
+describe('kernel-proc: the group-commit write path', () => {
+  let dir: string;
+  let db: Database.Database;
+  let reader: Database.Database;
+  let batches: number;
+  let writable: boolean;
+  const quiet = createLogger({}, { write: () => undefined });
+
+  const queue = (maxBatch: number) =>
+    new CommitQueue({
+      db,
+      maxBatch,
+      clock: () => 1234,
+      assertWritable: () => {
+        if (!writable) throw new CustodyError('store_lock_lost', 'lock lost');
+      },
+      beforeEachBatch: () => void (batches += 1),
+      log: quiet,
+    });
+  const insert = (value: string) => db.prepare('INSERT INTO items (value) VALUES (?)').run(value);
+  const committed = () => reader.prepare('SELECT value FROM items ORDER BY value').pluck().all();
+
+  beforeEach(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'custody-queue-test-'));
+    db = new Database(path.join(dir, 'q.db'));
+    db.pragma('journal_mode = WAL');
+    db.exec(`CREATE TABLE items (value TEXT PRIMARY KEY);
+             CREATE TRIGGER no_x BEFORE INSERT ON items WHEN NEW.value = 'x' BEGIN SELECT RAISE(ABORT, 'illegal_transition: items: no x'); END;`);
+    reader = new Database(path.join(dir, 'q.db'), { readonly: true });
+    batches = 0;
+    writable = true;
+  });
+  afterEach(() => {
+    reader.close();
+    db.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('runs the units queued in one turn in one transaction and answers each only after it committed', async () => {
+    const q = queue(32);
+    const seen: unknown[][] = [];
+    const answers = ['a', 'b', 'c'].map((value) =>
+      q.submit(() => {
+        insert(value);
+        return value;
+      }).then((answer) => {
+        seen.push(committed());
+        return answer;
+      }),
+    );
+    expect(await Promise.all(answers)).to.deep.equal(['a', 'b', 'c']);
+    expect(batches).to.equal(1);
+    for (const view of seen) expect(view).to.deep.equal(['a', 'b', 'c']);
+  });
+
+  it('rolls back only the unit that failed; the others in its batch commit', async () => {
+    const q = queue(32);
+    const good = q.submit(() => insert('a'));
+    const bad = q.submit(() => {
+      insert('b');
+      throw new CustodyError('request_conflict', 'no');
+    });
+    const after = q.submit(() => insert('c'));
+    await good;
+    await after;
+    const failure = await bad.catch((error: unknown) => error);
+    expect(failure).to.be.instanceOf(CustodyError).with.property('code', 'request_conflict');
+    expect(committed()).to.deep.equal(['a', 'c']);
+  });
+
+  it('turns a store guard into its typed error', async () => {
+    const failure = await queue(32).submit(() => insert('x')).catch((error: unknown) => error);
+    expect(failure).to.be.instanceOf(CustodyError).with.property('code', 'illegal_transition');
+    expect(fromStore(new Error('store_corrupt: receipts are insert-once')).code).to.equal('store_corrupt');
+    expect(fromStore(new Error('disk I/O error')).code).to.equal('internal');
+  });
+
+  it('caps a batch at its bound: five units, batches of two, three transactions', async () => {
+    const q = queue(2);
+    await Promise.all(['a', 'b', 'c', 'd', 'e'].map((value) => q.submit(() => insert(value))));
+    expect(batches).to.equal(3);
+    expect(committed()).to.have.length(5);
+  });
+
+  it('writes nothing once the store lock is lost, and says so to every unit', async () => {
+    writable = false;
+    const q = queue(32);
+    const failures = await Promise.all(['a', 'b'].map((value) => q.submit(() => insert(value)).catch((error: unknown) => error)));
+    for (const failure of failures) expect(failure).to.have.property('code', 'store_lock_lost');
+    expect(committed()).to.deep.equal([]);
+  });
+
+  it('drains: resolves after every unit queued before it was answered, and at once when nothing is queued', async () => {
+    const q = queue(32);
+    await q.drain();
+    expect(batches).to.equal(0);
+    const pending = q.submit(() => insert('a'));
+    await q.drain();
+    expect(committed()).to.deep.equal(['a']);
+    await pending;
+  });
+
+  it('gives every unit of a batch the same time', async () => {
+    const q = queue(32);
+    expect(await Promise.all([q.submit((c) => c.now), q.submit((c) => c.now)])).to.deep.equal([1234, 1234]);
+  });
+});
