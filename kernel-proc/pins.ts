@@ -45,9 +45,16 @@ function toolsOf(pin: PinRow): string[] {
   return JSON.parse(pin.tools) as string[];
 }
 
-/** The executor that serves a tool: the first pinned executor (by id) whose tools cover it. */
-export function executorFor(kernel: Kernel, tool: string): PinRow | undefined {
-  return kernel.store.pins.allCurrent().find((pin) => servesTool(pin, tool));
+/**
+ * The executor that serves a tool for an operation. Several executors may
+ * serve one tool (`custody init --executors N`); the operation id picks one
+ * of them, so operations spread across executors and a retried reserve of
+ * the same operation addresses the same one.
+ */
+export function executorFor(kernel: Kernel, tool: string, operationId: string): PinRow | undefined {
+  const candidates = kernel.store.pins.allCurrent().filter((pin) => servesTool(pin, tool));
+  if (candidates.length === 0) return undefined;
+  return candidates[Number.parseInt(operationId.slice(0, 8), 16) % candidates.length];
 }
 
 export function servesTool(pin: PinRow, tool: string): boolean {

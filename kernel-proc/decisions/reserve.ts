@@ -111,7 +111,7 @@ function admit(kernel: Kernel, request: ReserveRequest, now: number): Denial | A
   }
   const choice = chooseGrant(kernel, request, now);
   if (choice.refusal) return { ...choice.refusal, grant: choice.grant, capabilityId: choice.capabilityId };
-  const executor = executorFor(kernel, request.tool);
+  const executor = executorFor(kernel, request.tool, operationIdFor(request.request_id));
   if (!executor) {
     return { reason: 'tool_unknown', message: `no pinned executor serves ${request.tool}`, grant: choice.grant, capabilityId: choice.grant.capability_id };
   }
