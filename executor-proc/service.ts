@@ -34,24 +34,32 @@ const DRAIN_MARGIN_MS = 5_000;
 
 export async function setupExecutor(preamble: Preamble, log: Logger, options: ExecutorOptions): Promise<ChildService> {
   const settings = parseExecutorSettings(preamble.settings);
-  const state = await openExecutorState({
-    mode: preamble.mode,
-    dir: options.dir,
-    name: preamble.name,
-    kernelPin: preamble.pins.kernel,
-    settings: settings.provision,
-    onLockLost: (error) => {
-      log.error('store_lock_lost', errorFields(error));
-      options.exit(EXIT.software);
-    },
-  });
+  // The adapter host starts while the stores open: a restart after kill -9 is on the recovery path.
+  ensureResources(options.resources);
+  const hostStarting = AdapterHost.start(
+    { resources: options.resources, modules: [...options.adapterModules], note_max_bytes: settings.runtime.noteMaxBytes },
+    log.child({ component: 'adapter-host' }),
+  );
+  let state: ExecutorState;
+  try {
+    state = await openExecutorState({
+      mode: preamble.mode,
+      dir: options.dir,
+      name: preamble.name,
+      kernelPin: preamble.pins.kernel,
+      settings: settings.provision,
+      onLockLost: (error) => {
+        log.error('store_lock_lost', errorFields(error));
+        options.exit(EXIT.software);
+      },
+    });
+  } catch (error) {
+    await hostStarting.then((host) => host.close()).catch(() => undefined);
+    throw error;
+  }
   let host: AdapterHost;
   try {
-    ensureResources(options.resources);
-    host = await AdapterHost.start(
-      { resources: options.resources, modules: [...options.adapterModules], note_max_bytes: settings.runtime.noteMaxBytes },
-      log.child({ component: 'adapter-host' }),
-    );
+    host = await hostStarting;
   } catch (error) {
     closeStores(state);
     await state.lock.release().catch(() => undefined);
