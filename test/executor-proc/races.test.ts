@@ -4,7 +4,6 @@
 import { expect } from 'chai';
 import { type CustodyError } from '../../shared/errors.js';
 import {
-  type Executor,
   type Home,
   authorize,
   executeBody,
@@ -32,11 +31,10 @@ async function codeOf(promise: Promise<unknown>): Promise<string> {
 describe('executor-proc races', function () {
   this.timeout(30_000);
   let home: Home;
-  let identity: Executor['identity'];
 
   beforeEach(async () => {
     home = makeHome();
-    identity = await provisioned(home);
+    await provisioned(home);
   });
 
   afterEach(() => removeHome(home));
