@@ -11,6 +11,7 @@
 // is that lock, and its busy timeout is the wait. The critical section is
 // synchronous, so one process never interleaves with itself inside it.
 import fs from 'node:fs';
+import path from 'node:path';
 import Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
 
@@ -18,19 +19,21 @@ export const LOCK_WAIT_MS = 10_000;
 
 export class ExclusiveFileLock {
   readonly #path: string;
+  readonly #waitMs: number;
   #db: Database.Database | null = null;
 
-  constructor(lockPath: string) {
+  constructor(lockPath: string, waitMs = LOCK_WAIT_MS) {
     this.#path = lockPath;
+    this.#waitMs = waitMs;
   }
 
-  /** Run `section` while holding the lock; refuses with internal after LOCK_WAIT_MS of waiting. */
+  /** Run `section` while holding the lock; refuses with internal after waiting `waitMs`. */
   withLock<T>(section: () => T): T {
     const db = this.#open();
     try {
       db.exec('BEGIN EXCLUSIVE');
     } catch (error) {
-      throw new CustodyError('internal', `lock ${this.#path} not acquired within ${LOCK_WAIT_MS} ms: ${(error as Error).message}`, { cause: error });
+      throw new CustodyError('internal', `lock ${this.#path} not acquired within ${this.#waitMs} ms: ${(error as Error).message}`, { cause: error });
     }
     try {
       return section();
@@ -47,9 +50,10 @@ export class ExclusiveFileLock {
   #open(): Database.Database {
     if (this.#db) return this.#db;
     // Create it private before SQLite does (it would use the umask).
+    fs.mkdirSync(path.dirname(this.#path), { recursive: true, mode: 0o700 });
     const fd = fs.openSync(this.#path, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o600);
     fs.closeSync(fd);
-    this.#db = new Database(this.#path, { timeout: LOCK_WAIT_MS });
+    this.#db = new Database(this.#path, { timeout: this.#waitMs });
     return this.#db;
   }
 }

@@ -120,7 +120,6 @@ export class NotesJournal {
 
   /** The bytes after #offset, creating the journal (0600) if it is not there yet. */
   #readNew(): Buffer {
-    fs.mkdirSync(path.dirname(this.#file), { recursive: true, mode: 0o700 });
     const fd = fs.openSync(this.#file, fs.constants.O_RDONLY | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o600);
     try {
       const stat = fs.fstatSync(fd);

@@ -10,9 +10,10 @@
 // too, so an archived operation still replays its report.
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
+import { type NOT_ARCHIVED_REASONS } from '../../shared/protocol/executor-messages.js';
 import { type Ledger } from './ledger.js';
 
-export type NotArchivedReason = 'unknown_operation' | 'already_archived' | 'no_report' | 'window_open';
+export type NotArchivedReason = (typeof NOT_ARCHIVED_REASONS)[number];
 
 export interface ArchiveResult {
   readonly archived: number;

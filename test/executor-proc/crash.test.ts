@@ -13,6 +13,7 @@ import {
   makeHome,
   notesFor,
   provisioned,
+  reachedPause,
   reapKilled,
   removeHome,
   sqlite,
@@ -110,6 +111,25 @@ describe('executor-proc crash matrix', function () {
     expect(replay.report).to.equal(retained);
     expect(replay.status).to.equal('completed');
     expect(notesFor(home, auth.operationId)).to.have.length(1);
+  });
+
+  it('an adapter host killed mid-effect leaves outcome_unknown; a fresh host serves the next call and reconciles', async () => {
+    const executor = await startExecutor(home, { faults: ['pause_before_effect'] });
+    const auth = authorize({ identity });
+    const pending = executor.channel.request('execute', executeBody(auth));
+    await reachedPause(home, 'pause_before_effect');
+    const ready = executor.stderr.find((line) => line.includes('"adapter_host_ready"'));
+    const hostPid = (JSON.parse(ready ?? '{}') as { pid?: number }).pid;
+    expect(hostPid).to.be.a('number');
+    process.kill(hostPid!, 'SIGKILL');
+    expect(await codeOf(pending)).to.equal('outcome_unknown');
+    const next = authorize({ identity });
+    expect((await executor.channel.request('execute', executeBody(next))).status).to.equal('completed');
+    const reconciled = await executor.channel.request('reconcile_operation', { authorization: auth.text, expected: auth.expected });
+    expect(reconciled.status).to.equal('reconciled_not_applied');
+    await stopExecutor(executor);
+    expect(notesFor(home, auth.operationId)).to.have.length(0);
+    expect(notesFor(home, next.operationId)).to.have.length(1);
   });
 
   it('drop_reply exits 75 after retaining the report, and the next execute returns the identical report', async () => {
