@@ -27,7 +27,7 @@ export interface ExecuteCall {
   /** The operation id: the key the resource dedupes or fences by. */
   readonly operationKey: string;
   readonly arguments: JsonObject;
-  /** Aborted when a cancel arrives (cancellable adapters only) or the deadline passes. */
+  /** Aborted when a `cancel` names this call (sent to cancellable adapters only). */
   readonly signal: AbortSignal;
   readonly log: AdapterLog;
 }

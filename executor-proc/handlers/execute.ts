@@ -8,6 +8,7 @@
 //   5 sign and retain the report in a second transaction, then answer.
 import { crashPoint } from '../../shared/fault.js';
 import { CustodyError } from '../../shared/errors.js';
+import { errorFields } from '../../shared/log.js';
 import { type ReportStatus } from '../../shared/protocol/artifacts.js';
 import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
 import { checkArguments, type VerifiedAuthorization, verifyAuthorization } from '../authorization.js';
@@ -75,7 +76,11 @@ function outsideWindow(verified: VerifiedAuthorization, now: number): CustodyErr
   );
 }
 
-/** Steps 4 and 5, with the effect listed in flight so `cancel` can find it and reconcile knows it runs. */
+/**
+ * Steps 4 and 5. The effect stays listed in flight until the adapter host
+ * answers, past the request's deadline if need be: `cancel` can still reach
+ * it, and reconcile_operation knows it may still happen.
+ */
 async function runTracked(
   context: ExecutorContext,
   descriptor: AdapterDescriptor,
@@ -95,28 +100,41 @@ async function runTracked(
     ended: new Promise((resolve) => (endStatus = resolve)),
   };
   context.inFlight.set(frameId, effect);
+  const unlist = () => {
+    if (context.inFlight.get(frameId) === effect) context.inFlight.delete(frameId);
+  };
+  const deadline = deadlineFor(context, descriptor);
+  const end = await withinDeadline(started.end, deadline);
+  if (end === undefined) {
+    // Still running in the adapter host: what it ends with later is still
+    // the truth, and is retained then if this process still has its ledger.
+    void started.end.then((late) => {
+      unlist();
+      endStatus(retainLate(context, verified, late));
+    });
+    throw new CustodyError(
+      'outcome_unknown',
+      `adapter ${descriptor.tool} did not finish operation ${claim.operationId} within ${deadline} ms; the claim stays and is never run again — reconcile it`,
+    );
+  }
+  unlist();
   try {
-    const end = await withinDeadline(started.end, deadlineFor(context, descriptor));
-    if (end === undefined) {
-      // Still running in the adapter host: what it ends with later is still
-      // the truth and is retained then, if this process still has its ledger.
-      void started.end.then((late) => {
-        if (late.kind === 'observed' && context.isOpen()) retainObservation(context, verified, late.status, late.output, late.costUnits, 'late');
-        endStatus(null);
-      });
-      throw new CustodyError(
-        'outcome_unknown',
-        `adapter ${descriptor.tool} did not finish operation ${claim.operationId} within ${deadlineFor(context, descriptor)} ms; the claim stays and is never run again — reconcile it`,
-      );
-    }
     const result = finish(context, verified, claim, end, effect.cancelRequested);
     endStatus(result.status);
     return result;
   } catch (error) {
     endStatus(null);
     throw error;
-  } finally {
-    context.inFlight.delete(frameId);
+  }
+}
+
+function retainLate(context: ExecutorContext, verified: VerifiedAuthorization, late: EffectEnd): ReportStatus | null {
+  if (late.kind !== 'observed' || !context.isOpen()) return null;
+  try {
+    return retainObservation(context, verified, late.status, late.output, late.costUnits, 'late').status;
+  } catch (error) {
+    context.log.error('late_report_not_retained', { operation_id: verified.subject.operationId, ...errorFields(error) });
+    return null;
   }
 }
 
@@ -128,7 +146,14 @@ function finish(context: ExecutorContext, verified: VerifiedAuthorization, claim
   if (end.cancelled && !cancelRequested) context.log.warn('adapter_cancelled_unasked', { operation_id: claim.operationId });
   crashPoint('executor', 'after_effect');
   // Step 5.
-  const answer = retainObservation(context, verified, end.status, end.output, end.costUnits, 'execute');
+  let answer: ExecuteResult;
+  try {
+    answer = retainObservation(context, verified, end.status, end.output, end.costUnits, 'execute');
+  } catch (error) {
+    // The adapter answered but its report could not be kept (store busy, lock lost): the claim stands alone.
+    context.log.error('report_not_retained', { operation_id: claim.operationId, status: end.status, ...errorFields(error) });
+    throw new CustodyError('outcome_unknown', `operation ${claim.operationId} ended ${end.status} but its report could not be retained; reconcile it`, { cause: error });
+  }
   crashPoint('executor', 'after_report');
   return answer;
 }

@@ -151,6 +151,16 @@ describe('executor-proc provision and open', function () {
     }
   });
 
+  it('refuses to start with an adapter module that cannot be loaded, or that serves a built-in tool again', async () => {
+    const missing = await refusedStart(home, { adapters: [path.join(home.root, 'no-such-adapter.js')] });
+    expect(missing.code).to.equal('config_invalid');
+    const twice = path.join(home.root, 'twice.mjs');
+    fs.writeFileSync(twice, "export default { tool: 'review-notes/append', contract: 'read_only', argumentSchema: { safeParse: () => ({ success: true }) }, execute: async () => ({ outcome: 'applied' }) };\n");
+    const duplicate = await refusedStart(home, { adapters: [twice] });
+    expect(duplicate.code).to.equal('config_invalid');
+    expect(duplicate.message).to.match(/served twice/);
+  });
+
   it('refuses a second process on the same directory with store_locked', async () => {
     const first = await startExecutor(home);
     try {
