@@ -90,6 +90,18 @@ describe('executor-proc review-notes journal', () => {
     expect(warnings).to.include('journal_line_skipped');
   });
 
+  it('reads a journal longer than its read chunk, lines crossing chunk borders included', () => {
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    const note = 'n'.repeat(1000);
+    const body = Array.from({ length: 3000 }, (_, i) => JSON.stringify({ operation_id: OP(1000 + i), note, sha256: noteDigest(note) })).join('\n') + '\n';
+    fs.writeFileSync(file, body);
+    expect(fs.statSync(file).size).to.be.above(3 * 1024 * 1024);
+    for (const i of [0, 1047, 2999]) expect(journal.observe(OP(1000 + i))).to.deep.include({ outcome: 'applied' });
+    expect(journal.observe(OP(5000))).to.deep.equal({ outcome: 'not_applied', fencedNow: true });
+    expect(journal.append(OP(5000), 'fenced')).to.deep.equal({ outcome: 'fenced' });
+    expect(warnings).to.deep.equal([]);
+  });
+
   it('waits for a lock held by another process, and gets it the moment that process is killed with -9', async () => {
     fs.mkdirSync(path.dirname(file), { recursive: true });
     const holder = await holdLockElsewhere(`${file}.lock`);
