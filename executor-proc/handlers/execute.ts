@@ -55,7 +55,7 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
   }
   crashPoint('executor', 'after_claim');
 
-  // Step 4.
+  // Steps 4 and 5.
   const ended = await runTracked(context, descriptor, claim.record, verified, body, frameId);
   return dropIfAsked(context, body, ended);
 }
