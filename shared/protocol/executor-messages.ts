@@ -11,7 +11,12 @@ export const claimView = z.strictObject({
   claimed_at: timestampMs.nullable(),
   report_status: reportStatus.nullable(),
   report: artifactText.nullable(),
+  /** Moved to archive.db by archival; still found, still replayed, never claimed again. */
+  archived: z.boolean(),
 });
+
+/** Why a listed operation stayed in the live ledger. */
+export const NOT_ARCHIVED_REASONS = ['unknown_operation', 'already_archived', 'no_report', 'window_open'] as const;
 
 const reportResult = z.strictObject({ report: artifactText, status: reportStatus, replayed: z.boolean() });
 
@@ -47,6 +52,10 @@ export const EXECUTOR_MESSAGES = {
     to: ['executor'],
     /** Operations whose reports the kernel has reconciled; only those whose window has passed may leave. */
     request: z.strictObject({ reconciled: z.array(hex32).max(10_000) }),
-    result: z.strictObject({ archived: nonNegativeInt, live: nonNegativeInt }),
+    result: z.strictObject({
+      archived: nonNegativeInt,
+      live: nonNegativeInt,
+      not_archived: z.array(z.strictObject({ operation_id: hex32, reason: z.enum(NOT_ARCHIVED_REASONS) })).max(10_000),
+    }),
   },
 } as const satisfies Record<string, MessageSpec>;

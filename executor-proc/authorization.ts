@@ -1,0 +1,82 @@
+// Step 1 of execute_once and of reconcile_operation (DESIGN §6.2): the
+// authorization verifies against the pinned kernel key, is addressed to this
+// executor's id, key and epoch, and binds exactly the invocation the
+// supervisor recorded from the original request, so an authorization can
+// never choose its own expectation. No time check here: the window is
+// checked inside the claim transaction (H2).
+import { type SignedArtifact, decodeArtifact } from '../shared/artifacts/artifact.js';
+import { CustodyError, toCustodyError } from '../shared/errors.js';
+import { type Invocation } from '../shared/protocol/artifacts.js';
+import { parametersDigest } from '../shared/protocol/binding.js';
+import { type JsonObject } from '../shared/protocol/common.js';
+import { type ClaimSubject } from './ledger/ledger.js';
+import { type LedgerConfig } from './ledger/stores.js';
+
+export interface VerifiedAuthorization {
+  readonly artifact: SignedArtifact<'authorization'>;
+  readonly invocation: Invocation;
+  readonly subject: ClaimSubject;
+}
+
+const INVOCATION_FIELDS = [
+  'operation_id',
+  'request_id',
+  'request_binding_hash',
+  'capability_id',
+  'capability_digest',
+  'tool',
+  'parameters_digest',
+] as const satisfies ReadonlyArray<keyof Invocation>;
+
+export function verifyAuthorization(text: string, expected: Invocation, config: LedgerConfig): VerifiedAuthorization {
+  let artifact: SignedArtifact<'authorization'>;
+  try {
+    artifact = decodeArtifact('authorization', text, { trustedSigners: [config.kernelPublicKey] });
+  } catch (error) {
+    const cause = toCustodyError(error);
+    throw new CustodyError('authorization_invalid', `authorization refused (${cause.code}): ${cause.message}`, { cause });
+  }
+  const { executor, invocation } = artifact.body;
+  const misaddressed: string[] = [];
+  if (executor.id !== config.executorId) misaddressed.push(`id ${executor.id} (this is ${config.executorId})`);
+  if (executor.public_key !== config.publicKey) {
+    misaddressed.push(`key ${executor.public_key.slice(0, 16)}… (this is ${config.publicKey.slice(0, 16)}…)`);
+  }
+  if (executor.key_epoch !== config.keyEpoch) misaddressed.push(`key epoch ${executor.key_epoch} (this is ${config.keyEpoch})`);
+  if (misaddressed.length > 0) {
+    throw new CustodyError('not_addressed_to_me', `authorization for operation ${invocation.operation_id} is addressed to executor ${misaddressed.join(', ')}`);
+  }
+  const differing = INVOCATION_FIELDS.filter((field) => invocation[field] !== expected[field]);
+  if (differing.length > 0) {
+    const shown = differing.map((field) => `${field} ${JSON.stringify(invocation[field])} (expected ${JSON.stringify(expected[field])})`);
+    throw new CustodyError('invocation_mismatch', `authorization binds a different invocation than the one recorded: ${shown.join('; ')}`);
+  }
+  return {
+    artifact,
+    invocation,
+    subject: {
+      operationId: invocation.operation_id,
+      tool: invocation.tool,
+      authorizationDigest: artifact.digest,
+      authorizationText: artifact.text,
+      notBefore: artifact.body.not_before,
+      expiresAt: artifact.body.expires_at,
+    },
+  };
+}
+
+/** The arguments must be the ones the kernel authorized: they hash to its parameters digest. */
+export function checkArguments(invocation: Invocation, args: JsonObject): void {
+  let digest: string;
+  try {
+    digest = parametersDigest(args);
+  } catch (error) {
+    throw new CustodyError('arguments_invalid', `arguments cannot be canonicalized: ${toCustodyError(error).message}`, { cause: error });
+  }
+  if (digest !== invocation.parameters_digest) {
+    throw new CustodyError(
+      'arguments_changed',
+      `arguments hash to ${digest.slice(0, 16)}…, the authorization of operation ${invocation.operation_id} binds ${invocation.parameters_digest.slice(0, 16)}…`,
+    );
+  }
+}

@@ -1,0 +1,100 @@
+// What every handler of one executor session shares: its ledger, archive,
+// adapter host, key, bounds and the table of effects in flight.
+import { type Signer } from '../shared/crypto/ed25519.js';
+import { CustodyError } from '../shared/errors.js';
+import { type Logger } from '../shared/log.js';
+import { type ReportStatus } from '../shared/protocol/artifacts.js';
+import { type AdapterDescriptor } from './adapters/contract.js';
+import { type AdapterHost } from './adapters/host-client.js';
+import { type Archiver } from './ledger/archive.js';
+import { type Ledger } from './ledger/ledger.js';
+import { type RuntimeSettings } from './settings.js';
+
+/** An execute whose adapter is running, by the frame id of its request (the target of `cancel`). */
+export interface InFlightEffect {
+  readonly operationId: string;
+  readonly tool: string;
+  readonly hostCallId: number;
+  readonly cancellable: boolean;
+  cancelRequested: boolean;
+  /** The status retained when the effect ended (null: none, the outcome is unknown). */
+  readonly ended: Promise<ReportStatus | null>;
+}
+
+export interface ExecutorContext {
+  readonly ledger: Ledger;
+  readonly archiver: Archiver;
+  readonly host: AdapterHost;
+  readonly signer: Signer;
+  readonly settings: RuntimeSettings;
+  readonly log: Logger;
+  readonly inFlight: Map<string, InFlightEffect>;
+  readonly reconcileBudget: ReconcileBudget;
+  /** The lost-reply drill: end the process with exit code 75, now. */
+  readonly dropReply: () => never;
+  /** False once the stores are closed: a late effect can no longer be recorded. */
+  isOpen(): boolean;
+}
+
+/** The adapter for a tool, refused by name when there is none or it declared no contract. */
+export function runnableAdapter(context: ExecutorContext, tool: string): AdapterDescriptor {
+  const descriptor = context.host.descriptors.get(tool);
+  if (!descriptor) {
+    const served = [...context.host.descriptors.keys()].join(', ');
+    throw new CustodyError('adapter_unknown', `no adapter serves tool ${tool} on executor ${context.ledger.config.executorId} (it serves ${served})`);
+  }
+  if (descriptor.contract === null) {
+    throw new CustodyError('adapter_contract_missing', `adapter ${tool} (${descriptor.source}) ${descriptor.problem ?? 'declares no contract'}; it cannot run`);
+  }
+  return descriptor;
+}
+
+export function deadlineFor(context: ExecutorContext, descriptor: AdapterDescriptor): number {
+  return context.settings.adapterDeadlines[descriptor.tool] ?? descriptor.deadlineMs ?? context.settings.adapterDeadlineMs;
+}
+
+/** Whether an effect for this operation is running in this process. */
+export function effectRunning(context: ExecutorContext, operationId: string): boolean {
+  for (const effect of context.inFlight.values()) if (effect.operationId === operationId) return true;
+  return false;
+}
+
+/**
+ * reconcile_operation asks adapters, which may write (a fence) and call out:
+ * bounded per tool and per session, so it cannot become an unbounded status
+ * oracle (DESIGN §6.2, §10). A fresh session starts with a fresh budget.
+ */
+export class ReconcileBudget {
+  readonly #perTool: number;
+  readonly #perSession: number;
+  readonly #used = new Map<string, number>();
+  #total = 0;
+
+  constructor(perTool: number, perSession: number) {
+    this.#perTool = perTool;
+    this.#perSession = perSession;
+  }
+
+  take(tool: string): void {
+    const used = this.#used.get(tool) ?? 0;
+    if (this.#total >= this.#perSession) {
+      throw new CustodyError('reconcile_budget_exhausted', `this session used all ${this.#perSession} reconciliation exchanges (reconcile_per_session); a fresh session has a fresh budget`);
+    }
+    if (used >= this.#perTool) {
+      throw new CustodyError('reconcile_budget_exhausted', `tool ${tool} used all ${this.#perTool} reconciliation exchanges of this session (reconcile_per_tool)`);
+    }
+    this.#used.set(tool, used + 1);
+    this.#total += 1;
+  }
+}
+
+/** Race a promise against a deadline; `undefined` when the deadline came first. */
+export async function withinDeadline<T>(work: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
+  try {
+    return await Promise.race([work, expired]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

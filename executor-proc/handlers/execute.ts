@@ -1,0 +1,168 @@
+// execute_once (DESIGN §6.2 steps 1–5), in this order and no other:
+//   1 verify the authorization and the arguments (no time check);
+//   2 look up: a report is replayed, a refusal refused, a claim with no
+//     report is outcome_unknown — all before any window check (H5);
+//   3 claim in one BEGIN IMMEDIATE transaction that re-reads and checks the
+//     window against max(clock, HWM) (H2, H6);
+//   4 run the adapter with no transaction open;
+//   5 sign and retain the report in a second transaction, then answer.
+import { crashPoint } from '../../shared/fault.js';
+import { CustodyError } from '../../shared/errors.js';
+import { errorFields } from '../../shared/log.js';
+import { type ReportStatus } from '../../shared/protocol/artifacts.js';
+import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
+import { checkArguments, type VerifiedAuthorization, verifyAuthorization } from '../authorization.js';
+import { type ExecutorContext, type InFlightEffect, deadlineFor, runnableAdapter, withinDeadline } from '../context.js';
+import { pausePoint } from '../fault-pause.js';
+import { type OperationRecord } from '../ledger/records.js';
+import { type AdapterDescriptor } from '../adapters/contract.js';
+import { runEffect, type EffectEnd } from './effect.js';
+import { answerRecord, retainObservation } from './answers.js';
+
+type ExecuteResult = ResultOf<'execute'>;
+
+export async function executeOnce(context: ExecutorContext, body: RequestOf<'execute'>, frameId: string): Promise<ExecuteResult> {
+  // Step 1.
+  const verified = verifyAuthorization(body.authorization, body.expected, context.ledger.config);
+  checkArguments(verified.invocation, body.arguments);
+  const descriptor = runnableAdapter(context, verified.invocation.tool);
+  await validateArguments(context, descriptor, body.arguments);
+
+  // Step 2 (H5, FIX_ORDER): the lookup comes before any window check, so a
+  // retained report replays even after the window, and a claim with no
+  // report is never run again.
+  const known = context.ledger.records.find(verified.subject.operationId);
+  if (known) return dropIfAsked(context, body, answerRecord(known, verified));
+
+  await pausePoint('pause_before_claim');
+
+  // Step 3.
+  const claim = context.ledger.claim(verified.subject);
+  switch (claim.kind) {
+    case 'existing':
+      return dropIfAsked(context, body, answerRecord(claim.record, verified));
+    case 'outside_window':
+      throw outsideWindow(verified, claim.now);
+    case 'full': {
+      const { claimCapacity, refusalReserve } = context.ledger.config;
+      throw new CustodyError(
+        'ledger_full',
+        `ledger holds ${claim.live} of ${claimCapacity} claims (${refusalReserve} kept for refusals); nothing was claimed — archive expired, reconciled claims to make room`,
+      );
+    }
+    case 'claimed':
+      break;
+  }
+  crashPoint('executor', 'after_claim');
+
+  // Steps 4 and 5.
+  const ended = await runTracked(context, descriptor, claim.record, verified, body, frameId);
+  return dropIfAsked(context, body, ended);
+}
+
+async function validateArguments(context: ExecutorContext, descriptor: AdapterDescriptor, args: Record<string, unknown>): Promise<void> {
+  const call = context.host.call({ type: 'validate', tool: descriptor.tool, arguments: args });
+  const answer = await withinDeadline(call.answer, deadlineFor(context, descriptor));
+  if (answer === undefined) throw new CustodyError('deadline_exceeded', `adapter ${descriptor.tool} did not check its arguments in time; nothing was claimed`);
+  if (!answer.ok) throw answer.error.code === 'indeterminate' ? new CustodyError('adapter_failed', answer.error.message) : answer.error;
+}
+
+function outsideWindow(verified: VerifiedAuthorization, now: number): CustodyError {
+  const { not_before: notBefore, expires_at: expiresAt } = verified.artifact.body;
+  const when = now < notBefore ? `opens at ${notBefore}` : `closed at ${expiresAt}`;
+  return new CustodyError(
+    'outside_window',
+    `operation ${verified.subject.operationId}: now (${now}, never earlier than the clock high-water mark) is outside the window [${notBefore}, ${expiresAt}); it ${when}; nothing was claimed`,
+  );
+}
+
+/**
+ * Steps 4 and 5. The effect stays listed in flight until the adapter host
+ * answers, past the request's deadline if need be: `cancel` can still reach
+ * it, and reconcile_operation knows it may still happen.
+ */
+async function runTracked(
+  context: ExecutorContext,
+  descriptor: AdapterDescriptor,
+  claim: OperationRecord,
+  verified: VerifiedAuthorization,
+  body: RequestOf<'execute'>,
+  frameId: string,
+): Promise<ExecuteResult> {
+  const started = runEffect(context, descriptor, claim.operationId, body.arguments);
+  let endStatus!: (status: ReportStatus | null) => void;
+  const effect: InFlightEffect = {
+    operationId: claim.operationId,
+    tool: descriptor.tool,
+    hostCallId: started.hostCallId,
+    cancellable: descriptor.cancellable,
+    cancelRequested: false,
+    ended: new Promise((resolve) => (endStatus = resolve)),
+  };
+  context.inFlight.set(frameId, effect);
+  const unlist = () => {
+    if (context.inFlight.get(frameId) === effect) context.inFlight.delete(frameId);
+  };
+  const deadline = deadlineFor(context, descriptor);
+  const end = await withinDeadline(started.end, deadline);
+  if (end === undefined) {
+    // Still running in the adapter host: what it ends with later is still
+    // the truth, and is retained then if this process still has its ledger.
+    void started.end.then((late) => {
+      unlist();
+      endStatus(retainLate(context, verified, late));
+    });
+    throw new CustodyError(
+      'outcome_unknown',
+      `adapter ${descriptor.tool} did not finish operation ${claim.operationId} within ${deadline} ms; the claim stays and is never run again — reconcile it`,
+    );
+  }
+  unlist();
+  try {
+    const result = finish(context, verified, claim, end, effect.cancelRequested);
+    endStatus(result.status);
+    return result;
+  } catch (error) {
+    endStatus(null);
+    throw error;
+  }
+}
+
+function retainLate(context: ExecutorContext, verified: VerifiedAuthorization, late: EffectEnd): ReportStatus | null {
+  if (late.kind !== 'observed' || !context.isOpen()) return null;
+  try {
+    return retainObservation(context, verified, late.status, late.output, late.costUnits, 'late').status;
+  } catch (error) {
+    context.log.error('late_report_not_retained', { operation_id: verified.subject.operationId, ...errorFields(error) });
+    return null;
+  }
+}
+
+function finish(context: ExecutorContext, verified: VerifiedAuthorization, claim: OperationRecord, end: EffectEnd, cancelRequested: boolean): ExecuteResult {
+  if (end.kind === 'unclear') {
+    context.log.warn('outcome_unknown', { operation_id: claim.operationId, reason: end.reason });
+    throw new CustodyError('outcome_unknown', `operation ${claim.operationId}: ${end.reason}; the claim stays and is never run again — reconcile it`);
+  }
+  if (end.cancelled && !cancelRequested) context.log.warn('adapter_cancelled_unasked', { operation_id: claim.operationId });
+  crashPoint('executor', 'after_effect');
+  // Step 5.
+  let answer: ExecuteResult;
+  try {
+    answer = retainObservation(context, verified, end.status, end.output, end.costUnits, 'execute');
+  } catch (error) {
+    // The adapter answered but its report could not be kept (store busy, lock lost): the claim stands alone.
+    context.log.error('report_not_retained', { operation_id: claim.operationId, status: end.status, ...errorFields(error) });
+    throw new CustodyError('outcome_unknown', `operation ${claim.operationId} ended ${end.status} but its report could not be retained; reconcile it`, { cause: error });
+  }
+  crashPoint('executor', 'after_report');
+  return answer;
+}
+
+/** The lost-reply drill (DESIGN §6.3): the report is retained; the process dies before the reply. */
+function dropIfAsked(context: ExecutorContext, body: RequestOf<'execute'>, result: ExecuteResult): ExecuteResult {
+  if (body.drop_reply) {
+    context.log.warn('reply_dropped', { status: result.status, replayed: result.replayed });
+    context.dropReply();
+  }
+  return result;
+}

@@ -1,0 +1,89 @@
+// reconcile_operation (DESIGN §6.2): say, with a signed report, what became
+// of an authorization, without ever running its effect.
+//   a retained report        → replay it (H5, FIX_ORDER);
+//   a claim with no report   → ask the adapter; retain reconciled_applied or
+//                              reconciled_not_applied, or answer
+//                              indeterminate and keep the claim;
+//   nothing at all           → record a refusal under the claims' unique key
+//                              and sign never_claimed at once, window open or
+//                              not (H4b, FIX_TOMB), so no claim can follow and
+//                              the kernel can release the hold.
+import { CustodyError } from '../../shared/errors.js';
+import { type RequestOf } from '../../shared/protocol/messages.js';
+import { AdapterHost } from '../adapters/host-client.js';
+import { type VerifiedAuthorization, verifyAuthorization } from '../authorization.js';
+import { type ExecutorContext, deadlineFor, effectRunning, withinDeadline } from '../context.js';
+import { type OperationRecord } from '../ledger/records.js';
+import { reportSigner } from '../report.js';
+import { type ReportAnswer, replayable, retainObservation } from './answers.js';
+
+export async function reconcileOperation(context: ExecutorContext, body: RequestOf<'reconcile_operation'>): Promise<ReportAnswer> {
+  const verified = verifyAuthorization(body.authorization, body.expected, context.ledger.config);
+  const known = context.ledger.records.find(verified.subject.operationId);
+  if (known) return replayable(known, verified) ?? askAdapter(context, verified, known);
+
+  const { config } = context.ledger;
+  const sign = reportSigner(context.signer, config, {
+    authorizationDigest: verified.subject.authorizationDigest,
+    status: 'never_claimed',
+    output: null,
+    costUnits: null,
+  });
+  const refusal = context.ledger.refuse(verified.subject, sign);
+  switch (refusal.kind) {
+    case 'refused': {
+      const report = refusal.record.report;
+      if (!report) throw new CustodyError('store_corrupt', `refusal of ${verified.subject.operationId} has no report`);
+      context.log.info('never_claimed', { operation_id: verified.subject.operationId, refusal_id: refusal.record.claimId });
+      return { report: report.text, status: report.status, replayed: false };
+    }
+    case 'existing':
+      // A claim committed between the lookup and the refusal transaction.
+      return replayable(refusal.record, verified) ?? askAdapter(context, verified, refusal.record);
+    case 'full':
+      throw new CustodyError(
+        'ledger_full',
+        `ledger holds ${refusal.live} of ${config.claimCapacity} claims and refusals, the refusal reserve included; archive expired, reconciled claims to record this refusal`,
+      );
+  }
+}
+
+async function askAdapter(context: ExecutorContext, verified: VerifiedAuthorization, claim: OperationRecord): Promise<ReportAnswer> {
+  const { operationId, tool } = claim;
+  const descriptor = context.host.descriptors.get(tool);
+  const indeterminate = (why: string) =>
+    new CustodyError('indeterminate', `operation ${operationId} (${tool}): ${why}; the claim stays without a report and is never run again`);
+  if (!descriptor || descriptor.contract === null) throw indeterminate('no adapter with a contract serves this tool now');
+  const running = effectRunning(context, operationId);
+  if (descriptor.contract === 'read_only' && !descriptor.reconcilable) {
+    // A read-only call has no effect to find; once it is not running, "not applied" is true.
+    if (running) throw indeterminate('the read-only call is still running in this executor');
+    return retainObservation(context, verified, 'reconciled_not_applied', null, null, 'reconcile');
+  }
+  if (!descriptor.reconcilable) throw indeterminate(`a ${descriptor.contract} adapter without reconcile cannot tell`);
+  // Only a durable adapter promises to fence (H3); any other cannot make
+  // not_applied true while its own effect may still be about to happen.
+  if (descriptor.contract !== 'durable' && running) throw indeterminate('its effect is still running in this executor and the adapter cannot fence');
+
+  context.reconcileBudget.take(tool);
+  const call = context.host.call({ type: 'reconcile', tool, operation_key: operationId });
+  const deadline = deadlineFor(context, descriptor);
+  const answer = await withinDeadline(call.answer, deadline);
+  if (answer === undefined) throw indeterminate(`the adapter did not answer within ${deadline} ms`);
+  if (!answer.ok) throw indeterminate(answer.error.message);
+  let result;
+  try {
+    result = AdapterHost.reconcileResult(answer.value);
+  } catch (error) {
+    throw indeterminate((error as Error).message);
+  }
+  context.log.info('reconcile_observed', { operation_id: operationId, tool, outcome: result.outcome });
+  switch (result.outcome) {
+    case 'applied':
+      return retainObservation(context, verified, 'reconciled_applied', result.output ?? null, null, 'reconcile');
+    case 'not_applied':
+      return retainObservation(context, verified, 'reconciled_not_applied', null, null, 'reconcile');
+    case 'indeterminate':
+      throw indeterminate(`the adapter cannot tell: ${result.reason}`);
+  }
+}

@@ -1,0 +1,192 @@
+// The ledger's transactions (DESIGN §6.2 steps 3 and 5, the refusal of
+// reconcile_operation). Each write runs in one BEGIN IMMEDIATE transaction
+// that re-reads what it depends on, so nothing decided outside it is acted
+// on inside it. Time comes from max(clock, high-water mark), and the mark is
+// stored before any answer that depends on time, refusals included.
+import { randomBytes } from 'node:crypto';
+import type Database from 'better-sqlite3';
+import { type SignedArtifact } from '../../shared/artifacts/artifact.js';
+import { nowMs } from '../../shared/clock.js';
+import { CustodyError } from '../../shared/errors.js';
+import { type ReportStatus } from '../../shared/protocol/artifacts.js';
+import { CLAIM_MACHINE } from '../claim-machine.js';
+import { type OperationRecord, RecordReader, stateOf } from './records.js';
+import { type ExecutorStores, type LedgerConfig } from './stores.js';
+
+/** What a claim or a refusal binds: the operation and its authorization. */
+export interface ClaimSubject {
+  readonly operationId: string;
+  readonly tool: string;
+  readonly authorizationDigest: string;
+  readonly authorizationText: string;
+  readonly notBefore: number;
+  readonly expiresAt: number;
+}
+
+export type ClaimOutcome =
+  | { readonly kind: 'claimed'; readonly record: OperationRecord }
+  | { readonly kind: 'existing'; readonly record: OperationRecord }
+  | { readonly kind: 'outside_window'; readonly now: number }
+  | { readonly kind: 'full'; readonly live: number };
+
+export type RefuseOutcome =
+  | { readonly kind: 'refused'; readonly record: OperationRecord }
+  | { readonly kind: 'existing'; readonly record: OperationRecord }
+  | { readonly kind: 'full'; readonly live: number };
+
+export type RetainOutcome =
+  | { readonly kind: 'retained'; readonly record: OperationRecord }
+  | { readonly kind: 'existing'; readonly record: OperationRecord };
+
+/** Signs a report once the transaction knows its claim and its finish time. */
+export type ReportSigner = (claim: OperationRecord, finishedAt: number) => SignedArtifact<'report'>;
+
+export interface WriteGuard {
+  /** Throws once the directory lock is lost: nothing may be written then. */
+  assertHeld(): void;
+}
+
+export function newClaimId(kind: 'claim' | 'refusal'): string {
+  return `${kind === 'claim' ? 'c' : 'r'}${randomBytes(12).toString('hex')}`;
+}
+
+export class Ledger {
+  readonly config: LedgerConfig;
+  readonly records: RecordReader;
+  readonly #db: Database.Database;
+  readonly #guard: WriteGuard;
+  readonly #readHwm: Database.Statement<[], { hwm_ms: number }>;
+  readonly #raiseHwm: Database.Statement<[number, number]>;
+  readonly #countLive: Database.Statement<[], { n: number }>;
+  readonly #insertClaim: Database.Statement;
+  readonly #insertReport: Database.Statement;
+
+  constructor(stores: ExecutorStores, guard: WriteGuard) {
+    this.config = stores.config;
+    this.#db = stores.ledger;
+    this.#guard = guard;
+    this.records = new RecordReader(stores.ledger, stores.archive);
+    this.#readHwm = this.#db.prepare('SELECT hwm_ms FROM clock WHERE id = 1');
+    this.#raiseHwm = this.#db.prepare('UPDATE clock SET hwm_ms = ? WHERE id = 1 AND hwm_ms < ?');
+    this.#countLive = this.#db.prepare('SELECT count(*) AS n FROM claims');
+    this.#insertClaim = this.#db.prepare(
+      `INSERT INTO claims (operation_id, claim_id, kind, tool, authorization_digest, authorization, not_before, expires_at, claimed_at, recorded_at)
+       VALUES (@operationId, @claimId, @kind, @tool, @authorizationDigest, @authorizationText, @notBefore, @expiresAt, @claimedAt, @recordedAt)`,
+    );
+    this.#insertReport = this.#db.prepare(
+      `INSERT INTO reports (operation_id, claim_id, status, report, report_digest, finished_at, recorded_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?)`,
+    );
+  }
+
+  get db(): Database.Database {
+    return this.#db;
+  }
+
+  /** The clock high-water mark: the latest time any answer was based on. */
+  highWaterMark(): number {
+    const row = this.#readHwm.get();
+    if (!row) throw new CustodyError('store_corrupt', 'ledger clock row is missing');
+    return row.hwm_ms;
+  }
+
+  liveCount(): number {
+    return this.#countLive.get()?.n ?? 0;
+  }
+
+  /**
+   * now = max(clock, high-water mark), stored as the new mark. Must run inside
+   * a write transaction: the stored mark is what makes the answer stick (H6).
+   */
+  #advanceClock(atLeast = 0): number {
+    const now = Math.max(nowMs(), this.highWaterMark(), atLeast);
+    this.#raiseHwm.run(now, now);
+    return now;
+  }
+
+  /** A time-based answer given outside claim/report/refusal (archival): store the mark first. */
+  stampClock(): number {
+    this.#guard.assertHeld();
+    return this.#db.transaction(() => this.#advanceClock()).immediate();
+  }
+
+  /**
+   * Step 3 of execute_once. H2 (FIX_CLAIMTX): the report, refusal and claim
+   * are re-read and the window checked against max(clock, HWM) inside this
+   * BEGIN IMMEDIATE transaction; a lookup or a window check made before it and
+   * acted on here would let a claim follow a never_claimed refusal or an
+   * expired reading. H6 (FIX_HWM): the mark is committed even when the answer
+   * is outside_window, so a clock stepped back cannot reopen the window.
+   */
+  claim(subject: ClaimSubject): ClaimOutcome {
+    this.#guard.assertHeld();
+    return this.#db
+      .transaction((): ClaimOutcome => {
+        const existing = this.records.find(subject.operationId);
+        if (existing) return { kind: 'existing', record: existing };
+        const now = this.#advanceClock();
+        if (now < subject.notBefore || now >= subject.expiresAt) return { kind: 'outside_window', now };
+        // Claims leave the refusal reserve free, so a full ledger can still close authorizations as never_claimed.
+        const live = this.liveCount();
+        if (live >= this.config.claimCapacity - this.config.refusalReserve) return { kind: 'full', live };
+        CLAIM_MACHINE.assertMove('unclaimed', 'claimed', subject.operationId);
+        this.#insertClaim.run({ ...subject, claimId: newClaimId('claim'), kind: 'claim', claimedAt: now, recordedAt: now });
+        return { kind: 'claimed', record: this.#mustFind(subject.operationId) };
+      })
+      .immediate();
+  }
+
+  /**
+   * Step 5 (and a reconciled observation): retain the signed report of a
+   * claim. Insert-once: when a report is already there, it stands and is
+   * returned; the claim machine refuses a second terminal move.
+   */
+  retainReport(operationId: string, status: ReportStatus, sign: ReportSigner): RetainOutcome {
+    this.#guard.assertHeld();
+    return this.#db
+      .transaction((): RetainOutcome => {
+        const claim = this.records.live(operationId);
+        if (!claim) throw new CustodyError('never_claimed', `operation ${operationId} has no claim in the live ledger to report on`);
+        if (claim.report) return { kind: 'existing', record: claim };
+        CLAIM_MACHINE.assertMove(stateOf(claim), status, operationId);
+        // finished_at ≥ claimed_at even when the clock was stepped back meanwhile.
+        const finishedAt = this.#advanceClock(claim.claimedAt ?? 0);
+        const report = sign(claim, finishedAt);
+        this.#insertReport.run(operationId, claim.claimId, status, report.text, report.digest, finishedAt, finishedAt);
+        return { kind: 'retained', record: this.#mustFind(operationId) };
+      })
+      .immediate();
+  }
+
+  /**
+   * reconcile_operation on an operation with no claim (H4b, FIX_TOMB): record
+   * a refusal under the claims' unique key and its never_claimed report in
+   * one transaction, window open or not, so no claim can ever follow and the
+   * kernel can release the hold. Refusals may use the reserved capacity.
+   */
+  refuse(subject: ClaimSubject, sign: ReportSigner): RefuseOutcome {
+    this.#guard.assertHeld();
+    return this.#db
+      .transaction((): RefuseOutcome => {
+        const existing = this.records.find(subject.operationId);
+        if (existing) return { kind: 'existing', record: existing };
+        const now = this.#advanceClock();
+        const live = this.liveCount();
+        if (live >= this.config.claimCapacity) return { kind: 'full', live };
+        CLAIM_MACHINE.assertMove('unclaimed', 'never_claimed', subject.operationId);
+        const claimId = newClaimId('refusal');
+        this.#insertClaim.run({ ...subject, claimId, kind: 'refusal', claimedAt: null, recordedAt: now });
+        const refusal = this.#mustFind(subject.operationId);
+        const report = sign(refusal, now);
+        this.#insertReport.run(subject.operationId, claimId, 'never_claimed', report.text, report.digest, now, now);
+        return { kind: 'refused', record: this.#mustFind(subject.operationId) };
+      })
+      .immediate();
+  }
+
+  #mustFind(operationId: string): OperationRecord {
+    const record = this.records.live(operationId);
+    if (!record) throw new CustodyError('store_corrupt', `operation ${operationId} vanished inside its own transaction`);
+    return record;
+  }
+}

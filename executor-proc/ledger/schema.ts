@@ -1,0 +1,170 @@
+// The ledger's schema (DESIGN §6.2, §9). The guards live in the database
+// itself, so they hold for an operator's `sqlite3` shell as much as for
+// custody: the configuration row and every claim, refusal and report are
+// insert-once (UPDATE and DELETE raise), and the clock high-water mark only
+// moves forward. Refusals share the claims table, and so its unique key on
+// operation_id: once a refusal is recorded no claim can follow (H2/H4b).
+//
+// The one sanctioned removal is archival: a DELETE on claims or reports
+// passes only when custody_archive_permit(operation_id) answers 1, a
+// function that exists on custody's own connection only, and only for rows
+// it has just copied into archive.db. From the shell the function does not
+// exist, so the DELETE fails ("no such function").
+//
+// Tables are plain, not STRICT: a STRICT table makes the whole file
+// unreadable to sqlite3 shells older than 3.37, which operators still run;
+// CHECK constraints carry the types that matter instead.
+import { type Migration } from '../../shared/store/sqlite-store.js';
+
+const ISO = (column: string) => `strftime('%Y-%m-%dT%H:%M:%fZ', ${column} / 1000.0, 'unixepoch')`;
+
+export const LEDGER_V1 = `
+CREATE TABLE config (
+  id                INTEGER PRIMARY KEY CHECK (id = 1),
+  executor_id       TEXT    NOT NULL,
+  public_key        TEXT    NOT NULL CHECK (length(public_key) = 64),
+  key_epoch         INTEGER NOT NULL CHECK (key_epoch >= 1),
+  kernel_public_key TEXT    NOT NULL CHECK (length(kernel_public_key) = 64),
+  claim_capacity    INTEGER NOT NULL CHECK (claim_capacity >= 1),
+  refusal_reserve   INTEGER NOT NULL CHECK (refusal_reserve >= 0 AND refusal_reserve < claim_capacity),
+  file_dev          INTEGER NOT NULL,
+  file_ino          INTEGER NOT NULL,
+  provisioned_at    INTEGER NOT NULL
+);
+CREATE TRIGGER config_no_update BEFORE UPDATE ON config
+BEGIN SELECT RAISE(ABORT, 'ledger config is immutable: it fixes the executor identity, the kernel pin and the capacity'); END;
+CREATE TRIGGER config_no_delete BEFORE DELETE ON config
+BEGIN SELECT RAISE(ABORT, 'ledger config is immutable: it fixes the executor identity, the kernel pin and the capacity'); END;
+CREATE TRIGGER config_one_row BEFORE INSERT ON config WHEN (SELECT count(*) FROM config) > 0
+BEGIN SELECT RAISE(ABORT, 'ledger config has exactly one row'); END;
+
+CREATE TABLE clock (
+  id     INTEGER PRIMARY KEY CHECK (id = 1),
+  hwm_ms INTEGER NOT NULL CHECK (typeof(hwm_ms) = 'integer')
+);
+CREATE TRIGGER clock_forward_only BEFORE UPDATE ON clock WHEN NEW.hwm_ms < OLD.hwm_ms OR NEW.id <> OLD.id
+BEGIN SELECT RAISE(ABORT, 'the clock high-water mark never goes back'); END;
+CREATE TRIGGER clock_no_delete BEFORE DELETE ON clock
+BEGIN SELECT RAISE(ABORT, 'the clock high-water mark cannot be removed'); END;
+
+CREATE TABLE claims (
+  seq                  INTEGER PRIMARY KEY,
+  operation_id         TEXT    NOT NULL UNIQUE,
+  claim_id             TEXT    NOT NULL UNIQUE,
+  kind                 TEXT    NOT NULL CHECK (kind IN ('claim', 'refusal')),
+  tool                 TEXT    NOT NULL,
+  authorization_digest TEXT    NOT NULL,
+  authorization        TEXT    NOT NULL,
+  not_before           INTEGER NOT NULL,
+  expires_at           INTEGER NOT NULL,
+  claimed_at           INTEGER,
+  recorded_at          INTEGER NOT NULL,
+  CHECK ((kind = 'claim') = (claimed_at IS NOT NULL)),
+  CHECK (typeof(not_before) = 'integer' AND typeof(expires_at) = 'integer' AND typeof(recorded_at) = 'integer')
+);
+CREATE TRIGGER claims_no_update BEFORE UPDATE ON claims
+BEGIN SELECT RAISE(ABORT, 'claims are insert-once: a claim or refusal is never changed'); END;
+CREATE TRIGGER claims_no_delete BEFORE DELETE ON claims WHEN custody_archive_permit(OLD.operation_id) IS NOT 1
+BEGIN SELECT RAISE(ABORT, 'claims are insert-once: only archival removes a claim, after copying it'); END;
+
+CREATE TABLE reports (
+  seq           INTEGER PRIMARY KEY,
+  operation_id  TEXT    NOT NULL UNIQUE REFERENCES claims (operation_id),
+  claim_id      TEXT    NOT NULL UNIQUE REFERENCES claims (claim_id),
+  status        TEXT    NOT NULL CHECK (status IN
+                  ('completed', 'failed_before_effect', 'reconciled_applied', 'reconciled_not_applied', 'never_claimed')),
+  report        TEXT    NOT NULL,
+  report_digest TEXT    NOT NULL,
+  finished_at   INTEGER NOT NULL,
+  recorded_at   INTEGER NOT NULL
+);
+CREATE TRIGGER reports_no_update BEFORE UPDATE ON reports
+BEGIN SELECT RAISE(ABORT, 'reports are insert-once: a signed report is kept as signed'); END;
+CREATE TRIGGER reports_no_delete BEFORE DELETE ON reports WHEN custody_archive_permit(OLD.operation_id) IS NOT 1
+BEGIN SELECT RAISE(ABORT, 'reports are insert-once: only archival removes a report, after copying it'); END;
+-- never_claimed belongs to a refusal, every other status to a claim.
+CREATE TRIGGER reports_match_kind BEFORE INSERT ON reports
+WHEN (SELECT kind FROM claims WHERE operation_id = NEW.operation_id AND claim_id = NEW.claim_id)
+     IS NOT (CASE WHEN NEW.status = 'never_claimed' THEN 'refusal' ELSE 'claim' END)
+BEGIN SELECT RAISE(ABORT, 'a report must match its claim: never_claimed for a refusal, any other status for a claim'); END;
+
+CREATE VIEW refusals AS
+SELECT seq, operation_id, claim_id AS refusal_id, tool, authorization_digest, expires_at, recorded_at
+FROM claims WHERE kind = 'refusal';
+
+CREATE VIEW claims_view AS
+SELECT c.seq,
+       c.operation_id,
+       c.kind,
+       c.tool,
+       c.claim_id,
+       c.claimed_at,
+       ${ISO('c.claimed_at')} AS claimed_at_iso,
+       c.expires_at,
+       ${ISO('c.expires_at')} AS expires_at_iso,
+       r.status AS report_status,
+       r.finished_at,
+       ${ISO('r.finished_at')} AS finished_at_iso,
+       CASE WHEN r.status IS NOT NULL THEN r.status ELSE 'outcome_unknown' END AS state
+FROM claims c LEFT JOIN reports r ON r.operation_id = c.operation_id;
+`;
+
+export const LEDGER_MIGRATIONS: readonly Migration[] = [
+  { version: 1, description: 'config, clock, claims and refusals, reports, guards, claims_view', sql: LEDGER_V1 },
+];
+
+/**
+ * The archive: where archival moves claims and reports whose authorization
+ * has expired and whose report the kernel has reconciled. Append-only, with
+ * no sanctioned removal at all.
+ */
+export const ARCHIVE_V1 = `
+CREATE TABLE config (
+  id          INTEGER PRIMARY KEY CHECK (id = 1),
+  executor_id TEXT    NOT NULL,
+  public_key  TEXT    NOT NULL CHECK (length(public_key) = 64),
+  key_epoch   INTEGER NOT NULL,
+  file_dev    INTEGER NOT NULL,
+  file_ino    INTEGER NOT NULL,
+  created_at  INTEGER NOT NULL
+);
+CREATE TRIGGER config_no_update BEFORE UPDATE ON config BEGIN SELECT RAISE(ABORT, 'archive config is immutable'); END;
+CREATE TRIGGER config_no_delete BEFORE DELETE ON config BEGIN SELECT RAISE(ABORT, 'archive config is immutable'); END;
+CREATE TRIGGER config_one_row BEFORE INSERT ON config WHEN (SELECT count(*) FROM config) > 0
+BEGIN SELECT RAISE(ABORT, 'archive config has exactly one row'); END;
+
+CREATE TABLE archived_claims (
+  seq                  INTEGER PRIMARY KEY,
+  operation_id         TEXT    NOT NULL UNIQUE,
+  claim_id             TEXT    NOT NULL UNIQUE,
+  kind                 TEXT    NOT NULL CHECK (kind IN ('claim', 'refusal')),
+  tool                 TEXT    NOT NULL,
+  authorization_digest TEXT    NOT NULL,
+  authorization        TEXT    NOT NULL,
+  not_before           INTEGER NOT NULL,
+  expires_at           INTEGER NOT NULL,
+  claimed_at           INTEGER,
+  recorded_at          INTEGER NOT NULL,
+  status               TEXT    NOT NULL,
+  report               TEXT    NOT NULL,
+  report_digest        TEXT    NOT NULL,
+  finished_at          INTEGER NOT NULL,
+  archived_at          INTEGER NOT NULL
+);
+CREATE TRIGGER archived_no_update BEFORE UPDATE ON archived_claims
+BEGIN SELECT RAISE(ABORT, 'the archive is append-only'); END;
+CREATE TRIGGER archived_no_delete BEFORE DELETE ON archived_claims
+BEGIN SELECT RAISE(ABORT, 'the archive is append-only'); END;
+
+CREATE VIEW archived_claims_view AS
+SELECT seq, operation_id, kind, tool, claim_id,
+       claimed_at, ${ISO('claimed_at')} AS claimed_at_iso,
+       expires_at, ${ISO('expires_at')} AS expires_at_iso,
+       status AS report_status, finished_at, ${ISO('finished_at')} AS finished_at_iso,
+       archived_at, ${ISO('archived_at')} AS archived_at_iso
+FROM archived_claims;
+`;
+
+export const ARCHIVE_MIGRATIONS: readonly Migration[] = [
+  { version: 1, description: 'archived claims with their reports, append-only', sql: ARCHIVE_V1 },
+];

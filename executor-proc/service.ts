@@ -1,0 +1,139 @@
+// The executor as a child service (shared/child/runtime.ts): setup opens or
+// provisions what it owns and starts the adapter host; handle routes each
+// executor message kind; close waits for nothing (the runtime has drained)
+// and releases the host, the stores and the lock, in that order.
+import { EXIT, type ChildService } from '../shared/child/runtime.js';
+import { CustodyError } from '../shared/errors.js';
+import { type Logger, errorFields } from '../shared/log.js';
+import { type EXECUTOR_MESSAGES } from '../shared/protocol/executor-messages.js';
+import { type MessageKind, type RequestOf } from '../shared/protocol/messages.js';
+import { type Preamble } from '../shared/protocol/preamble.js';
+import { type RequestContext } from '../shared/wire/server.js';
+import { AdapterHost } from './adapters/host-client.js';
+import { type ExecutorContext, ReconcileBudget } from './context.js';
+import { cancelEffect } from './handlers/cancel.js';
+import { archiveReconciled, getClaim } from './handlers/claims.js';
+import { executeOnce } from './handlers/execute.js';
+import { reconcileOperation } from './handlers/reconcile.js';
+import { Archiver } from './ledger/archive.js';
+import { Ledger } from './ledger/ledger.js';
+import { parseExecutorSettings } from './settings.js';
+import { type ExecutorState, ensureResources, openExecutorState } from './state.js';
+
+type ExecutorKind = keyof typeof EXECUTOR_MESSAGES;
+
+export interface ExecutorOptions {
+  readonly dir: string;
+  readonly resources: string;
+  readonly adapterModules: readonly string[];
+  /** Ends the process at once (only the entry file may). */
+  readonly exit: (code: number) => never;
+}
+
+const DRAIN_MARGIN_MS = 5_000;
+
+export async function setupExecutor(preamble: Preamble, log: Logger, options: ExecutorOptions): Promise<ChildService> {
+  const settings = parseExecutorSettings(preamble.settings);
+  // The adapter host starts while the stores open: a restart after kill -9 is on the recovery path.
+  ensureResources(options.resources);
+  const hostStarting = AdapterHost.start(
+    { resources: options.resources, modules: [...options.adapterModules], note_max_bytes: settings.runtime.noteMaxBytes },
+    log.child({ component: 'adapter-host' }),
+  );
+  let state: ExecutorState;
+  try {
+    state = await openExecutorState({
+      mode: preamble.mode,
+      dir: options.dir,
+      name: preamble.name,
+      kernelPin: preamble.pins.kernel,
+      settings: settings.provision,
+      onLockLost: (error) => {
+        log.error('store_lock_lost', errorFields(error));
+        options.exit(EXIT.software);
+      },
+    });
+  } catch (error) {
+    await hostStarting.then((host) => host.close()).catch(() => undefined);
+    throw error;
+  }
+  let host: AdapterHost;
+  try {
+    host = await hostStarting;
+  } catch (error) {
+    closeStores(state);
+    await state.lock.release().catch(() => undefined);
+    throw error;
+  }
+
+  let open = true;
+  const ledger = new Ledger(state.stores, state.lock);
+  const context: ExecutorContext = {
+    ledger,
+    archiver: new Archiver(ledger, state.stores.archive),
+    host,
+    signer: state.signer,
+    settings: settings.runtime,
+    log,
+    inFlight: new Map(),
+    reconcileBudget: new ReconcileBudget(settings.runtime.reconcilePerTool, settings.runtime.reconcilePerSession),
+    dropReply: () => options.exit(EXIT.dropReply),
+    isOpen: () => open,
+  };
+  const { config } = ledger;
+  log.info('executor_ready', {
+    mode: preamble.mode,
+    executor_id: config.executorId,
+    key_epoch: config.keyEpoch,
+    claim_capacity: config.claimCapacity,
+    live_claims: ledger.liveCount(),
+    tools: [...host.descriptors.values()].map((d) => ({ tool: d.tool, contract: d.contract, problem: d.problem })),
+  });
+  for (const descriptor of host.descriptors.values()) {
+    if (descriptor.contract === null) log.warn('adapter_cannot_run', { tool: descriptor.tool, source: descriptor.source, problem: descriptor.problem });
+  }
+
+  const longestDeadline = Math.max(
+    settings.runtime.adapterDeadlineMs,
+    ...Object.values(settings.runtime.adapterDeadlines),
+    ...[...host.descriptors.values()].map((d) => d.deadlineMs ?? 0),
+  );
+  return {
+    identity: { id: config.executorId, keyEpoch: config.keyEpoch, signer: state.signer },
+    maxInFlight: settings.runtime.maxInFlight,
+    // Losing the supervisor lets a running effect finish and retain its report, bounded by its deadline.
+    drainTimeoutMs: settings.runtime.drainTimeoutMs ?? longestDeadline + DRAIN_MARGIN_MS,
+    handle: (kind: MessageKind, body: unknown, request: RequestContext) => handle(context, kind as ExecutorKind, body, request),
+    stopAccepting: () => log.info('executor_draining', { effects_running: context.inFlight.size }),
+    close: async () => {
+      await host.close();
+      open = false;
+      closeStores(state);
+      await state.lock.release();
+    },
+  };
+}
+
+async function handle(context: ExecutorContext, kind: ExecutorKind, body: unknown, request: RequestContext): Promise<unknown> {
+  switch (kind) {
+    case 'execute':
+      return executeOnce(context, body as RequestOf<'execute'>, request.id);
+    case 'reconcile_operation':
+      return reconcileOperation(context, body as RequestOf<'reconcile_operation'>);
+    case 'cancel':
+      return cancelEffect(context, body as RequestOf<'cancel'>);
+    case 'claims.get':
+      return getClaim(context, body as RequestOf<'claims.get'>);
+    case 'archive':
+      return archiveReconciled(context, body as RequestOf<'archive'>);
+    default: {
+      const never: never = kind;
+      throw new CustodyError('unexpected_message', `an executor does not serve ${String(never)}`);
+    }
+  }
+}
+
+function closeStores(state: ExecutorState): void {
+  state.stores.ledger.close();
+  state.stores.archive.close();
+}

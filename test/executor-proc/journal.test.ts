@@ -1,0 +1,116 @@
+// The review-notes journal and its lock, in process: the fence makes
+// not_applied true, torn last lines are judged as readers will judge them,
+// and the lock excludes other processes and dies with its holder.
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { once } from 'node:events';
+import { expect } from 'chai';
+import { NotesJournal, noteDigest } from '../../executor-proc/adapters/journal.js';
+import { ExclusiveFileLock } from '../../executor-proc/adapters/journal-lock.js';
+import { REPO_ROOT } from '../helpers/vectors.js';
+
+const OP = (n: number) => n.toString(16).padStart(64, '0');
+
+/** A process that takes the lock and holds it until killed. */
+async function holdLockElsewhere(lockFile: string): Promise<ChildProcess> {
+  const script = `
+    const Database = require('better-sqlite3');
+    const db = new Database(${JSON.stringify(lockFile)});
+    db.exec('BEGIN EXCLUSIVE');
+    process.stdout.write('held\\n');
+    setInterval(() => {}, 1000);`;
+  const holder = spawn(process.execPath, ['-e', script], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+  await once(holder.stdout, 'data');
+  return holder;
+}
+
+describe('executor-proc review-notes journal', () => {
+  let root: string;
+  let file: string;
+  let lock: ExclusiveFileLock;
+  let journal: NotesJournal;
+  const warnings: string[] = [];
+
+  beforeEach(() => {
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'custody-journal-test-'));
+    file = path.join(root, 'resources', 'review-notes.jsonl');
+    lock = new ExclusiveFileLock(`${file}.lock`, 300);
+    journal = new NotesJournal(file, lock, (event) => warnings.push(event));
+    warnings.length = 0;
+  });
+
+  afterEach(() => {
+    lock.close();
+    fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  const lines = () => fs.readFileSync(file, 'utf8').split('\n').filter((line) => line !== '');
+
+  it('appends one line per operation, with the sha256 of the note, and finds it again', () => {
+    const appended = journal.append(OP(1), 'héllo');
+    expect(appended).to.deep.equal({ outcome: 'applied', existing: false, line: { operation_id: OP(1), note: 'héllo', sha256: noteDigest('héllo') } });
+    expect(journal.append(OP(1), 'héllo')).to.deep.include({ outcome: 'applied', existing: true });
+    expect(journal.observe(OP(1))).to.deep.equal({ outcome: 'applied', line: appended.outcome === 'applied' ? appended.line : null });
+    expect(lines()).to.have.length(1);
+    expect(fs.statSync(file).mode & 0o777).to.equal(0o600);
+  });
+
+  it('fences an operation it does not find, and then refuses to append it', () => {
+    expect(journal.observe(OP(2))).to.deep.equal({ outcome: 'not_applied', fencedNow: true });
+    expect(journal.append(OP(2), 'too late')).to.deep.equal({ outcome: 'fenced' });
+    expect(journal.observe(OP(2))).to.deep.equal({ outcome: 'not_applied', fencedNow: false });
+    expect(lines().map((line) => Object.keys(JSON.parse(line) as object).sort().join())).to.deep.equal(['fence,fenced_at']);
+  });
+
+  it('sees what another journal instance (another process) appended or fenced since its last look', () => {
+    const other = new NotesJournal(file, new ExclusiveFileLock(`${file}.lock`), () => undefined);
+    journal.append(OP(3), 'first');
+    other.observe(OP(4));
+    other.append(OP(5), 'by the other');
+    expect(journal.append(OP(4), 'fenced elsewhere')).to.deep.equal({ outcome: 'fenced' });
+    expect(journal.observe(OP(5))).to.deep.include({ outcome: 'applied' });
+  });
+
+  it('counts a complete last line without its newline, and terminates it before the next write', () => {
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    fs.writeFileSync(file, JSON.stringify({ operation_id: OP(6), note: 'cut', sha256: noteDigest('cut') }));
+    expect(journal.observe(OP(6))).to.deep.include({ outcome: 'applied' });
+    journal.append(OP(7), 'next');
+    expect(lines().map((line) => (JSON.parse(line) as { operation_id: string }).operation_id)).to.deep.equal([OP(6), OP(7)]);
+  });
+
+  it('skips a torn last line that does not parse, and keeps it apart from the next entry', () => {
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    fs.writeFileSync(file, `{"operation_id":"${OP(8)}","no`);
+    expect(journal.observe(OP(8))).to.deep.equal({ outcome: 'not_applied', fencedNow: true });
+    expect(lines()).to.have.length(2);
+    expect(journal.append(OP(8), 'after the fence')).to.deep.equal({ outcome: 'fenced' });
+    expect(warnings).to.include('journal_line_skipped');
+  });
+
+  it('reads a journal longer than its read chunk, lines crossing chunk borders included', () => {
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    const note = 'n'.repeat(1000);
+    const body = Array.from({ length: 3000 }, (_, i) => JSON.stringify({ operation_id: OP(1000 + i), note, sha256: noteDigest(note) })).join('\n') + '\n';
+    fs.writeFileSync(file, body);
+    expect(fs.statSync(file).size).to.be.above(3 * 1024 * 1024);
+    for (const i of [0, 1047, 2999]) expect(journal.observe(OP(1000 + i))).to.deep.include({ outcome: 'applied' });
+    expect(journal.observe(OP(5000))).to.deep.equal({ outcome: 'not_applied', fencedNow: true });
+    expect(journal.append(OP(5000), 'fenced')).to.deep.equal({ outcome: 'fenced' });
+    expect(warnings).to.deep.equal([]);
+  });
+
+  it('waits for a lock held by another process, and gets it the moment that process is killed with -9', async () => {
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    const holder = await holdLockElsewhere(`${file}.lock`);
+    try {
+      expect(() => journal.append(OP(9), 'blocked')).to.throw(/not acquired within 300 ms/);
+    } finally {
+      holder.kill('SIGKILL');
+      await once(holder, 'exit');
+    }
+    expect(journal.append(OP(9), 'free again')).to.deep.include({ outcome: 'applied' });
+  });
+});

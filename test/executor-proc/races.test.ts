@@ -1,0 +1,130 @@
+// The model's races (../shared/model/README.md), provoked on the real
+// process with pause points: each test holds one request at the step where
+// the race opens and lets another request through.
+import { expect } from 'chai';
+import { type CustodyError } from '../../shared/errors.js';
+import {
+  type Home,
+  authorize,
+  executeBody,
+  fencesFor,
+  makeHome,
+  notesFor,
+  provisioned,
+  reachedPause,
+  removeHome,
+  setClockOffset,
+  sqlite,
+  startExecutor,
+  stopExecutor,
+} from './helpers.js';
+
+async function codeOf(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+  } catch (error) {
+    return (error as CustodyError).code;
+  }
+  return 'answered';
+}
+
+describe('executor-proc races', function () {
+  this.timeout(30_000);
+  let home: Home;
+
+  beforeEach(async () => {
+    home = makeHome();
+    await provisioned(home);
+  });
+
+  afterEach(() => removeHome(home));
+
+  it('H2/H4b: an unclaimed authorization gets never_claimed, and an execute already past its lookup can no longer claim it', async () => {
+    const executor = await startExecutor(home, { faults: ['pause_before_claim'] });
+    const auth = authorize(executor);
+    const pending = executor.channel.request('execute', executeBody(auth));
+    const release = await reachedPause(home, 'pause_before_claim');
+    // The execute has looked up (nothing there) and waits before its claim transaction.
+    const refusal = await executor.channel.request('reconcile_operation', { authorization: auth.text, expected: auth.expected });
+    expect(refusal.status).to.equal('never_claimed');
+    expect((JSON.parse(refusal.report) as { body: { claimed_at: unknown } }).body.claimed_at).to.equal(null);
+    release();
+    expect(await codeOf(pending)).to.equal('never_claimed');
+    expect(await codeOf(executor.channel.request('execute', executeBody(auth)))).to.equal('never_claimed');
+    const again = await executor.channel.request('reconcile_operation', { authorization: auth.text, expected: auth.expected });
+    expect(again).to.deep.equal({ report: refusal.report, status: 'never_claimed', replayed: true });
+    await stopExecutor(executor);
+    expect(notesFor(home, auth.operationId)).to.have.length(0);
+    expect(sqlite(home.ledgerFile, `SELECT kind, state FROM claims_view WHERE operation_id = '${auth.operationId}'`).rows).to.deep.equal([
+      { kind: 'refusal', state: 'never_claimed' },
+    ]);
+  });
+
+  it('H3: reconcile_operation while the first execute is about to append never yields not_applied followed by an append', async () => {
+    const executor = await startExecutor(home, { faults: ['pause_before_effect'] });
+    const auth = authorize(executor);
+    const pending = executor.channel.request('execute', executeBody(auth));
+    const release = await reachedPause(home, 'pause_before_effect');
+    // Claimed, adapter about to append: reconciliation must make not_applied true (the fence).
+    const reconciled = await executor.channel.request('reconcile_operation', { authorization: auth.text, expected: auth.expected });
+    expect(reconciled.status).to.equal('reconciled_not_applied');
+    expect(fencesFor(home, auth.operationId)).to.have.length(1);
+    release();
+    const answer = await pending;
+    expect(answer).to.deep.equal({ report: reconciled.report, status: 'reconciled_not_applied', replayed: true });
+    await stopExecutor(executor);
+    expect(notesFor(home, auth.operationId)).to.have.length(0);
+    expect(executor.stderr.some((line) => line.includes('contradictory_outcome'))).to.equal(false);
+  });
+
+  it('H5: a retained report replays after the window has passed, before any window check', async () => {
+    const executor = await startExecutor(home);
+    const auth = authorize(executor, { notBefore: Date.now() - 1_000, expiresAt: Date.now() + 60_000 });
+    const first = await executor.channel.request('execute', executeBody(auth));
+    setClockOffset(home, 3_600_000);
+    const replay = await executor.channel.request('execute', executeBody(auth));
+    const reconciled = await executor.channel.request('reconcile_operation', { authorization: auth.text, expected: auth.expected });
+    await stopExecutor(executor);
+    expect(replay).to.deep.equal({ ...first, replayed: true });
+    expect(reconciled).to.deep.equal({ ...first, replayed: true });
+    expect(notesFor(home, auth.operationId)).to.have.length(1);
+  });
+
+  it('H6: a clock stepped back after an outside_window answer does not reopen the window', async () => {
+    const executor = await startExecutor(home);
+    const auth = authorize(executor, { notBefore: Date.now() - 1_000, expiresAt: Date.now() + 60_000 });
+    setClockOffset(home, 120_000);
+    expect(await codeOf(executor.channel.request('execute', executeBody(auth)))).to.equal('outside_window');
+    setClockOffset(home, 0);
+    expect(await codeOf(executor.channel.request('execute', executeBody(auth)))).to.equal('outside_window');
+    await stopExecutor(executor);
+    // Still closed after a restart: the mark is in the ledger, not in memory.
+    const again = await startExecutor(home);
+    expect(await codeOf(again.channel.request('execute', executeBody(auth)))).to.equal('outside_window');
+    await stopExecutor(again);
+    const [clock] = sqlite(home.ledgerFile, 'SELECT hwm_ms FROM clock').rows;
+    const { expires_at: expiresAt } = (JSON.parse(auth.text) as { body: { expires_at: number } }).body;
+    expect(Number(clock?.hwm_ms)).to.be.at.least(expiresAt);
+    expect(sqlite(home.ledgerFile, `SELECT count(*) AS n FROM claims WHERE operation_id = '${auth.operationId}'`).rows[0]?.n).to.equal(0);
+    expect(notesFor(home, auth.operationId)).to.have.length(0);
+  });
+
+  it('closing stdin mid-effect lets the effect finish with its report retained, then exits 0', async () => {
+    let executor = await startExecutor(home, { faults: ['pause_before_effect'] });
+    const auth = authorize(executor);
+    const pending = executor.channel.request('execute', executeBody(auth));
+    const release = await reachedPause(home, 'pause_before_effect');
+    executor.process.stdin?.end();
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    expect(executor.process.exitCode).to.equal(null);
+    release();
+    const answer = await pending;
+    expect(answer.status).to.equal('completed');
+    expect((await executor.exited).code).to.equal(0);
+    executor = await startExecutor(home);
+    const replay = await executor.channel.request('execute', executeBody(auth));
+    await stopExecutor(executor);
+    expect(replay).to.deep.equal({ report: answer.report, status: 'completed', replayed: true });
+    expect(notesFor(home, auth.operationId)).to.have.length(1);
+  });
+});
