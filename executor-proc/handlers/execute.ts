@@ -113,7 +113,7 @@ async function runTracked(
       endStatus(retainLate(context, verified, late));
     });
     throw new CustodyError(
-      'outcome_unknown',
+      'adapter_still_running',
       `adapter ${descriptor.tool} did not finish operation ${claim.operationId} within ${deadline} ms; the claim stays and is never run again — reconcile it`,
     );
   }

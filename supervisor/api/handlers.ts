@@ -119,6 +119,15 @@ export async function trace(service: Service, name: string): Answer {
     const body = readEnvelope(text).envelope.body as { issued_at?: number; decision?: string; verdict?: string; reason?: string; state?: string; hold?: { disposition?: string } };
     events.push({ at: body.issued_at ?? 0, store: 'kernel', event: `receipt ${body.decision} ${body.verdict}`, detail: `reason ${body.reason}, state ${body.state}, hold ${body.hold?.disposition}` });
   }
+  const authorization = row?.authorization ?? kernel.operation?.authorization ?? null;
+  if (authorization) {
+    const body = readEnvelope(authorization).envelope.body as { issued_at: number; not_before: number; expires_at: number; executor: { id: string; key_epoch: number } };
+    events.push({ at: body.issued_at, store: 'kernel', event: 'authorization signed', detail: `for ${body.executor.id} epoch ${body.executor.key_epoch}, window ${new Date(body.not_before).toISOString()} – ${new Date(body.expires_at).toISOString()}` });
+  }
+  if (row?.report) {
+    const body = readEnvelope(row.report).envelope.body as { finished_at: number; status: string; claim_id: string };
+    events.push({ at: body.finished_at, store: `executor ${row.executor ?? ''}`.trim(), event: `report signed: ${body.status}`, detail: `claim ${body.claim_id}` });
+  }
   let claim: unknown = null;
   const executorId = row?.executor ?? null;
   if (executorId) {

@@ -23,13 +23,23 @@ export function executorArgv(executor: ExecutorConfig, paths: StatePaths): strin
   return [process.execPath, EXECUTOR_ENTRY, '--dir', paths.executorDir(executor.name), '--resources', paths.resourcesDir, ...adapters];
 }
 
-/** Settings an executor receives in its preamble: its identity and capacity, then the operator's own. */
+/**
+ * How much longer an executor lets an adapter run than the supervisor's
+ * watchdog waits: the watchdog must be the one that fires (and kills), the
+ * executor's own deadline is only the backstop.
+ */
+export const ADAPTER_DEADLINE_MARGIN_MS = 5_000;
+
+/** Settings an executor receives in its preamble: its identity, capacity and deadlines, then the operator's own. */
 export function executorSettings(executor: ExecutorConfig): JsonObject {
+  const { '*': fallback = 30_000, ...perTool } = executor.deadlines_ms;
   return {
     executor_id: executor.name,
     key_epoch: executor.key_epoch,
     claim_capacity: executor.claim_capacity,
     max_in_flight: executor.max_in_flight,
+    adapter_deadline_ms: fallback + ADAPTER_DEADLINE_MARGIN_MS,
+    adapter_deadlines: Object.fromEntries(Object.entries(perTool).map(([tool, ms]) => [tool, ms + ADAPTER_DEADLINE_MARGIN_MS])),
     ...executor.settings,
   };
 }

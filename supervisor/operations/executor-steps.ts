@@ -51,7 +51,9 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
     return ctx.store.movePhase(row.request_id, 'reported', { report: result.report });
   } catch (error) {
     const failure = toCustodyError(error);
-    if (failure.code === 'deadline_exceeded') {
+    // Our deadline passed, or the executor's own did first and the adapter is still running:
+    // either way something may still be acting, and the watchdog stops it.
+    if (failure.code === 'deadline_exceeded' || failure.code === 'adapter_still_running') {
       await fireWatchdog(ctx, executor, row, frameId, deadline);
     } else if (options.dropReply && isTransportFailure(failure)) {
       const exit = await session.exited;

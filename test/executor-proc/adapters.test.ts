@@ -94,9 +94,9 @@ describe('executor-proc adapters', function () {
     expect(await executor.channel.request('cancel', { target: 'sleep-1' })).to.deep.equal({ cancelled: false });
   });
 
-  it('answers outcome_unknown at the adapter deadline and retains the report when the effect ends later', async () => {
+  it('answers adapter_still_running at the adapter deadline, then outcome_unknown, and retains the report when the effect ends later', async () => {
     const auth = authorize(executor, { tool: 'fixture/sleep', args: { ms: 800 } });
-    expect(await codeOf(executor.channel.request('execute', executeBody(auth)))).to.equal('outcome_unknown');
+    expect(await codeOf(executor.channel.request('execute', executeBody(auth)))).to.equal('adapter_still_running');
     expect(await codeOf(executor.channel.request('execute', executeBody(auth)))).to.equal('outcome_unknown');
     await sleep(900);
     const replay = await executor.channel.request('execute', executeBody(auth));
