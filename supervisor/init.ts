@@ -21,6 +21,8 @@ export interface InitOptions {
   /** A configuration to write instead of the defaults (tests, custom layouts). */
   readonly config?: CustodyConfig;
   readonly log: Logger;
+  /** Where the children's stderr lines go; default: this process's stderr. */
+  readonly onChildStderr?: (line: string) => void;
 }
 
 export interface InitResult {
@@ -64,6 +66,7 @@ export async function initState(root: string, options: InitOptions): Promise<Ini
     helloTimeoutMs: config.timing.hello_timeout_ms,
     log,
     mode: 'provision' as const,
+    ...(options.onChildStderr ? { onStderrLine: options.onChildStderr } : {}),
   };
   const started: ChildSession[] = [];
   try {

@@ -42,6 +42,7 @@ export class Service {
   readonly #lock: DirLock;
   readonly #abort = new AbortController();
   #api: ApiServer | null = null;
+  #booted = false;
   #stopping: Promise<number> | null = null;
   #exitCode: ((code: number) => void) | null = null;
   /** Resolves with the process exit code once the service has stopped. */
@@ -133,8 +134,18 @@ export class Service {
   }
 
   async #boot(port: number): Promise<void> {
-    await this.kernel.start();
-    await Promise.all([...this.executors.values()].map((executor) => executor.start()));
+    // A child that fails its first start is restarted by its policy; boot
+    // waits for it, and fails only when the child is failed for good.
+    const bootWait = this.config.timing.hello_timeout_ms * (this.config.restart.max_restarts + 1) + this.config.restart.backoff_max_ms * this.config.restart.max_restarts;
+    const up = (child: ChildHandle) => child.start().catch(() => child.waitForSession(bootWait)).then(() => undefined);
+    try {
+      await up(this.kernel);
+      await Promise.all([...this.executors.values()].map(up));
+    } catch (error) {
+      await Promise.all([this.kernel, ...this.executors.values()].map((child) => child.stop(2000)));
+      throw error;
+    }
+    this.#booted = true;
     this.driver.resumeAll();
     this.sweeper.start();
     void this.sweeper.sweep();
@@ -177,7 +188,7 @@ export class Service {
 
   #onChildFailed(child: ChildHandle, reason: CustodyError): void {
     this.log.error('child_failed', { child: child.name, ...errorFields(reason) });
-    if (child === this.kernel) {
+    if (child === this.kernel && this.#booted) {
       process.stderr.write(`custody: the kernel failed and the service cannot decide anything without it: ${reason.message}\n`);
       void this.stop('kernel failed', 1);
     }

@@ -74,7 +74,7 @@ export async function initTestState(config: Record<string, unknown> = {}, env?: 
   const saved = { ...process.env };
   Object.assign(process.env, env);
   try {
-    await initState(root, { config: full, log: collectingLogger().log });
+    await initState(root, { config: full, log: collectingLogger().log, onChildStderr: () => undefined });
   } finally {
     for (const key of Object.keys(env ?? {})) if (!(key in saved)) delete process.env[key];
   }
