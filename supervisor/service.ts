@@ -7,7 +7,7 @@ import { rmSync } from 'node:fs';
 import { CustodyError } from '../shared/errors.js';
 import { type Logger, errorFields } from '../shared/log.js';
 import { killGroup } from '../shared/child/spawn.js';
-import { type DirLock, acquireDirLock, clearDirLock } from '../shared/store/dir-lock.js';
+import { DIR_LOCK_STALE_MS, type DirLock, acquireDirLock, clearDirLock } from '../shared/store/dir-lock.js';
 import { nowMs } from '../shared/clock.js';
 import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
@@ -53,6 +53,9 @@ export class Service {
     const config = loadConfig(paths.config);
     const log = options.log;
     const lock = await acquireDirLock(paths.supervisorDir, {
+      // A predecessor killed with -9 leaves its lock until it goes stale; a live one is refused at once.
+      waitForDeadHolderMs: DIR_LOCK_STALE_MS + 2000,
+      onWaiting: (pid) => log.warn('state_lock_waiting', { holder: pid ?? null, stale_ms: DIR_LOCK_STALE_MS, why: 'the previous supervisor is not running; its lock goes stale soon' }),
       onCompromised: (error) => {
         // Another process may own the state now: stop writing at once.
         log.error('state_lock_lost', errorFields(error));

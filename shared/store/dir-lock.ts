@@ -46,6 +46,14 @@ export interface AcquireDirLockOptions {
    * handler must then exit itself).
    */
   readonly onCompromised?: (error: CustodyError) => void;
+  /**
+   * When the recorded holder is no longer running (killed with -9, nobody
+   * reaped it for us), wait up to this long for its lock to go stale instead
+   * of refusing at once. A live holder is always refused at once.
+   */
+  readonly waitForDeadHolderMs?: number;
+  /** Told once when waiting for a dead holder's lock. */
+  readonly onWaiting?: (pid: number | undefined) => void;
 }
 
 /** Lock a private store directory for this process; refuses at once with store_locked if held. */
@@ -68,19 +76,28 @@ export async function acquireDirLock(dir: string, options: AcquireDirLockOptions
   };
 
   let releaseLibraryLock: () => Promise<void>;
-  try {
-    releaseLibraryLock = await lockfile.lock(dir, {
-      lockfilePath: lockPath,
-      stale: DIR_LOCK_STALE_MS,
-      update: DIR_LOCK_UPDATE_MS,
-      retries: 0,
-      onCompromised: handleCompromised,
-    });
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ELOCKED') {
-      throw new CustodyError('store_locked', describeHolder(dir), { cause: error });
+  const waitUntil = Date.now() + (options.waitForDeadHolderMs ?? 0);
+  let told = false;
+  for (;;) {
+    try {
+      releaseLibraryLock = await lockfile.lock(dir, {
+        lockfilePath: lockPath,
+        stale: DIR_LOCK_STALE_MS,
+        update: DIR_LOCK_UPDATE_MS,
+        retries: 0,
+        onCompromised: handleCompromised,
+      });
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ELOCKED') throw error;
+      const holder = readLockHolder(dir);
+      if (holder === undefined || isRunning(holder) || Date.now() >= waitUntil) {
+        throw new CustodyError('store_locked', describeHolder(dir), { cause: error });
+      }
+      if (!told) options.onWaiting?.(holder);
+      told = true;
+      await new Promise((resolve) => setTimeout(resolve, 250));
     }
-    throw error;
   }
 
   try {
