@@ -101,6 +101,11 @@ function readPreamble(): Promise<{ preamble: Preamble; rest: Buffer }> {
 
 /** Run a child program to its end; resolves with the process exit code. */
 export async function runChild(program: ChildProgram): Promise<number> {
+  // A supervisor killed with -9 takes the read end of our stderr with it. Logs
+  // then have nowhere to go, but an effect still running must be allowed to
+  // finish and retain its report (DESIGN §7): a failed log write is dropped,
+  // never an uncaught EPIPE that ends the process.
+  process.stderr.on('error', () => undefined);
   const output = takeFrameOutput();
   let log = createLogger({ role: program.role, pid: process.pid });
 

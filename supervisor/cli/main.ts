@@ -54,6 +54,8 @@ program
   .option('--json', 'machine-readable output')
   .action(async (options: { json?: boolean }) => setExit(await statusCommand(client(), json(options))));
 
+const waitOption = () => new Option('--wait <duration>', 'how long to wait for the end before answering "not complete" (exit 4); the service carries on').argParser(parseDuration);
+
 const argOption = () => new Option('--arg <key=value>', 'an argument; KEY=@FILE reads the value from a file (repeatable)').argParser(collectArg).default({});
 
 program
@@ -62,9 +64,10 @@ program
   .argument('<tool>', 'tool name, e.g. review-notes/append')
   .addOption(argOption())
   .option('--request-id <id>', 'idempotency key: the same id and arguments get the same answer')
+  .addOption(waitOption())
   .option('--json', 'machine-readable output')
-  .action(async (tool: string, options: { arg: Record<string, string>; requestId?: string; json?: boolean }) =>
-    setExit(await invokeCommand(client(), json(options), tool, options.arg, options.requestId)),
+  .action(async (tool: string, options: { arg: Record<string, string>; requestId?: string; wait?: number; json?: boolean }) =>
+    setExit(await invokeCommand(client(), json(options), tool, options.arg, options.requestId, options.wait)),
   );
 
 program
@@ -73,9 +76,10 @@ program
   .argument('<tool>', 'tool name')
   .addOption(argOption())
   .requiredOption('--operation <name>', 'the operation name (its request id)')
+  .addOption(waitOption())
   .option('--json', 'machine-readable output')
-  .action(async (tool: string, options: { arg: Record<string, string>; operation: string; json?: boolean }) =>
-    setExit(await authorizeCommand(client(), json(options), tool, options.arg, options.operation)),
+  .action(async (tool: string, options: { arg: Record<string, string>; operation: string; wait?: number; json?: boolean }) =>
+    setExit(await authorizeCommand(client(), json(options), tool, options.arg, options.operation, options.wait)),
   );
 
 program
@@ -83,22 +87,27 @@ program
   .description('execute an authorized operation; repeating it replays the retained report')
   .argument('<name>', 'operation name')
   .option('--drop-reply', 'lost-reply drill: the executor retains its report, then exits 75 without replying')
+  .addOption(waitOption())
   .option('--json', 'machine-readable output')
-  .action(async (name: string, options: { dropReply?: boolean; json?: boolean }) => setExit(await executeCommand(client(), json(options), name, options.dropReply === true)));
+  .action(async (name: string, options: { dropReply?: boolean; wait?: number; json?: boolean }) =>
+    setExit(await executeCommand(client(), json(options), name, options.dropReply === true, options.wait)),
+  );
 
 program
   .command('report')
   .description("give the executor's signed report to the kernel; prints the output after a completed, verified reconcile")
   .argument('<name>', 'operation name')
+  .addOption(waitOption())
   .option('--json', 'machine-readable output')
-  .action(async (name: string, options: { json?: boolean }) => setExit(await reportCommand(client(), json(options), name, 'report')));
+  .action(async (name: string, options: { wait?: number; json?: boolean }) => setExit(await reportCommand(client(), json(options), name, 'report', options.wait)));
 
 program
   .command('reconcile')
   .description('ask the executor what became of an operation and settle it (never re-runs an effect)')
   .argument('<name>', 'operation name')
+  .addOption(waitOption())
   .option('--json', 'machine-readable output')
-  .action(async (name: string, options: { json?: boolean }) => setExit(await reportCommand(client(), json(options), name, 'reconcile')));
+  .action(async (name: string, options: { wait?: number; json?: boolean }) => setExit(await reportCommand(client(), json(options), name, 'reconcile', options.wait)));
 
 program
   .command('ops')

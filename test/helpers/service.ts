@@ -31,6 +31,9 @@ export async function custody(args: readonly string[], options: { env?: NodeJS.P
   }
 }
 
+/** The fixture adapters of test/fixtures/executor-adapters.ts, loaded the way an operator loads a tool. */
+export const FIXTURE_ADAPTERS = distPath('test', 'fixtures', 'executor-adapters.js');
+
 /** Fast timings for tests: short heartbeats, backoffs and sweeps. */
 export const FAST_TIMING = {
   heartbeat_interval_ms: 1000,
@@ -60,16 +63,17 @@ export interface TestService {
 }
 
 export interface ServiceOptions {
-  /** custody.json content (merged over the test defaults: port 0, fast timings). */
-  readonly config?: Record<string, unknown>;
+  /** custody.json content (merged over the test defaults: port 0, fast timings), or a function of the state root. */
+  readonly config?: Record<string, unknown> | ((root: string) => Record<string, unknown>);
   readonly env?: NodeJS.ProcessEnv;
   /** Reuse an existing state directory instead of initializing a new one. */
   readonly dir?: string;
 }
 
-export async function initTestState(config: Record<string, unknown> = {}, env?: NodeJS.ProcessEnv): Promise<string> {
+export async function initTestState(configOf: ServiceOptions['config'] = {}, env?: NodeJS.ProcessEnv): Promise<string> {
   const dir = mkdtempSync(path.join(tmpdir(), 'custody-svc-'));
   const root = path.join(dir, 'state');
+  const config = typeof configOf === 'function' ? configOf(root) : configOf;
   const full = parseConfig({ port: 0, ...config, timing: { ...FAST_TIMING, ...(config.timing as object | undefined) } });
   const saved = { ...process.env };
   Object.assign(process.env, env);

@@ -24,15 +24,17 @@ function formatOutput(output: unknown): string {
   return JSON.stringify(output, null, 2);
 }
 
-export async function invokeCommand(client: ServiceClient, out: Output, tool: string, args: Record<string, string>, requestId: string | undefined): Promise<number> {
-  const answer = await out.progress(`invoking ${tool}`, client.post('/v1/invoke', { tool, arguments: args, ...(requestId ? { request_id: requestId } : {}) }));
+const waitField = (waitMs: number | undefined) => (waitMs === undefined ? {} : { wait_ms: waitMs });
+
+export async function invokeCommand(client: ServiceClient, out: Output, tool: string, args: Record<string, string>, requestId: string | undefined, waitMs?: number): Promise<number> {
+  const answer = await out.progress(`invoking ${tool}`, client.post('/v1/invoke', { tool, arguments: args, ...(requestId ? { request_id: requestId } : {}), ...waitField(waitMs) }));
   const outcome = answer.body as unknown as OperationOutcome;
   out.result(outcome, () => describeOutcome(outcome));
   return exitCodeForOutcome(outcome, 'complete');
 }
 
-export async function authorizeCommand(client: ServiceClient, out: Output, tool: string, args: Record<string, string>, name: string): Promise<number> {
-  const answer = await out.progress(`authorizing ${name}`, client.post('/v1/authorize', { tool, arguments: args, operation: name }));
+export async function authorizeCommand(client: ServiceClient, out: Output, tool: string, args: Record<string, string>, name: string, waitMs?: number): Promise<number> {
+  const answer = await out.progress(`authorizing ${name}`, client.post('/v1/authorize', { tool, arguments: args, operation: name, ...waitField(waitMs) }));
   const outcome = answer.body as unknown as OperationOutcome;
   out.result(outcome, () =>
     outcome.phase === 'authorized' ? `Authorized: ${name}\n  operation ${outcome.operation_id}, dispatch committed to executor ${outcome.executor}` : describeOutcome(outcome),
@@ -40,8 +42,8 @@ export async function authorizeCommand(client: ServiceClient, out: Output, tool:
   return exitCodeForOutcome(outcome, 'authorized');
 }
 
-export async function executeCommand(client: ServiceClient, out: Output, name: string, dropReply: boolean): Promise<number> {
-  const answer = await out.progress(`executing ${name}`, client.post(`/v1/operations/${encodeURIComponent(name)}/execute`, { drop_reply: dropReply }));
+export async function executeCommand(client: ServiceClient, out: Output, name: string, dropReply: boolean, waitMs?: number): Promise<number> {
+  const answer = await out.progress(`executing ${name}`, client.post(`/v1/operations/${encodeURIComponent(name)}/execute`, { drop_reply: dropReply, ...waitField(waitMs) }));
   const outcome = answer.body as unknown as OperationOutcome;
   out.result(outcome, () => {
     if (!outcome.report) return describeOutcome(outcome);
@@ -51,8 +53,8 @@ export async function executeCommand(client: ServiceClient, out: Output, name: s
   return exitCodeForOutcome(outcome, 'reported');
 }
 
-export async function reportCommand(client: ServiceClient, out: Output, name: string, goal: 'report' | 'reconcile'): Promise<number> {
-  const answer = await out.progress(`${goal === 'report' ? 'reporting' : 'reconciling'} ${name}`, client.post(`/v1/operations/${encodeURIComponent(name)}/${goal}`, {}));
+export async function reportCommand(client: ServiceClient, out: Output, name: string, goal: 'report' | 'reconcile', waitMs?: number): Promise<number> {
+  const answer = await out.progress(`${goal === 'report' ? 'reporting' : 'reconciling'} ${name}`, client.post(`/v1/operations/${encodeURIComponent(name)}/${goal}`, waitField(waitMs)));
   const outcome = answer.body as unknown as OperationOutcome;
   out.result(outcome, () => {
     if (outcome.outcome === 'completed') {

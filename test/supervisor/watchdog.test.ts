@@ -1,0 +1,121 @@
+// The watchdog and reconciliation with adapters that hang, sleep past their
+// deadline, refuse, or cannot tell what happened — fixture adapters loaded
+// through custody.json, the way an operator adds a tool.
+import { expect } from 'chai';
+import { isGone } from '../../supervisor/children/proc-stat.js';
+import { type TestService, FIXTURE_ADAPTERS, startService } from '../helpers/service.js';
+
+interface Outcome {
+  phase: string;
+  outcome: string | null;
+  reason: string | null;
+  final: boolean;
+}
+
+type Incident = { kind: string; operation_id: string | null; message: string };
+
+async function executorPid(service: TestService): Promise<number> {
+  const { body } = await service.http('GET', '/v1/status');
+  return (body.children as Array<{ role: string; pid: number }>).find((c) => c.role === 'executor')!.pid;
+}
+
+async function incidentsOf(service: TestService, operationId: string): Promise<Incident[]> {
+  const { body } = await service.http('GET', '/v1/incidents?limit=500');
+  return (body.incidents as Incident[]).filter((i) => i.operation_id === operationId).reverse();
+}
+
+function fixtureConfig(deadlines: Record<string, number>) {
+  return {
+    executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS], deadlines_ms: { '*': 30_000, ...deadlines } }],
+  };
+}
+
+async function grantFixtures(service: TestService): Promise<void> {
+  expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 1000, ttl_ms: 3_600_000 })).status).to.equal(201);
+}
+
+describe('the watchdog', function () {
+  this.timeout(90_000);
+  let service: TestService;
+
+  before(async () => {
+    service = await startService({ config: fixtureConfig({ 'fixture/sleep': 1000, 'fixture/hang': 1000 }) });
+    await grantFixtures(service);
+  });
+
+  after(async () => {
+    await service.stop();
+    service.cleanup();
+  });
+
+  it('kills and reaps an executor whose adapter runs past its deadline, then settles it through exactly one reconcile', async () => {
+    const before = await executorPid(service);
+    const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'slow-1', arguments: { ms: 20_000 } }, 'agent');
+    const outcome = answer.body as unknown as Outcome & { operation_id: string };
+    expect(outcome).to.include({ phase: 'settled', outcome: 'released', final: true });
+    const after = await executorPid(service);
+    expect(after, 'a fresh executor process').to.not.equal(before);
+    expect(isGone(before, null), 'the old executor is gone').to.equal(true);
+    const kinds = (await incidentsOf(service, outcome.operation_id)).map((i) => i.kind);
+    expect(kinds).to.include.ordered.members(['watchdog', 'watchdog_kill']);
+    expect(kinds.filter((k) => k === 'reconciled'), 'one reconcile exchange').to.have.length(1);
+    const status = await service.http('GET', '/v1/status');
+    const executor = (status.body.children as Array<{ role: string; restarts: number }>).find((c) => c.role === 'executor')!;
+    expect(executor.restarts).to.be.at.least(1);
+  });
+
+  it('cancels a cancellable adapter instead of killing it', async () => {
+    const before = await executorPid(service);
+    const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/hang', request_id: 'hang-1', arguments: {} }, 'agent');
+    const outcome = answer.body as unknown as Outcome & { operation_id: string };
+    expect(outcome).to.include({ outcome: 'released', final: true });
+    expect(await executorPid(service), 'no kill was needed').to.equal(before);
+    const kinds = (await incidentsOf(service, outcome.operation_id)).map((i) => i.kind);
+    expect(kinds).to.include('watchdog').and.not.to.include('watchdog_kill');
+  });
+
+  it('releases the hold of an adapter that fails before its effect', async () => {
+    const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/refuse', request_id: 'refuse-1', arguments: {} }, 'agent');
+    expect(answer.body).to.include({ outcome: 'released', final: true });
+  });
+
+  it('keeps asking about an operation whose adapter cannot tell, and lists it for the operator as unknown', async () => {
+    const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/unsure', request_id: 'unsure-1', arguments: {}, wait_ms: 2500 }, 'agent');
+    expect(answer.status).to.equal(202);
+    const outcome = answer.body as unknown as Outcome & { operation_id: string };
+    expect(outcome).to.include({ phase: 'reconciling', final: false });
+    const ops = await service.cli(['ops', '--json']);
+    const listed = (JSON.parse(ops.stdout) as { operations: Array<{ name: string; state: string }> }).operations.find((o) => o.name === 'unsure-1');
+    expect(listed?.state).to.equal('unknown');
+    const kinds = (await incidentsOf(service, outcome.operation_id)).map((i) => i.kind);
+    expect(kinds).to.include('outcome_unknown');
+    const cli = await service.cli(['invoke', 'fixture/unsure', '--request-id', 'unsure-1', '--wait', '1s']);
+    expect(cli.code, 'not complete').to.equal(4);
+  });
+});
+
+describe('a supervisor killed while an effect runs', function () {
+  this.timeout(90_000);
+
+  it('leaves a child that a new supervisor finds by pid and start time, kills, and whose operation it settles', async () => {
+    let service = await startService({ config: fixtureConfig({ 'fixture/sleep': 60_000 }) });
+    try {
+      await grantFixtures(service);
+      const executor = await executorPid(service);
+      void service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'orphaned', arguments: { ms: 45_000 } }, 'agent').catch(() => undefined);
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      service.process.kill('SIGKILL');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(() => process.kill(executor, 0), 'the executor outlives its supervisor while its effect runs').not.to.throw();
+      service = await service.restart();
+      expect(isGone(executor, null), 'the new supervisor killed it').to.equal(true);
+      const { body } = await service.http('GET', '/v1/incidents?limit=100');
+      expect((body.incidents as Incident[]).map((i) => i.kind)).to.include('predecessor_killed');
+      const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'orphaned', arguments: { ms: 45_000 } }, 'agent');
+      expect(answer.body).to.include({ outcome: 'released', final: true });
+    } finally {
+      await service.stop();
+      service.cleanup();
+    }
+  });
+});
