@@ -30,11 +30,14 @@ export async function startCommand(stateDir: string, port: number | undefined): 
   }
   const service = await Service.start({ stateDir, log, ...(port === undefined ? {} : { port }) });
   process.stdout.write(`custody is running: http://127.0.0.1:${service.port} (state ${service.paths.root}, pid ${process.pid}); Ctrl-C stops it\n`);
+  // A second signal during the graceful stop is noted, not obeyed: the stop is
+  // already bounded by timing.shutdown_grace_ms, and SIGKILL remains for an
+  // operator who cannot wait.
   const onSignal = (signal: NodeJS.Signals) => {
-    log.info('signal', { signal });
+    log.info('signal', { signal, already_stopping: service.stopping });
     void service.stop(signal);
   };
-  process.once('SIGTERM', onSignal);
-  process.once('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
   return service.done;
 }

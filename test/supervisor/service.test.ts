@@ -1,0 +1,217 @@
+// The service as a process: tokens checked before any handler, one
+// supervisor per state, restart intensity, wrapper argv, graceful SIGTERM.
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { isGone } from '../../supervisor/children/proc-stat.js';
+import { EXECUTOR_ENTRY } from '../../supervisor/children/specs.js';
+import { CLI, type TestService, FIXTURE_ADAPTERS, custody, sqlite, startService } from '../helpers/service.js';
+
+describe('the control API', function () {
+  this.timeout(60_000);
+  let service: TestService;
+
+  before(async () => {
+    service = await startService({ config: { bounds: { max_body_bytes: 2048 } } });
+  });
+
+  after(async () => {
+    await service.stop();
+    service.cleanup();
+  });
+
+  const requestCount = async () => Number((await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), 'SELECT count(*) AS n FROM requests'))[0]!.n);
+
+  it('answers health without a token', async () => {
+    const health = await service.http('GET', '/v1/health', undefined, null);
+    expect(health.status).to.equal(200);
+    expect(health.body).to.include({ status: 'ok' });
+  });
+
+  it('refuses a missing or wrong token before any handler runs, with a fixed body', async () => {
+    const before = await requestCount();
+    const missing = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'x' } }, null);
+    expect(missing.status).to.equal(401);
+    expect(missing.body).to.deep.equal({ code: 'unauthorized', message: 'a valid bearer token is required (Authorization: Bearer <token>)' });
+    const wrong = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'x' } }, { raw: 'f'.repeat(64) });
+    expect(wrong.status).to.equal(401);
+    const malformed = await service.http('GET', '/v1/status', undefined, { raw: '' });
+    expect(malformed.status).to.equal(401);
+    expect(await requestCount(), 'no request was logged').to.equal(before);
+  });
+
+  it('gives the agent token reads and invoke, and refuses it the control endpoints', async () => {
+    expect((await service.http('GET', '/v1/status', undefined, 'agent')).status).to.equal(200);
+    expect((await service.http('GET', '/v1/operations', undefined, 'agent')).status).to.equal(200);
+    for (const [method, route] of [
+      ['POST', '/v1/authorize'],
+      ['POST', '/v1/operations/x/execute'],
+      ['POST', '/v1/operations/x/report'],
+      ['POST', '/v1/operations/x/reconcile'],
+      ['GET', '/v1/grants'],
+      ['POST', '/v1/grants'],
+      ['DELETE', '/v1/grants/cap-1'],
+    ] as const) {
+      const answer = await service.http(method, route, method === 'GET' ? undefined : {}, 'agent');
+      expect(answer.status, `${method} ${route}`).to.equal(403);
+      expect(answer.body).to.have.property('code', 'forbidden');
+    }
+  });
+
+  it('bounds the request body: at the bound it is read, one byte past it is refused with 413', async () => {
+    const fill = (size: number) => {
+      const skeleton = JSON.stringify({ tool: 'review-notes/append', arguments: { note: '' }, request_id: 'bound' });
+      return { tool: 'review-notes/append', arguments: { note: 'x'.repeat(size - skeleton.length) }, request_id: 'bound' };
+    };
+    const atBound = await service.http('POST', '/v1/invoke', fill(2048), 'agent');
+    expect(atBound.status, JSON.stringify(atBound.body)).to.not.equal(413);
+    const past = await service.http('POST', '/v1/invoke', fill(2049), 'agent');
+    expect(past.status).to.equal(413);
+    expect(past.body).to.have.property('code', 'body_too_large');
+  });
+
+  it('answers malformed bodies and unknown routes with fixed errors that leak nothing', async () => {
+    const bad = await service.http('POST', '/v1/invoke', { tool: 'Not A Tool' }, 'agent');
+    expect(bad.status).to.equal(400);
+    expect(bad.body).to.have.property('code', 'bad_request');
+    const unknown = await service.http('GET', '/v1/nothing', undefined, 'agent');
+    expect(unknown.status).to.equal(404);
+    const missing = await service.http('GET', '/v1/operations/never-was', undefined, 'agent');
+    expect(missing.status).to.equal(404);
+    expect(missing.body).to.have.property('code', 'operation_unknown');
+  });
+
+  it('refuses a second supervisor on the same state, naming the holder pid', async () => {
+    const second = await custody(['start', '--state', service.dir, '--port', '0']);
+    expect(second.code).to.equal(3);
+    expect(second.stderr).to.contain(`locked by pid ${service.process.pid}`).and.to.contain('store_locked');
+    expect((await service.http('GET', '/v1/health', undefined, null)).status, 'the first one serves on').to.equal(200);
+  });
+});
+
+describe('restart intensity', function () {
+  this.timeout(60_000);
+
+  it('stops the service with a clear message and a non-zero exit when the kernel fails past it', async () => {
+    const service = await startService({ config: { restart: { max_restarts: 2, period_s: 60, backoff_initial_ms: 50, backoff_max_ms: 100 } } });
+    try {
+      const exited = new Promise<number | null>((resolve) => service.process.once('exit', resolve));
+      for (let i = 0; i < 3; i++) {
+        const { body } = await service.http('GET', '/v1/status');
+        const kernel = (body.children as Array<{ role: string; pid: number | null; state: string }>).find((c) => c.role === 'kernel')!;
+        if (kernel.pid === null) {
+          i--;
+          await new Promise((resolve) => setTimeout(resolve, 50));
+          continue;
+        }
+        process.kill(kernel.pid, 'SIGKILL');
+        while (!isGone(kernel.pid, null)) await new Promise((resolve) => setTimeout(resolve, 20));
+        await new Promise((resolve) => setTimeout(resolve, 300));
+      }
+      expect(await exited).to.equal(1);
+      expect(service.stderr.join('\n')).to.contain('the kernel failed').and.to.contain('restart.max_restarts (2)');
+      expect(existsSync(service.paths.serviceJson), 'service.json is removed').to.equal(false);
+    } finally {
+      service.cleanup();
+    }
+  });
+});
+
+describe('an executor behind a wrapper command', function () {
+  this.timeout(60_000);
+
+  it('speaks the wire through sh -c exec …, as an ssh -T argv would', async () => {
+    const service = await startService({
+      config: (root) => ({
+        executors: [
+          {
+            name: 'wrapped',
+            argv: ['sh', '-c', `exec "${process.execPath}" "${EXECUTOR_ENTRY}" --dir "${path.join(root, 'executors', 'wrapped')}" --resources "${path.join(root, 'resources')}"`],
+          },
+        ],
+      }),
+    });
+    try {
+      const answer = await service.cli(['invoke', 'review-notes/append', '--arg', 'note=through a wrapper']);
+      expect(answer.code, answer.stderr).to.equal(0);
+      expect(answer.stdout).to.contain('through a wrapper');
+      const status = JSON.parse((await service.cli(['status', '--json'])).stdout) as { children: Array<{ name: string; state: string }> };
+      expect(status.children.find((c) => c.name === 'wrapped')?.state).to.equal('running');
+    } finally {
+      await service.stop();
+      service.cleanup();
+    }
+  });
+});
+
+describe('a graceful stop', function () {
+  this.timeout(60_000);
+
+  it('lets operations in flight finish on SIGTERM, stops and reaps the children, and exits 0', async () => {
+    const service = await startService({
+      config: { executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }] },
+    });
+    try {
+      await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 });
+      const status = await service.http('GET', '/v1/status');
+      const pids = (status.body.children as Array<{ pid: number }>).map((c) => c.pid);
+      const inFlight = Array.from({ length: 4 }, (_, i) => service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: `slow-${i}`, arguments: { ms: 1500 } }, 'agent'));
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      const code = await service.stop();
+      const answers = await Promise.all(inFlight);
+      for (const answer of answers) expect(answer.body).to.include({ outcome: 'completed' });
+      expect(code).to.equal(0);
+      for (const pid of pids) expect(isGone(pid, null), `child ${pid} is gone`).to.equal(true);
+      expect(existsSync(service.paths.serviceJson)).to.equal(false);
+      expect(service.stderr.some((line) => line.includes('"event":"service_stopped"'))).to.equal(true);
+    } finally {
+      service.cleanup();
+    }
+  });
+
+  it('refuses new requests while stopping', async () => {
+    const service = await startService({
+      config: { executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }] },
+    });
+    try {
+      await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 });
+      const slow = service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'slow', arguments: { ms: 1500 } }, 'agent');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      service.process.kill('SIGTERM');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const late = await service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'late', arguments: { ms: 1 } }, 'agent').catch((error: unknown) => error);
+      if (!(late instanceof Error)) expect((late as { status: number }).status, 'a new request is refused').to.be.oneOf([503]);
+      expect((await slow).body).to.include({ outcome: 'completed' });
+      expect(await service.stop()).to.equal(0);
+    } finally {
+      service.cleanup();
+    }
+  });
+});
+
+describe('custody start on an empty state', function () {
+  this.timeout(60_000);
+
+  it('initializes it first, then serves', async () => {
+    const { mkdtempSync, rmSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-fresh-'));
+    const state = path.join(dir, 'state');
+    const child = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    try {
+      const [line] = (await once(child.stdout, 'data')) as [Buffer];
+      expect(line.toString()).to.match(/^custody is running: http:\/\/127\.0\.0\.1:\d+/);
+      const status = await custody(['--state', state, 'status', '--json']);
+      expect(status.code).to.equal(0);
+      const again = await custody(['init', '--state', state]);
+      expect(again.code, 'init refuses an existing state').to.equal(3);
+      expect(again.stderr).to.contain('state_exists');
+    } finally {
+      child.kill('SIGTERM');
+      await once(child, 'exit');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
