@@ -3,7 +3,7 @@
 // every request the log holds open, sweep for operations nobody drives, and
 // serve the control API. Stops gracefully on request; a failed kernel stops
 // it with a clear message and a non-zero exit.
-import { rmSync } from 'node:fs';
+import { renameSync, rmSync } from 'node:fs';
 import { CustodyError } from '../shared/errors.js';
 import { type Logger, errorFields } from '../shared/log.js';
 import { killGroup } from '../shared/child/spawn.js';
@@ -153,8 +153,11 @@ export class Service {
     this.sweeper.start();
     void this.sweeper.sweep();
     this.#api = await startApiServer(this, port);
-    rmSync(this.paths.serviceJson, { force: true });
-    writePrivateFile(this.paths.serviceJson, JSON.stringify({ pid: process.pid, port: this.#api.port, started_at: this.startedAt }) + '\n');
+    // Written aside and renamed, so a client never reads a half-written file.
+    const temporary = `${this.paths.serviceJson}.${process.pid}.tmp`;
+    rmSync(temporary, { force: true });
+    writePrivateFile(temporary, JSON.stringify({ pid: process.pid, port: this.#api.port, started_at: this.startedAt }) + '\n');
+    renameSync(temporary, this.paths.serviceJson);
     this.log.info('service_started', { state: this.paths.root, port: this.#api.port, pid: process.pid });
   }
 
