@@ -149,6 +149,7 @@ export class Service {
       throw error;
     }
     this.#booted = true;
+    await this.#pinTools();
     this.driver.resumeAll();
     this.sweeper.start();
     void this.sweeper.sweep();
@@ -159,6 +160,19 @@ export class Service {
     writePrivateFile(temporary, JSON.stringify({ pid: process.pid, port: this.#api.port, started_at: this.startedAt }) + '\n');
     renameSync(temporary, this.paths.serviceJson);
     this.log.info('service_started', { state: this.paths.root, port: this.#api.port, pid: process.pid });
+  }
+
+  /**
+   * custody.json decides which executor serves which tool: tell the kernel at
+   * every start, so an operator who adds a tool (an adapter module and its
+   * tool pattern) only edits the configuration and restarts. The identity
+   * stays the one pinned at init; only the tool list changes.
+   */
+  async #pinTools(): Promise<void> {
+    for (const executor of this.config.executors) {
+      const pin = this.store.getPin(executor.name)!;
+      await this.kernel.request('executor.pin', { executor_id: pin.identity_id, public_key: pin.public_key, key_epoch: pin.key_epoch, tools: executor.tools });
+    }
   }
 
   /**

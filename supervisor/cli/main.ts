@@ -56,7 +56,7 @@ program
 
 const waitOption = () => new Option('--wait <duration>', 'how long to wait for the end before answering "not complete" (exit 4); the service carries on').argParser(parseDuration);
 
-const argOption = () => new Option('--arg <key=value>', 'an argument; KEY=@FILE reads the value from a file (repeatable)').argParser(collectArg).default({});
+const argOption = () => new Option('--arg <key=value>', 'an argument; KEY=@FILE reads the value from a file (repeatable)').argParser(collectArg).default({}, 'none');
 
 program
   .command('invoke')

@@ -6,11 +6,18 @@ import { type ServiceClient } from '../client.js';
 import { exitCodeForOutcome } from '../exit-codes.js';
 import { type Output, formatTime, table } from '../output.js';
 
+/** What the executor's signed report says happened, for an operation that ended without effect. */
+function reportStatus(o: OperationOutcome): string | null {
+  if (!o.report) return null;
+  return (readEnvelope(o.report).envelope.body as { status: string }).status;
+}
+
 function describeOutcome(o: OperationOutcome): string {
   const lines: string[] = [];
   if (o.outcome === 'completed') lines.push(`Completed: ${o.request_id}`);
   else if (o.phase === 'refused') lines.push(`Refused: ${o.request_id} (${o.outcome ?? 'refused'}: ${o.reason ?? 'no reason given'})`);
-  else if (o.final) lines.push(`Ended without effect: ${o.request_id} (${o.outcome}: ${o.reason ?? ''})`);
+  else if (o.outcome === 'released') lines.push(`Ended without effect: ${o.request_id}; the executor's signed report says ${reportStatus(o) ?? 'not applied'}, and the hold was released`);
+  else if (o.final) lines.push(`Ended: ${o.request_id} (${o.outcome}: ${o.reason ?? ''})`);
   else lines.push(`Not complete: ${o.request_id} is ${o.phase}${o.reason ? ` (last: ${o.reason})` : ''}; see custody trace ${o.request_id}`);
   lines.push(`  operation ${o.operation_id}`);
   if (o.output !== null && o.output !== undefined) lines.push('', formatOutput(o.output));
