@@ -132,6 +132,18 @@ describe('the walkthrough, through the CLI', function () {
     expect(children.map((c) => c.state)).to.deep.equal(['running', 'running']);
   });
 
+  it('verifies a receipt taken straight from kernel.db with the sqlite3 shell', async () => {
+    const { execFileSync } = await import('node:child_process');
+    const text = execFileSync('sqlite3', ['-readonly', path.join(service.paths.kernelDir, 'kernel.db'), "SELECT receipt FROM receipts WHERE decision = 'completion' LIMIT 1"], { encoding: 'utf8' });
+    expect(text.endsWith('\n'), 'the shell ends its output with a newline').to.equal(true);
+    const file = path.join(work, 'from-sqlite.json');
+    writeFileSync(file, text);
+    const verified = await custody(['receipt', 'verify', file, '--trusted-kernel-pubkey', service.paths.kernelPub]);
+    expect(verified.code, verified.stderr).to.equal(0);
+    writeFileSync(file, text + '\n');
+    expect((await custody(['receipt', 'verify', file, '--trusted-kernel-pubkey', service.paths.kernelPub])).code, 'only one final newline is ignored').to.equal(3);
+  });
+
   it('shows the children in status and stops cleanly on SIGTERM, exit 0', async () => {
     const status = await service.cli(['status']);
     expect(status.code).to.equal(0);

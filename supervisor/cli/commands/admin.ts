@@ -74,7 +74,14 @@ export async function receiptExportCommand(client: ServiceClient, out: Output, n
 /** Offline: nothing but the file and the trusted public key. */
 export function receiptVerifyCommand(out: Output, file: string, options: { trustedKernelPubkey: string; trustedExecutorPubkey?: string }): number {
   const kernelKey = readPublicKeyFile(options.trustedKernelPubkey);
-  const bytes = readFileSync(file);
+  let bytes: Buffer;
+  try {
+    bytes = readFileSync(file);
+  } catch (cause) {
+    throw new CustodyError('usage', `cannot read ${file}: ${(cause as Error).message}`, { cause });
+  }
+  // Shells and editors end files with a newline; it is not part of the signed bytes.
+  if (bytes.at(-1) === 0x0a) bytes = bytes.subarray(0, bytes.length - 1);
   const { kind } = readEnvelope(bytes);
   let trusted = [kernelKey];
   if (kind === 'report') {
