@@ -185,3 +185,31 @@ export function incidents(service: Service, query: URLSearchParams) {
 }
 
 export type { OperationOutcome };
+
+/** States in which the kernel has settled an operation with its executor's report. */
+const SETTLED_WITH_REPORT = ['completed', 'released', 'finalization_denied'] as const;
+
+/**
+ * Explicit archival (DESIGN §6.2): tell each executor which of its
+ * operations the kernel has settled; the executor moves those whose window
+ * has passed to its append-only archive and says why it kept the others.
+ */
+export async function archive(service: Service): Answer {
+  const { operations } = await service.kernel.request('ops.list', { states: [...SETTLED_WITH_REPORT], limit: 10_000 });
+  const results: Array<{ executor: string; archived: number; live: number; kept: Record<string, number> }> = [];
+  for (const [name, executor] of service.executors) {
+    const id = service.store.getPin(name)?.identity_id;
+    const settled = operations.filter((op) => op.executor_id === id).map((op) => op.operation_id);
+    const kept: Record<string, number> = {};
+    let archived = 0;
+    let live = 0;
+    for (let at = 0; at < Math.max(settled.length, 1); at += 10_000) {
+      const answer = await executor.request('archive', { reconciled: settled.slice(at, at + 10_000) }, { timeoutMs: 60_000 });
+      archived += answer.archived;
+      live = answer.live;
+      for (const { reason } of answer.not_archived) kept[reason] = (kept[reason] ?? 0) + 1;
+    }
+    results.push({ executor: name, archived, live, kept });
+  }
+  return { body: { executors: results } };
+}

@@ -57,6 +57,7 @@ const ROUTES: readonly Route[] = [
   route('GET', '/v1/grants', 'control', (c) => handlers.listGrants(c.service)),
   route('POST', '/v1/grants', 'control', async (c) => handlers.addGrant(c.service, await c.body(grantAddBody))),
   route('DELETE', '/v1/grants/:id', 'control', (c) => handlers.revokeGrant(c.service, c.params.id!)),
+  route('POST', '/v1/archive', 'control', (c) => handlers.archive(c.service)),
   route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) })),
 ];
 

@@ -11,7 +11,7 @@ import { connect } from './client.js';
 import { EXIT_CODES, exitCodeForError } from './exit-codes.js';
 import { createOutput } from './output.js';
 import { authorizeCommand, executeCommand, invokeCommand, opsCommand, reportCommand, traceCommand } from './commands/operations.js';
-import { grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
+import { archiveCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
 import { initCommand, startCommand } from './commands/service.js';
 
 let exitCode: number = EXIT_CODES.done;
@@ -121,6 +121,12 @@ program
   .argument('<name>', 'operation name')
   .option('--json', 'machine-readable output')
   .action(async (name: string, options: { json?: boolean }) => setExit(await traceCommand(client(), json(options), name)));
+
+program
+  .command('archive')
+  .description("move settled operations whose window has passed out of each executor's live ledger, into its archive")
+  .option('--json', 'machine-readable output')
+  .action(async (options: { json?: boolean }) => setExit(await archiveCommand(client(), json(options))));
 
 const grant = program.command('grant').description('manage capability grants');
 grant

@@ -2,8 +2,12 @@
 // deadline, refuse, or cannot tell what happened — fixture adapters loaded
 // through custody.json, the way an operator adds a tool.
 import { expect } from 'chai';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { isGone } from '../../supervisor/children/proc-stat.js';
-import { type TestService, FIXTURE_ADAPTERS, startService } from '../helpers/service.js';
+import { type TestService, FIXTURE_ADAPTERS, sqlite, startService } from '../helpers/service.js';
 
 interface Outcome {
   phase: string;
@@ -91,6 +95,33 @@ describe('the watchdog', function () {
     expect(kinds).to.include('outcome_unknown');
     const cli = await service.cli(['invoke', 'fixture/unsure', '--request-id', 'unsure-1', '--wait', '1s']);
     expect(cli.code, 'not complete').to.equal(4);
+  });
+});
+
+describe('an operation left unknown', function () {
+  this.timeout(60_000);
+
+  it('is asked again with backoff, its hold kept, until a signed report settles it (model H4)', async () => {
+    const markers = mkdtempSync(path.join(tmpdir(), 'custody-markers-'));
+    const service = await startService({ config: fixtureConfig({}), env: { CUSTODY_FIXTURE_DIR: markers } });
+    try {
+      await grantFixtures(service);
+      const first = await service.http('POST', '/v1/invoke', { tool: 'fixture/later', request_id: 'later-1', arguments: {}, wait_ms: 1500 }, 'agent');
+      expect(first.status).to.equal(202);
+      const operationId = (first.body as { operation_id: string }).operation_id;
+      const kernel = path.join(service.paths.kernelDir, 'kernel.db');
+      expect(await sqlite(kernel, `SELECT state, hold FROM operations_view WHERE request_id = 'later-1'`)).to.deep.equal([{ state: 'unknown', hold: 'reserved' }]);
+      writeFileSync(path.join(markers, `${operationId}.applied`), '');
+      const settled = await service.http('POST', '/v1/invoke', { tool: 'fixture/later', request_id: 'later-1', arguments: {}, wait_ms: 20_000 }, 'agent');
+      expect(settled.body).to.include({ outcome: 'completed', final: true });
+      expect(await sqlite(kernel, `SELECT state, hold FROM operations_view WHERE request_id = 'later-1'`)).to.deep.equal([{ state: 'completed', hold: 'consumed' }]);
+      const report = readEnvelope((settled.body as { report: string }).report).envelope.body as { status: string };
+      expect(report.status).to.equal('reconciled_applied');
+    } finally {
+      await service.stop();
+      service.cleanup();
+      rmSync(markers, { recursive: true, force: true });
+    }
   });
 });
 

@@ -97,3 +97,16 @@ export function receiptVerifyCommand(out: Output, file: string, options: { trust
   });
   return 0;
 }
+
+/** Move settled operations whose window has passed out of each executor's live ledger. */
+export async function archiveCommand(client: ServiceClient, out: Output): Promise<number> {
+  const { body } = await out.progress('archiving settled operations', client.post('/v1/archive', {}));
+  const executors = body.executors as Array<{ executor: string; archived: number; live: number; kept: Record<string, number> }>;
+  out.result(body, () =>
+    table(
+      ['EXECUTOR', 'ARCHIVED', 'LIVE CLAIMS', 'KEPT (WHY)'],
+      executors.map((e) => [e.executor, e.archived, e.live, Object.entries(e.kept).map(([why, n]) => `${n} ${why}`).join(', ') || '-']),
+    ),
+  );
+  return 0;
+}

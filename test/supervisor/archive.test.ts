@@ -1,0 +1,50 @@
+// Explicit archival through the CLI: settled operations leave the live
+// ledger only once their window has passed, go to the append-only archive,
+// and are still found and replayed byte-identically afterwards.
+import { expect } from 'chai';
+import path from 'node:path';
+import { type TestService, sqlite, startService } from '../helpers/service.js';
+
+interface ArchiveAnswer {
+  executors: Array<{ executor: string; archived: number; live: number; kept: Record<string, number> }>;
+}
+
+describe('custody archive', function () {
+  this.timeout(60_000);
+  let service: TestService;
+
+  before(async () => {
+    service = await startService({ config: { kernel: { settings: { execution_window_ms: 1500 } } } });
+  });
+
+  after(async () => {
+    await service.stop();
+    service.cleanup();
+  });
+
+  it('keeps operations whose window is open, archives them once it has passed, and still replays them', async () => {
+    for (const id of ['a-1', 'a-2']) expect((await service.cli(['invoke', 'review-notes/append', '--arg', `note=${id}`, '--request-id', id])).code).to.equal(0);
+    const report = (JSON.parse((await service.cli(['execute', 'a-1', '--json'])).stdout) as { report: string }).report;
+
+    const early = JSON.parse((await service.cli(['archive', '--json'])).stdout) as ArchiveAnswer;
+    expect(early.executors[0]).to.deep.include({ executor: 'default', archived: 0, live: 2, kept: { window_open: 2 } });
+
+    await new Promise((resolve) => setTimeout(resolve, 1800));
+    const late = await service.cli(['archive']);
+    expect(late.code, late.stderr).to.equal(0);
+    expect(late.stdout).to.match(/default\s+2\s+0/);
+
+    const ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
+    const archiveDb = path.join(service.paths.executorDir('default'), 'archive.db');
+    expect(await sqlite(ledger, 'SELECT count(*) AS n FROM claims')).to.deep.equal([{ n: 0 }]);
+    expect((await sqlite(archiveDb, 'SELECT count(*) AS n FROM archived_claims_view'))[0]!.n).to.equal(2);
+
+    const replayed = (JSON.parse((await service.cli(['execute', 'a-1', '--json'])).stdout) as { report: string }).report;
+    expect(replayed, 'an archived report replays byte-identically').to.equal(report);
+    const trace = JSON.parse((await service.cli(['trace', 'a-1', '--json'])).stdout) as { claim: { archived: boolean } };
+    expect(trace.claim.archived).to.equal(true);
+
+    const again = JSON.parse((await service.cli(['archive', '--json'])).stdout) as ArchiveAnswer;
+    expect(again.executors[0]).to.deep.include({ archived: 0, kept: { already_archived: 2 } });
+  });
+});
