@@ -19,7 +19,7 @@ for (const row of ed25519) out(`  ${row.backend.padEnd(6)} ${row.op.padEnd(7)} $
 const sqliteCommits = measureSqliteCommits(2000);
 out(`\ndurable SQLite commits/s (WAL, synchronous=FULL): ${sqliteCommits.toFixed(0)}`);
 const e2e = await measureEndToEnd(scale);
-out(`\ncold start (custody start → API up): ${e2e.cold_start_ms.toFixed(0)} ms`);
+out(`\ncold start (custody start → API up, best of 3): ${e2e.cold_start_ms.toFixed(0)} ms`);
 for (const load of [e2e.sequential, e2e.concurrent]) {
   out(
     `governed ops, ${String(load.concurrency).padStart(2)} in flight: ${load.ops_per_s.toFixed(1)} ops/s, p50 ${load.p50_ms.toFixed(1)} ms, ` +
@@ -29,7 +29,7 @@ for (const load of [e2e.sequential, e2e.concurrent]) {
 const fastest = Math.max(e2e.sequential.ops_per_s, e2e.concurrent.ops_per_s);
 out(`ratio governed ops/s over durable commits/s: ${(fastest / sqliteCommits).toFixed(3)} (best of sequential and concurrent)`);
 out(`ratio concurrent over sequential: ${(e2e.concurrent.ops_per_s / e2e.sequential.ops_per_s).toFixed(2)}`);
-out(`kill -9 of the executor → next completed operation: ${e2e.recovery.kill_to_next_completed_ms.toFixed(0)} ms; outcomes ${JSON.stringify(e2e.recovery.outcomes)}`);
+out(`kill -9 of the executor → first operation started after it completed: ${e2e.recovery.kill_to_next_completed_ms.toFixed(0)} ms; outcomes ${JSON.stringify(e2e.recovery.outcomes)}`);
 
 mkdirSync(RESULTS_DIR, { recursive: true });
 const file = path.join(RESULTS_DIR, 'bench.json');

@@ -3,7 +3,14 @@
 // supervisor kills a recorded child only when pid AND start time match.
 import { readFileSync } from 'node:fs';
 
-export function processStartTicks(pid: number): number | undefined {
+interface Stat {
+  /** Field 3: R, S, D, Z (zombie), X (dead), … */
+  readonly state: string;
+  /** Field 22: start time in clock ticks after boot. */
+  readonly startTicks: number | undefined;
+}
+
+function readStat(pid: number): Stat | undefined {
   let stat: string;
   try {
     stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -12,18 +19,12 @@ export function processStartTicks(pid: number): number | undefined {
   }
   // The command name (field 2) is in parentheses and may hold spaces or ')'.
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  // rest[0] is field 3 (state); field 22 is rest[19].
   const ticks = Number(rest[19]);
-  return Number.isSafeInteger(ticks) ? ticks : undefined;
+  return { state: rest[0] ?? '', startTicks: Number.isSafeInteger(ticks) ? ticks : undefined };
 }
 
-export function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
+export function processStartTicks(pid: number): number | undefined {
+  return readStat(pid)?.startTicks;
 }
 
 /**
@@ -31,13 +32,7 @@ export function isAlive(pid: number): boolean {
  * such pid, a later process reusing the pid, or a zombie awaiting its reaper.
  */
 export function isGone(pid: number, startTicks: number | null): boolean {
-  let stat: string;
-  try {
-    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  } catch {
-    return true;
-  }
-  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  if (rest[0] === 'Z' || rest[0] === 'X') return true;
-  return startTicks !== null && Number(rest[19]) !== startTicks;
+  const stat = readStat(pid);
+  if (!stat || stat.state === 'Z' || stat.state === 'X') return true;
+  return startTicks !== null && stat.startTicks !== startTicks;
 }

@@ -2,17 +2,9 @@
 // cooperative cancel, deadlines, and reconciliation bounded per tool.
 import { expect } from 'chai';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type CustodyError } from '../../shared/errors.js';
 import { type Executor, type Home, authorize, executeBody, makeHome, provisioned, removeHome, sqlite, startExecutor, stopExecutor } from './helpers.js';
+import { codeOfAnswer as codeOf } from '../helpers/codes.js';
 
-async function codeOf(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-  } catch (error) {
-    return (error as CustodyError).code;
-  }
-  return 'answered';
-}
 
 /** The `line` of each adapter_output event the executor logged. */
 function adapterOutput(executor: Executor): Array<{ line: string; dropped_bytes?: number }> {

@@ -2,7 +2,6 @@
 // refuses before claiming; archival moves only expired, reconciled claims,
 // which still replay afterwards and can never be claimed again.
 import { expect } from 'chai';
-import { type CustodyError } from '../../shared/errors.js';
 import {
   type Executor,
   type Home,
@@ -17,15 +16,8 @@ import {
   startExecutor,
   stopExecutor,
 } from './helpers.js';
+import { codeOfAnswer as codeOf } from '../helpers/codes.js';
 
-async function codeOf(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-  } catch (error) {
-    return (error as CustodyError).code;
-  }
-  return 'answered';
-}
 
 describe('executor-proc capacity and archival', function () {
   this.timeout(30_000);

@@ -3,7 +3,6 @@
 // effect at most, outcome_unknown instead of a second run, reconciliation
 // that tells the truth, and byte-identical replays.
 import { expect } from 'chai';
-import { type CustodyError } from '../../shared/errors.js';
 import {
   type Executor,
   type Home,
@@ -20,15 +19,8 @@ import {
   startExecutor,
   stopExecutor,
 } from './helpers.js';
+import { codeOfAnswer as codeOf } from '../helpers/codes.js';
 
-async function codeOf(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-  } catch (error) {
-    return (error as CustodyError).code;
-  }
-  return 'answered';
-}
 
 describe('executor-proc crash matrix', function () {
   this.timeout(30_000);

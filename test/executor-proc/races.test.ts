@@ -2,7 +2,6 @@
 // process with pause points: each test holds one request at the step where
 // the race opens and lets another request through.
 import { expect } from 'chai';
-import { type CustodyError } from '../../shared/errors.js';
 import {
   type Home,
   authorize,
@@ -18,15 +17,8 @@ import {
   startExecutor,
   stopExecutor,
 } from './helpers.js';
+import { codeOfAnswer as codeOf } from '../helpers/codes.js';
 
-async function codeOf(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-  } catch (error) {
-    return (error as CustodyError).code;
-  }
-  return 'answered';
-}
 
 describe('executor-proc races', function () {
   this.timeout(30_000);

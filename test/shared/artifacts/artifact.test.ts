@@ -3,6 +3,7 @@ import { canonicalize } from '../../../shared/canonical/jcs.js';
 import { BACKENDS, Signer, generateSeed } from '../../../shared/crypto/ed25519.js';
 import { decodeArtifact, readEnvelope, signArtifact } from '../../../shared/artifacts/artifact.js';
 import { ARTIFACT_MAX_BYTES, type CapabilityBody, type ReportBody } from '../../../shared/protocol/artifacts.js';
+import { codeOf } from '../../helpers/codes.js';
 
 const kernel = Signer.fromSeed(generateSeed());
 const stranger = Signer.fromSeed(generateSeed());
@@ -35,14 +36,6 @@ function report(output: unknown): ReportBody {
   };
 }
 
-function codeOf(fn: () => unknown): string | undefined {
-  try {
-    fn();
-    return undefined;
-  } catch (error) {
-    return (error as { code?: string }).code;
-  }
-}
 
 describe('signed artifacts', () => {
   it('are the canonical bytes of {schema, signer, body, signature} and decode back to the same body', () => {

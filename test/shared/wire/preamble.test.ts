@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { randomBytes } from 'node:crypto';
 import { PREAMBLE_MAX_BYTES, PREAMBLE_TAG, type Preamble } from '../../../shared/protocol/preamble.js';
 import { PreambleReader, encodePreamble } from '../../../shared/wire/preamble.js';
+import { codeOf } from '../../helpers/codes.js';
 
 function preamble(settings: Preamble['settings'] = {}): Preamble {
   return {
@@ -28,14 +29,6 @@ function encodePreambleUnchecked(value: Preamble): Buffer {
   return Buffer.from(JSON.stringify(value));
 }
 
-function codeOf(fn: () => unknown): string | undefined {
-  try {
-    fn();
-    return undefined;
-  } catch (error) {
-    return (error as { code?: string }).code;
-  }
-}
 
 describe('the session preamble', () => {
   it('is read at exactly its 4 KiB bound, and refused one byte past it, even inside one chunk', () => {

@@ -3,6 +3,7 @@ import { DEFAULT_FRAME_LIMITS } from '../../../shared/wire/frame-reader.js';
 import { MAC_TRAILER_BYTES, computeMac, encodeCovered, sealFrame } from '../../../shared/wire/frame-codec.js';
 import { SessionEndpoint } from '../../../shared/wire/session.js';
 import { type SessionSecrets, createSessionSecrets, deriveDirectionKey } from '../../../shared/wire/session-keys.js';
+import { codeOf } from '../../helpers/codes.js';
 
 function pair(secrets: SessionSecrets = createSessionSecrets()) {
   const supervisor = new SessionEndpoint({ secrets, side: 'supervisor', self: 'supervisor', peer: 'kernel', limits: DEFAULT_FRAME_LIMITS });
@@ -12,14 +13,6 @@ function pair(secrets: SessionSecrets = createSessionSecrets()) {
 
 const strip = (line: Buffer) => line.subarray(0, line.length - 1);
 
-function codeOf(fn: () => unknown): string | undefined {
-  try {
-    fn();
-    return undefined;
-  } catch (error) {
-    return (error as { code?: string }).code;
-  }
-}
 
 describe('session endpoints', () => {
   it('carry a frame from one side to the other with rising sequence numbers', () => {

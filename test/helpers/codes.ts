@@ -1,0 +1,21 @@
+// The error code a call fails with: what most refusal tests assert on.
+
+/** The code a synchronous call throws, or undefined when it returns. */
+export function codeOf(fn: () => unknown): string | undefined {
+  try {
+    fn();
+    return undefined;
+  } catch (error) {
+    return (error as { code?: string }).code;
+  }
+}
+
+/** The code a promise rejects with, or 'answered' when it resolves. */
+export async function codeOfAnswer(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+  } catch (error) {
+    return String((error as { code?: string }).code);
+  }
+  return 'answered';
+}
