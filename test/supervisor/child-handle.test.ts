@@ -128,6 +128,20 @@ describe('child handle over the wire fixture', function () {
     expect(store.recentIncidents(10).map((i) => i.kind)).to.include.members(['start_failed', 'child_failed']);
   });
 
+  it('kills a child whose channel is poisoned, records the cause, and restarts it with a fresh session', async () => {
+    const child = handle();
+    await child.start();
+    const first = child.session!;
+    const answer = await child.request('echo', { misbehave: 'garbage' }).then(() => null, (e: unknown) => e);
+    expect(answer).to.have.property('code', 'frame_malformed');
+    expect(await first.exited).to.have.property('signal', 'SIGKILL');
+    const second = await child.waitForSession(5000);
+    expect(second.sid).to.not.equal(first.sid);
+    const poisoned = store.recentIncidents(10).find((i) => i.kind === 'channel_poisoned');
+    expect(poisoned).to.include({ code: 'frame_malformed', child: 'fixture' });
+    await child.stop(2000);
+  });
+
   it('stops gracefully with shutdown, and the child exits 0', async () => {
     const child = handle();
     await child.start();
