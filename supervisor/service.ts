@@ -3,12 +3,14 @@
 // every request the log holds open, sweep for operations nobody drives, and
 // serve the control API. Stops gracefully on request; a failed kernel stops
 // it with a clear message and a non-zero exit.
+import { setTimeout as wait } from 'node:timers/promises';
 import { renameSync, rmSync } from 'node:fs';
 import { CustodyError } from '../shared/errors.js';
 import { type Logger, errorFields } from '../shared/log.js';
 import { killGroup } from '../shared/child/spawn.js';
 import { DIR_LOCK_STALE_MS, type DirLock, acquireDirLock, clearDirLock } from '../shared/store/dir-lock.js';
 import { nowMs } from '../shared/clock.js';
+import { defineMachine, Machine } from '../shared/state-machine.js';
 import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
 import { isGone } from './children/proc-stat.js';
@@ -29,6 +31,15 @@ export interface ServiceOptions {
   readonly log: Logger;
 }
 
+export type ServiceState = 'booting' | 'running' | 'stopping' | 'stopped';
+
+export const SERVICE_MACHINE = defineMachine<ServiceState>('service', {
+  booting: ['running', 'stopping'],
+  running: ['stopping'],
+  stopping: ['stopped'],
+  stopped: [],
+});
+
 export class Service {
   readonly paths: StatePaths;
   readonly config: CustodyConfig;
@@ -42,7 +53,7 @@ export class Service {
   readonly #lock: DirLock;
   readonly #abort = new AbortController();
   #api: ApiServer | null = null;
-  #booted = false;
+  readonly #lifecycle = new Machine(SERVICE_MACHINE, 'booting', (from, to, reason) => this.log.info('service_state', { from, to, reason }));
   #stopping: Promise<number> | null = null;
   #exitCode: ((code: number) => void) | null = null;
   /** Resolves with the process exit code once the service has stopped. */
@@ -125,8 +136,12 @@ export class Service {
     return this.#api?.port ?? 0;
   }
 
+  get state(): ServiceState {
+    return this.#lifecycle.state;
+  }
+
   get stopping(): boolean {
-    return this.#stopping !== null;
+    return this.#lifecycle.is('stopping', 'stopped');
   }
 
   executorById(id: string): ChildHandle {
@@ -136,24 +151,30 @@ export class Service {
     throw new CustodyError('executor_unknown', `no configured executor has the pinned identity ${id}`);
   }
 
+  /**
+   * Children first (a child that fails its first start is restarted by its
+   * policy; boot waits for it and fails only when it is failed for good),
+   * then the API (a port already taken fails the boot before any work was
+   * resumed), and only then the requests the log holds open. Any failure
+   * stops and reaps everything started so far.
+   */
   async #boot(port: number): Promise<void> {
-    // A child that fails its first start is restarted by its policy; boot
-    // waits for it, and fails only when the child is failed for good.
     const bootWait = this.config.timing.hello_timeout_ms * (this.config.restart.max_restarts + 1) + this.config.restart.backoff_max_ms * this.config.restart.max_restarts;
     const up = (child: ChildHandle) => child.start().catch(() => child.waitForSession(bootWait)).then(() => undefined);
     try {
       await up(this.kernel);
       await Promise.all([...this.executors.values()].map(up));
+      await this.#pinTools();
+      this.#api = await startApiServer(this, port);
     } catch (error) {
+      await this.#api?.close();
       await Promise.all([this.kernel, ...this.executors.values()].map((child) => child.stop(2000)));
       throw error;
     }
-    this.#booted = true;
-    await this.#pinTools();
+    this.#lifecycle.moveTo('running', `port ${this.#api.port}`);
     this.driver.resumeAll();
     this.sweeper.start();
     void this.sweeper.sweep();
-    this.#api = await startApiServer(this, port);
     // Written aside and renamed, so a client never reads a half-written file.
     const temporary = `${this.paths.serviceJson}.${process.pid}.tmp`;
     rmSync(temporary, { force: true });
@@ -186,6 +207,7 @@ export class Service {
   }
 
   async #stop(reason: string, exitCode: number): Promise<number> {
+    this.#lifecycle.moveTo('stopping', reason);
     this.log.info('service_stopping', { reason, in_flight: this.driver.active });
     this.sweeper.stop();
     // Stop accepting now; open requests are answered as their drives end.
@@ -201,6 +223,7 @@ export class Service {
     rmSync(this.paths.serviceJson, { force: true });
     this.store.close();
     await this.#lock.release().catch((error: unknown) => this.log.warn('lock_release_failed', errorFields(error)));
+    this.#lifecycle.moveTo('stopped', reason);
     this.log.info('service_stopped', { reason, exit_code: exitCode });
     this.#exitCode?.(exitCode);
     return exitCode;
@@ -208,7 +231,7 @@ export class Service {
 
   #onChildFailed(child: ChildHandle, reason: CustodyError): void {
     this.log.error('child_failed', { child: child.name, ...errorFields(reason) });
-    if (child === this.kernel && this.#booted) {
+    if (child === this.kernel && this.#lifecycle.is('running')) {
       process.stderr.write(`custody: the kernel failed and the service cannot decide anything without it: ${reason.message}\n`);
       void this.stop('kernel failed', 1);
     }
@@ -222,7 +245,8 @@ export class Service {
  * still match, and wait until each is gone, before spawning anything.
  */
 async function killPredecessorChildren(store: SupervisorStore, log: Logger, lockDirs: ReadonlyMap<string, string | null>): Promise<void> {
-  const survivors = store.listChildren().filter((row) => row.pid !== null && !isGone(row.pid, row.pid_start_ticks));
+  // Without a recorded start time a pid proves nothing (it may have been reused): leave it alone.
+  const survivors = store.listChildren().filter((row) => row.pid !== null && row.pid_start_ticks !== null && !isGone(row.pid, row.pid_start_ticks));
   for (const row of survivors) {
     log.warn('predecessor_child_killed', { child: row.name, pid: row.pid });
     store.recordIncident({ child: row.name, kind: 'predecessor_killed', code: null, message: `killed ${row.name} pid ${row.pid} left running by a previous supervisor` });
@@ -244,8 +268,4 @@ async function killPredecessorChildren(store: SupervisorStore, log: Logger, lock
       }
     }
   }
-}
-
-function wait(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -19,6 +19,9 @@ import { type ChannelState, FrameChannel, type FrameChannelOptions } from './cha
 import { type Frame } from './frame-codec.js';
 import { describeIssues } from './session.js';
 
+/** Control messages are answered even when the bound on requests in flight is reached. */
+const CONTROL_KINDS: ReadonlySet<string> = new Set(['ping', 'cancel', 'shutdown']);
+
 export interface RequestContext {
   /** The request's frame id. */
   readonly id: string;
@@ -90,7 +93,7 @@ export class ServerChannel {
     if (this.#inFlight.has(frame.id)) {
       throw new CustodyError('duplicate_request', `request id ${frame.id} is already being handled`);
     }
-    if (this.#inFlight.size >= this.#maxInFlight) {
+    if (this.#inFlight.size >= this.#maxInFlight && !CONTROL_KINDS.has(kind)) {
       this.#answerError(frame.id, new CustodyError('too_many_in_flight', `${this.#maxInFlight} requests already in flight`));
       return;
     }

@@ -6,7 +6,7 @@ import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
 import { nowMs } from '../../shared/clock.js';
-import { type OperationOutcome, outcomeOf } from '../operations/outcome.js';
+import { type OperationOutcome, SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type Service } from '../service.js';
 import { type authorizeBody, type executeBody, type grantAddBody, type invokeBody, type stepBody } from './bodies.js';
@@ -38,7 +38,13 @@ export function status(service: Service) {
   };
 }
 
-/** Wait for a drive up to `waitMs`; past it answer 202 with where the request stands (the drive goes on). */
+/**
+ * Wait for a drive up to `waitMs`; past it answer 202 with where the request
+ * stands (the drive goes on). Once a request is logged, a failure to reach a
+ * process is not the end of it either — the service carries it on — so that
+ * too is a 202 with the request's state, never an error a client could read
+ * as "nothing happened" and answer by asking again under a new id.
+ */
 async function answerDrive(service: Service, requestId: string, drive: Promise<RequestRow>, waitMs = DEFAULT_WAIT_MS): Answer {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), waitMs)));
@@ -46,6 +52,11 @@ async function answerDrive(service: Service, requestId: string, drive: Promise<R
   try {
     const row = await Promise.race([drive, timeout]);
     if (row) return { body: outcomeOf(row) };
+  } catch (error) {
+    const failure = toCustodyError(error);
+    const current = service.store.getRequest(requestId);
+    if (!current || !STILL_CARRIED.has(failure.errorClass) || failure.code === 'reply_dropped') throw failure;
+    return { status: 202, body: { ...outcomeOf(current), reason: failure.code } };
   } finally {
     clearTimeout(timer);
   }
@@ -53,6 +64,9 @@ async function answerDrive(service: Service, requestId: string, drive: Promise<R
   if (!current) throw new CustodyError('operation_unknown', `no operation ${requestId}`);
   return { status: 202, body: outcomeOf(current) };
 }
+
+/** Failure classes after which a logged request is still the service's to finish. */
+const STILL_CARRIED: ReadonlySet<string> = new Set(['unreachable', 'unknown']);
 
 export function invoke(service: Service, body: z.infer<typeof invokeBody>): Answer {
   const requestId = body.request_id ?? `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
@@ -186,8 +200,6 @@ export function incidents(service: Service, query: URLSearchParams) {
 
 export type { OperationOutcome };
 
-/** States in which the kernel has settled an operation with its executor's report. */
-const SETTLED_WITH_REPORT = ['completed', 'released', 'finalization_denied'] as const;
 
 /**
  * Explicit archival (DESIGN §6.2): tell each executor which of its
@@ -195,7 +207,7 @@ const SETTLED_WITH_REPORT = ['completed', 'released', 'finalization_denied'] as 
  * has passed to its append-only archive and says why it kept the others.
  */
 export async function archive(service: Service): Answer {
-  const { operations } = await service.kernel.request('ops.list', { states: [...SETTLED_WITH_REPORT], limit: 10_000 });
+  const { operations } = await service.kernel.request('ops.list', { states: [...SETTLED_STATES], limit: 10_000 });
   const results: Array<{ executor: string; archived: number; live: number; kept: Record<string, number> }> = [];
   for (const [name, executor] of service.executors) {
     const id = service.store.getPin(name)?.identity_id;

@@ -30,10 +30,14 @@ export function sendJson(response: ServerResponse, status: number, body: unknown
   response.end(text);
 }
 
-/** The error body a client sees: the code and message of a CustodyError; an internal fault says only that. */
+/**
+ * The error body a client sees: the code and message of a CustodyError.
+ * Anything of the internal class (store paths, modes, states) is logged, and
+ * the client learns only its code (DESIGN §11).
+ */
 export function sendError(response: ServerResponse, error: unknown): void {
   const failure = toCustodyError(error);
-  const body = failure.code === 'internal' ? { code: 'internal', message: 'internal error; see the service log' } : failure.toWire();
+  const body = failure.errorClass === 'internal' ? { code: failure.code, message: 'internal error; see the service log' } : failure.toWire();
   sendJson(response, statusOf(failure), body);
 }
 

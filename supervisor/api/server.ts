@@ -2,13 +2,13 @@
 // path to the access it needs and its handler; the token gate runs before
 // the body is read or any handler is called.
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http';
 import { type z } from 'zod';
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
 import { describeIssues } from '../../shared/wire/session.js';
 import { type Service } from '../service.js';
+import { readTokenFile } from '../tokens.js';
 import { type Access, TokenGate, readJsonBody, sendError, sendJson } from './http.js';
 import { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 import * as handlers from './handlers.js';
@@ -61,12 +61,16 @@ const ROUTES: readonly Route[] = [
   route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) })),
 ];
 
-function readToken(file: string): string {
-  return readFileSync(file, 'utf8').trim();
+function decodePathSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new CustodyError('bad_request', `malformed percent-encoding in ${JSON.stringify(segment)}`);
+  }
 }
 
 export async function startApiServer(service: Service, port: number): Promise<ApiServer> {
-  const gate = new TokenGate(readToken(service.paths.agentToken), readToken(service.paths.controlToken));
+  const gate = new TokenGate(readTokenFile(service.paths.agentToken), readTokenFile(service.paths.controlToken));
   const limit = service.config.bounds.max_body_bytes;
   const log = service.log.child({ component: 'api' });
 
@@ -74,6 +78,8 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
     const url = new URL(request.url ?? '/', 'http://127.0.0.1');
     const candidates = ROUTES.filter((r) => r.pattern.test(url.pathname));
     const match = candidates.find((r) => r.method === request.method);
+    // The token first: without one, nobody learns which endpoints exist.
+    gate.check(request, match?.access === 'open' ? 'open' : 'agent');
     if (!match) {
       if (candidates.length > 0) throw new CustodyError('bad_request', `${request.method} is not allowed on ${url.pathname}`);
       throw new CustodyError('not_found', `no endpoint ${url.pathname}`);
@@ -81,7 +87,7 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
     gate.check(request, match.access);
     if (service.stopping && match.access !== 'open') throw new CustodyError('shutting_down', 'the service is shutting down');
     const values = match.pattern.exec(url.pathname)!.slice(1);
-    const params = Object.fromEntries(match.names.map((name, i) => [name, decodeURIComponent(values[i]!)]));
+    const params = Object.fromEntries(match.names.map((name, i) => [name, decodePathSegment(values[i]!)]));
     const context: RouteContext = {
       service,
       params,
@@ -104,7 +110,9 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
       else response.end();
     });
   });
-  server.requestTimeout = 0;
+  // Receiving a request (not answering it: an invoke may wait minutes) is bounded.
+  server.requestTimeout = 30_000;
+  server.headersTimeout = 10_000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', (error) => reject(new CustodyError('config_invalid', `cannot listen on 127.0.0.1:${port}: ${error.message}`, { cause: error })));
     server.listen(port, '127.0.0.1', () => resolve());

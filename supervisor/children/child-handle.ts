@@ -1,9 +1,12 @@
 // One configured child (the kernel, or one executor) across its processes.
 // Every process gets a fresh session; a replacement starts only after the old
-// process was reaped (its exit seen), which is the proof it can no longer
-// act; then the supervisor clears the child's directory lock at once instead
-// of waiting for it to go stale (DESIGN §7). Restarts follow the OTP
-// intensity; past it the child is failed. Heartbeats catch a hung child.
+// process group is gone (the leader reaped, every member killed), which is
+// the proof that it can no longer act; then the supervisor clears the child's
+// directory lock at once instead of waiting for it to go stale (DESIGN §7).
+// Crashes follow the OTP intensity; past it the child is failed. The
+// supervisor's own deliberate kills (the watchdog) restart at once and do not
+// count: they are not the child's failures.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { type Logger, errorFields } from '../../shared/log.js';
 import { type ChildRole, type JsonObject } from '../../shared/protocol/common.js';
@@ -17,8 +20,12 @@ import { type RequestOptions } from '../../shared/wire/client.js';
 import { nowMs } from '../../shared/clock.js';
 import { type RestartPolicy, type Timing } from '../config/schema.js';
 import { type SupervisorStore } from '../store/supervisor-store.js';
+import { startHeartbeat } from './heartbeat.js';
 import { processStartTicks } from './proc-stat.js';
+import { killGroupAndWait } from './process-group.js';
 import { RestartIntensity } from './restart-intensity.js';
+import { SessionWaiters } from './session-waiters.js';
+import { Slots } from './slots.js';
 
 export type ChildState = 'stopped' | 'starting' | 'running' | 'backoff' | 'failed' | 'stopping';
 
@@ -40,6 +47,7 @@ export interface ChildSpec {
   readonly lockDir: string | null;
   readonly settings: JsonObject;
   readonly pins: { readonly kernel: string | null };
+  /** Operations in flight at once; control messages (ping, cancel, shutdown) come on top. */
   readonly maxInFlight: number;
 }
 
@@ -53,36 +61,41 @@ export interface ChildDeps {
   readonly pin: () => PinnedIdentity | null;
   /** The child exceeded its restart intensity or cannot prove its identity. */
   readonly onFailed: (child: ChildHandle, reason: CustodyError) => void;
-  /** A fresh session is up (first start or restart). */
-  readonly onSession?: (child: ChildHandle, session: ChildSession) => void;
   /** Where the child's stderr lines (its JSON log) go; default: this process's stderr, as they are. */
   readonly onStderrLine?: (child: ChildHandle, line: string) => void;
 }
 
-interface Waiter {
-  resolve(session: ChildSession): void;
-  reject(reason: CustodyError): void;
+/** Why the current process is being killed; the first intent wins. */
+interface KillIntent {
+  readonly reason: string;
+  /** The supervisor's own decision (the watchdog): restart at once, not counted as a crash. */
+  readonly deliberate: boolean;
 }
+
+/** How long a killed child's process group may take to empty before the restart goes ahead anyway. */
+const GROUP_EXIT_WAIT_MS = 5000;
 
 export class ChildHandle {
   readonly spec: ChildSpec;
+  readonly slots: Slots;
   readonly #deps: ChildDeps;
   readonly #log: Logger;
   readonly #machine: Machine<ChildState>;
   readonly #intensity: RestartIntensity;
   #session: ChildSession | null = null;
+  #spawning: Promise<void> | null = null;
   #restarts = 0;
   #startedAt: number | null = null;
-  #heartbeat: NodeJS.Timeout | null = null;
+  #stopHeartbeat: (() => void) | null = null;
   #backoffTimer: NodeJS.Timeout | null = null;
-  #waiters: Waiter[] = [];
+  readonly #waiters = new SessionWaiters();
   #failure: CustodyError | null = null;
   #lastExit: string | null = null;
-  /** Why the current process is being killed; the first reason wins. */
-  #killReason: string | null = null;
+  #kill: KillIntent | null = null;
 
   constructor(spec: ChildSpec, deps: ChildDeps) {
     this.spec = spec;
+    this.slots = new Slots(spec.maxInFlight);
     this.#deps = deps;
     this.#log = deps.log.child({ child: spec.name });
     this.#intensity = new RestartIntensity(deps.restart);
@@ -119,7 +132,7 @@ export class ChildHandle {
   /** Start the first process; resolves once its hello proved the pinned identity. */
   async start(): Promise<void> {
     this.#machine.moveTo('starting', 'start');
-    await this.#spawn();
+    await this.#spawnTracked();
   }
 
   /** The running session, waiting for a restart in progress; rejects when the child failed or stops. */
@@ -128,23 +141,7 @@ export class ChildHandle {
     if (this.#machine.is('failed', 'stopping', 'stopped')) {
       return Promise.reject(this.#failure ?? new CustodyError('child_failed', `${this.name} is ${this.#machine.state}`));
     }
-    return new Promise<ChildSession>((resolve, reject) => {
-      const waiter: Waiter = {
-        resolve: (session) => {
-          clearTimeout(timer);
-          resolve(session);
-        },
-        reject: (reason) => {
-          clearTimeout(timer);
-          reject(reason);
-        },
-      };
-      const timer = setTimeout(() => {
-        this.#waiters = this.#waiters.filter((w) => w !== waiter);
-        reject(new CustodyError('service_unavailable', `${this.name} has no running session after ${timeoutMs} ms`));
-      }, timeoutMs);
-      this.#waiters.push(waiter);
-    });
+    return this.#waiters.wait(timeoutMs, () => new CustodyError('service_unavailable', `${this.name} has no running session after ${timeoutMs} ms`));
   }
 
   /** Send a request on the current session (waiting briefly for a restart). */
@@ -154,32 +151,45 @@ export class ChildHandle {
   }
 
   /**
-   * Kill the current process group with SIGKILL and wait until it is reaped.
-   * The restart policy then starts a fresh session. Resolves after the reap.
+   * Kill the current process group with SIGKILL and wait until it is gone.
+   * A fresh session follows: at once, uncounted, when the kill is the
+   * supervisor's own decision; by the restart policy otherwise.
    */
-  async killAndReap(reason: string): Promise<void> {
+  async killAndReap(reason: string, options: { deliberate?: boolean } = {}): Promise<void> {
     const session = this.#session;
     if (!session) return;
-    this.#killReason ??= reason;
+    this.#kill ??= { reason, deliberate: options.deliberate ?? false };
     session.kill('SIGKILL');
     await session.exited;
+    await killGroupAndWait(session.pid, GROUP_EXIT_WAIT_MS);
   }
 
-  /** Graceful stop: `shutdown`, wait up to the grace, then SIGKILL; resolves after the reap. */
+  /** Graceful stop: `shutdown`, wait up to the grace, then SIGKILL; resolves after the whole group is gone. */
   async stop(graceMs: number): Promise<void> {
     if (this.#machine.is('stopped')) return;
     this.#clearTimers();
     if (!this.#machine.is('stopping')) this.#machine.moveTo('stopping', 'service stopping');
+    // A spawn in progress finishes first; it sees `stopping` and kills what it started.
+    await this.#spawning?.catch(() => undefined);
     const session = this.#session;
     if (session) {
-      this.#killReason ??= 'service stopping';
+      this.#kill ??= { reason: 'service stopping', deliberate: true };
       const answered = session.channel.request('shutdown', {}, { timeoutMs: graceMs }).catch(() => undefined);
-      const exited = await Promise.race([session.exited.then(() => true), answered.then(() => wait(graceMs)).then(() => false)]);
+      const exited = await Promise.race([session.exited.then(() => true), answered.then(() => sleep(graceMs)).then(() => false)]);
       if (!exited) session.kill('SIGKILL');
       await session.exited;
+      await this.#reap(session);
     }
-    this.#rejectWaiters(new CustodyError('shutting_down', `${this.name} is stopping`));
+    this.#waiters.rejectAll(new CustodyError('shutting_down', `${this.name} is stopping`));
     this.#machine.moveTo('stopped', 'stopped');
+  }
+
+  #spawnTracked(): Promise<void> {
+    const spawning = this.#spawn().finally(() => {
+      if (this.#spawning === spawning) this.#spawning = null;
+    });
+    this.#spawning = spawning;
+    return spawning;
   }
 
   async #spawn(): Promise<void> {
@@ -196,7 +206,8 @@ export class ChildHandle {
         settings: spec.settings,
         limits: this.#deps.limits,
         expect: this.#deps.pin(),
-        maxInFlight: spec.maxInFlight,
+        // Room for control messages (ping, cancel, shutdown) above the operations' slots.
+        maxInFlight: spec.maxInFlight + 8,
         helloTimeoutMs: this.#deps.timing.hello_timeout_ms,
         log: this.#deps.log,
         onStderrLine: (line) => this.#forwardStderr(line),
@@ -204,71 +215,91 @@ export class ChildHandle {
       });
     } catch (error) {
       const reason = toCustodyError(error, 'peer_exited');
+      this.#clearLock(null);
+      if (this.#machine.is('stopping', 'stopped')) throw reason;
       this.#deps.store.recordIncident({ child: spec.name, kind: 'start_failed', code: reason.code, message: reason.message });
       if (reason.code === 'identity_mismatch' || reason.code === 'hello_invalid') {
         this.#fail(reason);
         throw reason;
       }
-      this.#afterExit(`start failed: ${reason.code}`);
+      // A previous process of this child still holds its store (a remote
+      // executor still finishing an effect): not a crash, only not yet.
+      this.#afterExit(`start failed: ${reason.code}`, reason.code === 'store_locked' ? { counted: false, delayMs: this.#deps.restart.backoff_max_ms } : { counted: true });
       throw reason;
     }
-    if (this.#machine.is('stopping')) {
+    if (this.#machine.is('stopping', 'stopped')) {
       session.kill('SIGKILL');
       await session.exited;
+      await this.#reap(session);
       return;
     }
     this.#session = session;
     this.#startedAt = nowMs();
-    this.#killReason = null;
+    this.#kill = null;
     this.#deps.store.openSession(session.sid, spec.name, session.pid);
     this.#machine.moveTo('running', `pid ${session.pid}`);
     void session.exited.then((exit) => this.#onExit(session, exit));
-    this.#startHeartbeat(session);
-    const waiters = this.#waiters;
-    this.#waiters = [];
-    for (const waiter of waiters) waiter.resolve(session);
-    this.#deps.onSession?.(this, session);
+    this.#stopHeartbeat = startHeartbeat(session, this.#deps.timing, () => {
+      if (this.#session !== session) return;
+      this.#deps.store.recordIncident({ child: this.name, kind: 'heartbeat_missed', code: 'deadline_exceeded', message: `${this.name} did not answer ping within ${this.#deps.timing.heartbeat_timeout_ms} ms` });
+      void this.killAndReap('heartbeat missed');
+    });
+    this.#waiters.resolveAll(session);
   }
 
   #onChannelEnd(reason: CustodyError, state: string): void {
     if (state !== 'poisoned') return;
     // A poisoned channel is never resumed: discard the process.
     this.#deps.store.recordIncident({ child: this.name, kind: 'channel_poisoned', code: reason.code, message: reason.message });
-    this.#killReason ??= `channel poisoned: ${reason.code}`;
+    this.#kill ??= { reason: `channel poisoned: ${reason.code}`, deliberate: false };
     this.#session?.kill('SIGKILL');
   }
 
-  #onExit(session: ChildSession, exit: ChildExit): void {
+  async #onExit(session: ChildSession, exit: ChildExit): Promise<void> {
     if (this.#session !== session) return;
     this.#session = null;
-    this.#stopHeartbeat();
+    this.#stopHeartbeat?.();
+    this.#stopHeartbeat = null;
     const how = exit.signal ? `signal ${exit.signal}` : `code ${exit.code}`;
-    const why = this.#killReason ?? 'exited on its own';
-    this.#deps.store.closeSession(session.sid, `${why} (${how})`);
-    this.#clearLock(session.pid);
-    if (this.#machine.is('stopping')) return;
-    this.#deps.store.recordIncident({ child: this.name, kind: 'child_exit', code: exit.code === 70 ? 'channel_poisoned' : null, message: `${this.name} pid ${session.pid} ${how}: ${why}` });
-    this.#lastExit = `${how}: ${why}`;
+    const intent = this.#kill ?? { reason: 'exited on its own', deliberate: false };
+    await this.#reap(session);
+    this.#deps.store.closeSession(session.sid, `${intent.reason} (${how})`);
+    if (this.#machine.is('stopping', 'stopped')) return;
+    this.#deps.store.recordIncident({ child: this.name, kind: 'child_exit', code: exit.code === 70 ? 'channel_poisoned' : null, message: `${this.name} pid ${session.pid} ${how}: ${intent.reason}` });
+    this.#lastExit = `${how}: ${intent.reason}`;
     this.#persist();
-    this.#afterExit(`${how}: ${why}`);
+    this.#afterExit(this.#lastExit, intent.deliberate ? { counted: false, delayMs: 0 } : { counted: true });
   }
 
-  /** The process is gone (reaped) or never came up: restart with backoff, or fail. */
-  #afterExit(why: string): void {
+  /** The leader is reaped; make sure nothing of its group is left, then free its lock. */
+  async #reap(session: ChildSession): Promise<void> {
+    const emptied = await killGroupAndWait(session.pid, GROUP_EXIT_WAIT_MS);
+    if (!emptied) this.#log.error('process_group_survived', { pid: session.pid, waited_ms: GROUP_EXIT_WAIT_MS });
+    this.#clearLock(session.pid);
+  }
+
+  /** The process is gone or never came up: restart (with backoff, counted as a crash or not), or fail. */
+  #afterExit(why: string, how: { counted: true } | { counted: false; delayMs: number }): void {
     if (this.#machine.is('stopping', 'stopped', 'failed')) return;
-    const decision = this.#intensity.next(nowMs());
-    if (!decision.restart) {
-      this.#fail(new CustodyError('child_failed', `${this.name} failed: ${decision.reason} (last: ${why})`));
-      return;
+    let delayMs: number;
+    if (how.counted) {
+      const decision = this.#intensity.next(nowMs());
+      if (!decision.restart) {
+        this.#fail(new CustodyError('child_failed', `${this.name} failed: ${decision.reason} (last: ${why})`));
+        return;
+      }
+      delayMs = decision.delayMs;
+    } else {
+      delayMs = how.delayMs;
     }
     this.#restarts++;
-    this.#machine.moveTo('backoff', `${why}; restart in ${decision.delayMs} ms`);
+    this.#machine.moveTo('backoff', `${why}; restart in ${delayMs} ms`);
     this.#backoffTimer = setTimeout(() => {
       this.#backoffTimer = null;
       if (!this.#machine.is('backoff')) return;
       this.#machine.moveTo('starting', `restart ${this.#restarts}`);
-      this.#spawn().catch((error: unknown) => this.#log.warn('restart_failed', errorFields(error)));
-    }, decision.delayMs);
+      this.#spawnTracked().catch((error: unknown) => this.#log.warn('restart_failed', errorFields(error)));
+    }, delayMs);
   }
 
   #fail(reason: CustodyError): void {
@@ -277,48 +308,25 @@ export class ChildHandle {
     this.#clearTimers();
     this.#deps.store.recordIncident({ child: this.name, kind: 'child_failed', code: reason.code, message: reason.message });
     this.#machine.moveTo('failed', reason.message);
-    this.#rejectWaiters(reason);
+    this.#waiters.rejectAll(reason);
     this.#deps.onFailed(this, reason);
   }
 
-  #startHeartbeat(session: ChildSession): void {
-    const { heartbeat_interval_ms: every, heartbeat_timeout_ms: timeout } = this.#deps.timing;
-    this.#heartbeat = setInterval(() => {
-      if (this.#session !== session) return;
-      session.channel.request('ping', {}, { timeoutMs: timeout }).catch((error: unknown) => {
-        const reason = toCustodyError(error);
-        if (reason.code !== 'deadline_exceeded' || this.#session !== session) return;
-        this.#deps.store.recordIncident({ child: this.name, kind: 'heartbeat_missed', code: reason.code, message: `${this.name} did not answer ping within ${timeout} ms` });
-        void this.killAndReap('heartbeat missed');
-      });
-    }, every);
-    this.#heartbeat.unref();
-  }
-
-  #stopHeartbeat(): void {
-    if (this.#heartbeat) clearInterval(this.#heartbeat);
-    this.#heartbeat = null;
-  }
-
   #clearTimers(): void {
-    this.#stopHeartbeat();
+    this.#stopHeartbeat?.();
+    this.#stopHeartbeat = null;
     if (this.#backoffTimer) clearTimeout(this.#backoffTimer);
     this.#backoffTimer = null;
   }
 
-  #clearLock(pid: number): void {
+  /** Free the child's lock: its process is reaped (`pid`), or a start failed and whatever it spawned is gone (null). */
+  #clearLock(pid: number | null): void {
     if (!this.spec.lockDir) return;
     try {
-      clearDirLock(this.spec.lockDir, pid);
+      clearDirLock(this.spec.lockDir, pid ?? undefined);
     } catch (error) {
       this.#log.warn('lock_not_cleared', { pid, ...errorFields(error) });
     }
-  }
-
-  #rejectWaiters(reason: CustodyError): void {
-    const waiters = this.#waiters;
-    this.#waiters = [];
-    for (const waiter of waiters) waiter.reject(reason);
   }
 
   #forwardStderr(line: string): void {
@@ -340,8 +348,4 @@ export class ChildHandle {
       last_exit: this.#lastExit,
     });
   }
-}
-
-function wait(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

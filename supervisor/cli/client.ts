@@ -4,6 +4,7 @@
 import { readFileSync } from 'node:fs';
 import { CustodyError, isErrorCode } from '../../shared/errors.js';
 import { type StatePaths, statePaths } from '../paths.js';
+import { readTokenFile } from '../tokens.js';
 
 export interface ServiceClient {
   readonly paths: StatePaths;
@@ -24,20 +25,25 @@ function readServiceInfo(paths: StatePaths): { port: number; pid: number } {
   } catch {
     throw new CustodyError('service_unavailable', `custody is not running on ${paths.root} (no ${paths.serviceJson}); start it with: custody start --state ${paths.root}`);
   }
-  const info = JSON.parse(text) as { port?: unknown; pid?: unknown };
-  if (typeof info.port !== 'number' || typeof info.pid !== 'number') throw new CustodyError('service_unavailable', `${paths.serviceJson} is damaged`);
+  let info: { port?: unknown; pid?: unknown };
+  try {
+    info = JSON.parse(text) as { port?: unknown; pid?: unknown };
+  } catch {
+    info = {};
+  }
+  if (typeof info.port !== 'number' || typeof info.pid !== 'number') throw new CustodyError('service_unavailable', `${paths.serviceJson} is damaged; restart custody`);
   return { port: info.port, pid: info.pid };
 }
 
 function readToken(paths: StatePaths): string {
   for (const file of [paths.controlToken, paths.agentToken]) {
     try {
-      return readFileSync(file, 'utf8').trim();
+      return readTokenFile(file);
     } catch {
       // the operator may hold only the agent token
     }
   }
-  throw new CustodyError('unauthorized', `no readable token in ${paths.supervisorDir}`);
+  throw new CustodyError('unauthorized', `no readable private token in ${paths.supervisorDir} (control.token or agent.token, mode 0600)`);
 }
 
 export function connect(stateDir: string): ServiceClient {
@@ -52,7 +58,13 @@ export function connect(stateDir: string): ServiceClient {
         ...(body === undefined ? {} : { body: JSON.stringify(body) }),
       });
     } catch (cause) {
-      throw new CustodyError('service_unavailable', `custody does not answer on 127.0.0.1:${port} (${paths.root}): ${(cause as Error).message}`, { cause });
+      const code = (cause as { cause?: { code?: string } }).cause?.code;
+      // Refused: nothing was sent. Anything else on a POST may have reached the
+      // service, which then carries the request on: not "unreachable", not done.
+      if (method === 'GET' || code === 'ECONNREFUSED' || code === 'ENOENT') {
+        throw new CustodyError('service_unavailable', `custody does not answer on 127.0.0.1:${port} (${paths.root}): ${code ?? (cause as Error).message}`, { cause });
+      }
+      throw new CustodyError('outcome_unknown', `the connection to custody broke after the request was sent (${code ?? (cause as Error).message}); it may still complete — ask again with the same name`, { cause });
     }
     const answer = (await response.json().catch(() => ({}))) as Record<string, unknown>;
     if (response.status >= 400) {

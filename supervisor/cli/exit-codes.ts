@@ -30,8 +30,12 @@ export function exitCodeForError(code: string): number {
   return BY_CLASS[classOf(code)];
 }
 
-/** Kernel outcomes that end an operation with no effect by decision: refused or denied. */
-const REFUSED_OUTCOMES = new Set(['denied', 'start_denied', 'expired', 'released', 'finalization_denied']);
+/**
+ * Kernel outcomes that end an operation with no effect: refused or denied
+ * before anything ran, or settled as not applied. (A finalization denial is
+ * not among them: its effect may have happened; it is 4, for an operator.)
+ */
+const REFUSED_OUTCOMES = new Set(['denied', 'start_denied', 'expired', 'released']);
 
 export function exitCodeForOutcome(outcome: { final: boolean; outcome: string | null; phase: string }, goal: 'complete' | 'authorized' | 'reported'): number {
   if (outcome.outcome && REFUSED_OUTCOMES.has(outcome.outcome)) return EXIT_CODES.refused;

@@ -47,8 +47,12 @@ export const kernelSchema = z.strictObject({
 });
 
 export const boundsSchema = z.strictObject({
-  /** Frame bound for every channel (bytes, at most 1 MiB). */
-  max_frame_bytes: z.number().int().min(4096).max(1024 * 1024).default(1024 * 1024),
+  /**
+   * Frame bound for every channel (bytes, at most 1 MiB). At least 128 KiB:
+   * an authorization (32 KiB) travels escaped inside frames, which can
+   * double it, and executors fit their reports to the bound.
+   */
+  max_frame_bytes: z.number().int().min(128 * 1024).max(1024 * 1024).default(1024 * 1024),
   max_depth: z.number().int().min(4).max(32).default(32),
   /** HTTP request body bound. */
   max_body_bytes: z.number().int().min(1024).max(1024 * 1024).default(256 * 1024),

@@ -28,11 +28,15 @@ export const TRANSPORT_CODES: ReadonlySet<string> = new Set([
   'service_unavailable',
   'too_many_in_flight',
   'shutting_down',
-  'frame_too_large',
 ]);
 
 export function isTransportFailure(error: unknown): boolean {
-  return error instanceof CustodyError && TRANSPORT_CODES.has(error.code) && error.code !== 'frame_too_large';
+  return error instanceof CustodyError && TRANSPORT_CODES.has(error.code);
+}
+
+/** The backoff of every retry that waits for a peer: reconciliation, kernel requests, sends. */
+export function reconcileBackoff(ctx: OperationContext): Backoff {
+  return new Backoff({ initialMs: ctx.config.timing.reconcile_backoff_initial_ms, maxMs: ctx.config.timing.reconcile_backoff_max_ms, signal: ctx.signal });
 }
 
 /**
@@ -41,11 +45,7 @@ export function isTransportFailure(error: unknown): boolean {
  * kernel request is idempotent by request id and bytes (DESIGN §6.1).
  */
 export async function askKernel<K extends MessageKind>(ctx: OperationContext, kind: K, body: RequestOf<K>): Promise<ResultOf<K>> {
-  const backoff = new Backoff({
-    initialMs: ctx.config.timing.reconcile_backoff_initial_ms,
-    maxMs: ctx.config.timing.reconcile_backoff_max_ms,
-    signal: ctx.signal,
-  });
+  const backoff = reconcileBackoff(ctx);
   for (;;) {
     if (ctx.signal.aborted) throw new CustodyError('shutting_down', 'the service is stopping');
     try {

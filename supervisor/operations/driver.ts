@@ -2,7 +2,7 @@
 // whatever point the stores say they reached. One drive at a time per
 // request: a second caller waits for the first and then continues from the
 // phase it left, so the supervisor never races itself on an operation.
-import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
 import { type JsonObject } from '../../shared/protocol/common.js';
 import { operationIdFor, parametersDigest, requestBindingHash } from '../../shared/protocol/binding.js';
@@ -186,9 +186,4 @@ export class OperationDriver {
     if (!row) throw new CustodyError('operation_unknown', `no operation named ${requestId}`);
     return row;
   }
-}
-
-export function describeFailure(error: unknown): { code: string; message: string } {
-  const failure = toCustodyError(error);
-  return { code: failure.code, message: failure.message };
 }

@@ -1,17 +1,24 @@
 // The steps that ask an executor: execute, under the watchdog, and
 // reconcile_operation, which never re-runs an effect and is asked again
 // until it yields a signed report.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
-import { type JsonObject } from '../../shared/protocol/common.js';
-import { toolPatternCovers } from '../../shared/protocol/common.js';
+import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common.js';
+import { authorizationBody } from '../../shared/protocol/artifacts.js';
+import { nowMs } from '../../shared/clock.js';
+import { type ChildSession } from '../../shared/child/spawn.js';
 import { type ChildHandle } from '../children/child-handle.js';
+import { ADAPTER_DEADLINE_MARGIN_MS } from '../children/specs.js';
 import { type RequestRow } from '../store/supervisor-store.js';
-import { Backoff } from './backoff.js';
-import { type OperationContext, isTransportFailure } from './context.js';
+import { type OperationContext, askKernel, isTransportFailure, reconcileBackoff } from './context.js';
 import { expectedOf } from './kernel-steps.js';
 
 /** The drill's exit status: the executor retained its report and deliberately did not answer. */
 export const DROP_REPLY_EXIT = 75;
+
+/** Answers that prove the executor did not act on the request: nothing about it is in doubt. */
+const NOT_ACTED_UPON: ReadonlySet<string> = new Set(['too_many_in_flight', 'shutting_down', 'window_not_open']);
 
 /** The watchdog deadline of a tool on an executor: its own entry, else `*`, else 30 s. */
 export function deadlineFor(ctx: OperationContext, executor: ChildHandle, tool: string): number {
@@ -21,51 +28,103 @@ export function deadlineFor(ctx: OperationContext, executor: ChildHandle, tool: 
   return specific?.[1] ?? deadlines['*'] ?? 30_000;
 }
 
+/** One reconcile exchange may take as long as the executor gives the tool's reconcile, plus a margin. */
+function reconcileDeadlineFor(ctx: OperationContext, executor: ChildHandle, tool: string): number {
+  return Math.max(ctx.config.timing.reconcile_exchange_ms, deadlineFor(ctx, executor, tool) + ADAPTER_DEADLINE_MARGIN_MS + 5_000);
+}
+
+function usableExecutor(ctx: OperationContext, row: RequestRow): ChildHandle {
+  if (!row.executor) throw new Error(`request ${row.request_id} has no executor`);
+  const executor = ctx.executorById(row.executor);
+  // A failed executor answers nothing until an operator restarts the service; asking
+  // again would only add incidents.
+  if (executor.state === 'failed') throw executor.failure ?? new CustodyError('child_failed', `${executor.name} is failed`);
+  return executor;
+}
+
 export interface ExecuteOptions {
   readonly dropReply: boolean;
 }
 
 /**
- * Send execute with the tool's deadline armed before dispatch. On expiry the
- * watchdog tries a cooperative cancel (short grace), then kills the
- * executor's process group and waits for the reap; the request moves to
- * `reconciling`, where a fresh session is asked (exactly one exchange per
- * attempt). Any other failure to learn the outcome also moves it there.
+ * Send execute with the tool's deadline armed before dispatch. The request
+ * is `executing` only from the moment its frame is written: waiting for a
+ * session or for room on the executor is not in doubt, and is retried. On
+ * expiry the watchdog tries a cooperative cancel (short grace), then kills
+ * the executor's process group and waits for it to be gone; the request
+ * moves to `reconciling`, where a fresh session is asked. Any other failure
+ * to learn the outcome also moves it there.
  */
 export async function executeStep(ctx: OperationContext, row: RequestRow, options: ExecuteOptions): Promise<RequestRow> {
   const { authorization } = row;
-  if (!authorization || !row.executor) throw new Error(`request ${row.request_id} has no authorization`);
-  const executor = ctx.executorById(row.executor);
-  row = ctx.store.movePhase(row.request_id, 'executing');
-  ctx.store.countAttempt(row.request_id);
+  if (!authorization) throw new Error(`request ${row.request_id} has no authorization`);
+  const executor = usableExecutor(ctx, row);
   const deadline = deadlineFor(ctx, executor, row.tool);
-  const session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
-  const frameId = `exec-${row.operation_id.slice(0, 16)}-${row.attempts + 1}`;
-  const answer = session.channel.request(
-    'execute',
-    { authorization, expected: expectedOf(row), arguments: JSON.parse(row.arguments) as JsonObject, drop_reply: options.dropReply },
-    { id: frameId, timeoutMs: deadline },
-  );
-  try {
-    const result = await answer;
-    return ctx.store.movePhase(row.request_id, 'reported', { report: result.report });
-  } catch (error) {
-    const failure = toCustodyError(error);
-    // Our deadline passed, or the executor's own did first and the adapter is still running:
-    // either way something may still be acting, and the watchdog stops it.
-    if (failure.code === 'deadline_exceeded' || failure.code === 'adapter_still_running') {
-      await fireWatchdog(ctx, executor, row, frameId, deadline);
-    } else if (options.dropReply && isTransportFailure(failure)) {
-      const exit = await session.exited;
-      if (exit.code === DROP_REPLY_EXIT) {
-        ctx.store.recordIncident({ child: executor.name, kind: 'reply_dropped', code: 'reply_dropped', message: 'lost-reply drill: the executor exited 75 after retaining its report', operation_id: row.operation_id });
-        throw new CustodyError('reply_dropped', `${executor.name} retained the report of ${row.request_id} and exited ${DROP_REPLY_EXIT} without replying (drill)`);
+  const backoff = reconcileBackoff(ctx);
+  for (;;) {
+    const release = await executor.slots.acquire(ctx.signal);
+    let frameId = '';
+    let session: ChildSession | null = null;
+    try {
+      session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
+      row = ctx.store.movePhase(row.request_id, 'executing');
+      ctx.store.countAttempt(row.request_id);
+      frameId = `exec-${row.operation_id.slice(0, 16)}-${row.attempts + 1}`;
+      const result = await session.channel.request(
+        'execute',
+        { authorization, expected: expectedOf(row), arguments: JSON.parse(row.arguments) as JsonObject, drop_reply: options.dropReply },
+        { id: frameId, timeoutMs: deadline },
+      );
+      return ctx.store.movePhase(row.request_id, 'reported', { report: result.report });
+    } catch (error) {
+      const failure = toCustodyError(error);
+      if (!frameId || NOT_ACTED_UPON.has(failure.code)) {
+        // Not sent, or refused before the executor did anything: ask again.
+        if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
+        if (nowMs() >= windowOf(authorization).expires_at) return ctx.store.movePhase(row.request_id, 'reconciling', { reason: 'window passed before execute' });
+        ctx.log.info('execute_not_sent', { request_id: row.request_id, code: failure.code });
+        await (String(failure.code) === 'window_not_open' ? untilWindowOpens(authorization) : backoff.wait());
+        continue;
       }
+      return await afterExecuteFailure(ctx, executor, row, { failure, frameId, deadline, dropReply: options.dropReply, session });
+    } finally {
+      release();
     }
-    if (failure.code === 'outside_window' && /not yet|before/.test(failure.message)) throw failure;
-    ctx.log.info('execute_unanswered', { request_id: row.request_id, code: failure.code });
-    return ctx.store.movePhase(row.request_id, 'reconciling', { reason: failure.code });
   }
+}
+
+interface FailureContext {
+  readonly failure: CustodyError;
+  readonly frameId: string;
+  readonly deadline: number;
+  readonly dropReply: boolean;
+  /** The session the execute was sent on. */
+  readonly session: ChildSession | null;
+}
+
+async function afterExecuteFailure(ctx: OperationContext, executor: ChildHandle, row: RequestRow, f: FailureContext): Promise<RequestRow> {
+  // Our deadline passed, or the executor's own did first and the adapter is still running:
+  // either way something may still be acting, and the watchdog stops it.
+  if (f.failure.code === 'deadline_exceeded' || f.failure.code === 'adapter_still_running') {
+    await fireWatchdog(ctx, executor, row, f.frameId, f.deadline);
+  } else if (f.dropReply && isTransportFailure(f.failure)) {
+    const exit = await Promise.race([f.session?.exited ?? Promise.resolve(null), sleep(5_000).then(() => null)]);
+    if (exit?.code === DROP_REPLY_EXIT) {
+      ctx.store.recordIncident({ child: executor.name, kind: 'reply_dropped', code: 'reply_dropped', message: 'lost-reply drill: the executor exited 75 after retaining its report', operation_id: row.operation_id });
+      throw new CustodyError('reply_dropped', `${executor.name} retained the report of ${row.request_id} and exited ${DROP_REPLY_EXIT} without replying (drill)`);
+    }
+  }
+  ctx.log.info('execute_unanswered', { request_id: row.request_id, code: f.failure.code });
+  return ctx.store.movePhase(row.request_id, 'reconciling', { reason: f.failure.code });
+}
+
+function windowOf(authorization: string): { not_before: number; expires_at: number } {
+  return authorizationBody.parse(readEnvelope(authorization).envelope.body);
+}
+
+/** Wait until the authorization's window opens (bounded: a skewed clock is re-checked every 5 s). */
+function untilWindowOpens(authorization: string): Promise<void> {
+  return sleep(Math.min(Math.max(windowOf(authorization).not_before - nowMs(), 50), 5_000));
 }
 
 async function fireWatchdog(ctx: OperationContext, executor: ChildHandle, row: RequestRow, frameId: string, deadline: number): Promise<void> {
@@ -88,59 +147,59 @@ async function fireWatchdog(ctx: OperationContext, executor: ChildHandle, row: R
       ctx.log.info('watchdog_cancel_refused', { request_id: row.request_id, code: toCustodyError(error).code });
     }
   }
-  await executor.killAndReap(`watchdog: ${row.request_id} past its ${deadline} ms deadline`);
+  await executor.killAndReap(`watchdog: ${row.request_id} past its ${deadline} ms deadline`, { deliberate: true });
   ctx.store.recordIncident({ child: executor.name, kind: 'watchdog_kill', code: null, message: `killed and reaped ${executor.name} for ${row.request_id}`, operation_id: row.operation_id });
 }
 
 /**
  * Ask the executor what became of the operation, one exchange at a time on
- * a live session, until a signed report comes back. An `indeterminate`
- * answer marks the operation unknown at the kernel (listed for the
- * operator) and is asked again with backoff: asking never re-runs an effect.
+ * a live session, until a signed report comes back. An answer that proves
+ * nothing marks the operation unknown at the kernel (listed for the
+ * operator) and is asked again with backoff: asking never re-runs an effect
+ * (the model's H4: giving up after one exchange leaves holds stuck).
  */
 export async function reconcileStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
   const { authorization } = row;
-  if (!authorization || !row.executor) throw new Error(`request ${row.request_id} has no authorization to reconcile`);
-  const executor = ctx.executorById(row.executor);
-  const backoff = new Backoff({ initialMs: ctx.config.timing.reconcile_backoff_initial_ms, maxMs: ctx.config.timing.reconcile_backoff_max_ms, signal: ctx.signal });
+  if (!authorization) throw new Error(`request ${row.request_id} has no authorization to reconcile`);
+  const executor = usableExecutor(ctx, row);
+  const backoff = reconcileBackoff(ctx);
+  const exchangeMs = reconcileDeadlineFor(ctx, executor, row.tool);
   let markedUnknown = false;
   for (;;) {
+    const release = await executor.slots.acquire(ctx.signal);
     try {
       const session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
-      const result = await session.channel.request(
-        'reconcile_operation',
-        { authorization, expected: expectedOf(row) },
-        { timeoutMs: ctx.config.timing.reconcile_exchange_ms },
-      );
+      const result = await session.channel.request('reconcile_operation', { authorization, expected: expectedOf(row) }, { timeoutMs: exchangeMs });
       ctx.store.recordIncident({ child: executor.name, kind: 'reconciled', code: null, message: `reconcile_operation: ${result.status}${result.replayed ? ' (retained report)' : ''}`, operation_id: row.operation_id });
       return ctx.store.movePhase(row.request_id, 'reported', { report: result.report });
     } catch (error) {
       const failure = toCustodyError(error);
       ctx.log.warn('reconcile_unanswered', { request_id: row.request_id, code: failure.code, attempt: backoff.attempts + 1 });
-      if (failure.code === 'indeterminate' && !markedUnknown) {
-        markedUnknown = true;
-        await markUnknown(ctx, row, failure);
-      } else if (failure.code === 'deadline_exceeded') {
+      if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
+      if (failure.code === 'deadline_exceeded') {
         // A hung exchange: the next attempt gets a fresh session.
-        await executor.killAndReap(`reconcile_operation for ${row.request_id} unanswered`);
-      } else if (!isTransportFailure(failure) && failure.code !== 'indeterminate' && failure.code !== 'reconcile_budget_exhausted') {
-        ctx.store.recordIncident({ child: executor.name, kind: 'reconcile_refused', code: failure.code, message: failure.message, operation_id: row.operation_id });
-        if (!markedUnknown) {
-          markedUnknown = true;
-          await markUnknown(ctx, row, failure);
+        await executor.killAndReap(`reconcile_operation for ${row.request_id} unanswered within ${exchangeMs} ms`, { deliberate: true });
+      } else if (!isTransportFailure(failure) && failure.code !== 'reconcile_budget_exhausted' && !markedUnknown) {
+        if (failure.code !== 'indeterminate') {
+          ctx.store.recordIncident({ child: executor.name, kind: 'reconcile_refused', code: failure.code, message: failure.message, operation_id: row.operation_id });
         }
+        markedUnknown = await markUnknown(ctx, row, failure);
       }
-      if (executor.state === 'failed') throw failure;
-      await backoff.wait();
+    } finally {
+      release();
     }
+    await backoff.wait();
   }
 }
 
-async function markUnknown(ctx: OperationContext, row: RequestRow, cause: CustodyError): Promise<void> {
-  ctx.store.recordIncident({ child: row.executor, kind: 'outcome_unknown', code: cause.code, message: `operator attention: ${cause.message}`, operation_id: row.operation_id });
+/** Tell the kernel the outcome is unknown (its hold stays); true once the kernel has it. */
+async function markUnknown(ctx: OperationContext, row: RequestRow, cause: CustodyError): Promise<boolean> {
   try {
-    await ctx.kernel.request('mark_unknown', { operation_id: row.operation_id, reason: `${cause.code}: ${cause.message}`.slice(0, 512) }, { timeoutMs: ctx.config.timing.kernel_request_ms });
+    await askKernel(ctx, 'mark_unknown', { operation_id: row.operation_id, reason: `${cause.code}: ${cause.message}`.slice(0, 512) });
   } catch (error) {
     ctx.log.warn('mark_unknown_failed', { request_id: row.request_id, code: toCustodyError(error).code });
+    return false;
   }
+  ctx.store.recordIncident({ child: row.executor, kind: 'outcome_unknown', code: cause.code, message: `operator attention: ${cause.message}`, operation_id: row.operation_id });
+  return true;
 }

@@ -2,10 +2,14 @@
 // idempotent on the kernel's side (request id and bytes), so a supervisor
 // that died anywhere in a step repeats it and gets the retained answer.
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
+import { CustodyError } from '../../shared/errors.js';
 import { type Invocation, authorizationBody } from '../../shared/protocol/artifacts.js';
+import { parametersDigest } from '../../shared/protocol/binding.js';
 import { type JsonObject } from '../../shared/protocol/common.js';
+import { type OperationState } from '../../shared/protocol/kernel-messages.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel } from './context.js';
+import { REFUSED_STATES, SETTLED_STATES } from './outcome.js';
 
 export async function reserveStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
   const result = await askKernel(ctx, 'reserve', {
@@ -16,16 +20,15 @@ export async function reserveStep(ctx: OperationContext, row: RequestRow): Promi
     capability_id: null,
     cost_units: row.cost_units,
   });
-  if (result.verdict === 'allow' && result.nonce) {
+  if (result.verdict === 'allow' && result.nonce && result.expected) {
+    checkExpectation(ctx, row, result.expected);
     return ctx.store.movePhase(row.request_id, 'reserved', {
       nonce_id: result.nonce.id,
       expected: JSON.stringify(result.expected),
       receipt: result.receipt ?? undefined,
     });
   }
-  // A retried reserve of an operation that has moved on answers with its current state.
-  if (result.verdict === 'allow') return afterKernelState(ctx, row, result.state, result.receipt, result.reason);
-  return ctx.store.movePhase(row.request_id, 'refused', { outcome: result.state, reason: result.reason, receipt: result.receipt ?? undefined });
+  return afterKernelState(ctx, row, result.state, result.receipt, result.reason);
 }
 
 export async function startStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
@@ -35,13 +38,7 @@ export async function startStep(ctx: OperationContext, row: RequestRow): Promise
     nonce_id: row.nonce_id,
     arguments: JSON.parse(row.arguments) as JsonObject,
   });
-  if (result.verdict === 'allow' && result.authorization) {
-    return ctx.store.movePhase(row.request_id, 'authorized', {
-      authorization: result.authorization,
-      expected: JSON.stringify(result.expected ?? JSON.parse(row.expected ?? 'null')),
-      executor: executorIdOf(result.authorization),
-    });
-  }
+  if (result.verdict === 'allow' && result.authorization) return adoptAuthorization(ctx, row, result.authorization);
   return afterKernelState(ctx, row, result.state, result.receipt, result.reason);
 }
 
@@ -57,21 +54,53 @@ export async function settleStep(ctx: OperationContext, row: RequestRow): Promis
   });
 }
 
-/** A kernel answer that is not the next step: record it as the end, or as refused. */
-function afterKernelState(ctx: OperationContext, row: RequestRow, state: string, receipt: string | null, reason: string): RequestRow {
-  const refusedStates = new Set(['denied', 'start_denied', 'expired']);
-  if (refusedStates.has(state)) {
-    return ctx.store.movePhase(row.request_id, 'refused', { outcome: state, reason, receipt: receipt ?? undefined });
-  }
-  return ctx.store.movePhase(row.request_id, 'settled', { outcome: state, reason, receipt: receipt ?? undefined });
+/**
+ * Record a signed authorization, after checking that it binds exactly the
+ * request the client made: the authorization cannot choose its own
+ * expectation (DESIGN §6.2), so the supervisor derives it from its own log.
+ */
+function adoptAuthorization(ctx: OperationContext, row: RequestRow, authorization: string): RequestRow {
+  const body = authorizationBody.parse(readEnvelope(authorization).envelope.body);
+  checkExpectation(ctx, row, body.invocation);
+  return ctx.store.movePhase(row.request_id, 'authorized', {
+    authorization,
+    expected: JSON.stringify(body.invocation),
+    executor: body.executor.id,
+  });
 }
 
-export function executorIdOf(authorization: string): string {
-  const { envelope } = readEnvelope(authorization);
-  return authorizationBody.parse(envelope.body).executor.id;
+function checkExpectation(ctx: OperationContext, row: RequestRow, invocation: Invocation): void {
+  const mine = {
+    operation_id: row.operation_id,
+    request_id: row.request_id,
+    request_binding_hash: row.binding_hash,
+    tool: row.tool,
+    parameters_digest: parametersDigest(JSON.parse(row.arguments) as JsonObject),
+  };
+  const differs = (Object.keys(mine) as Array<keyof typeof mine>).filter((key) => invocation[key] !== mine[key]);
+  if (differs.length === 0) return;
+  ctx.store.recordIncident({ child: 'kernel', kind: 'invocation_mismatch', code: 'invocation_mismatch', message: `the kernel's invocation for ${row.request_id} differs in ${differs.join(', ')}; nothing was executed`, operation_id: row.operation_id });
+  throw new CustodyError('invocation_mismatch', `the kernel bound ${row.request_id} to another invocation (${differs.join(', ')}); it is not executed`);
+}
+
+/**
+ * A kernel answer that is not the next step. A refusal or a settlement is
+ * the end; a committed start the supervisor lost track of (its log is
+ * behind the kernel) is picked up from the kernel's own record of it.
+ */
+async function afterKernelState(ctx: OperationContext, row: RequestRow, state: OperationState, receipt: string | null, reason: string): Promise<RequestRow> {
+  if (REFUSED_STATES.has(state)) return ctx.store.movePhase(row.request_id, 'refused', { outcome: state, reason, receipt: receipt ?? undefined });
+  if (SETTLED_STATES.has(state)) return ctx.store.movePhase(row.request_id, 'settled', { outcome: state, reason, receipt: receipt ?? undefined });
+  const { operation } = await askKernel(ctx, 'operation.get', { operation_id: row.operation_id, request_id: null });
+  if (operation?.authorization) return adoptAuthorization(ctx, row, operation.authorization);
+  throw new CustodyError('outcome_unknown', `the kernel holds ${row.request_id} as ${state} (${reason}) with no authorization to carry on with`);
 }
 
 export function expectedOf(row: RequestRow): Invocation {
   if (!row.expected) throw new Error(`request ${row.request_id} has no recorded expectation`);
   return JSON.parse(row.expected) as Invocation;
+}
+
+export function executorIdOf(authorization: string): string {
+  return authorizationBody.parse(readEnvelope(authorization).envelope.body).executor.id;
 }

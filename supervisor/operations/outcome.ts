@@ -1,6 +1,13 @@
 // What a client is told about an operation, derived from the request log.
+import { type OperationState } from '../../shared/protocol/kernel-messages.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { FINAL_PHASES, type RequestPhase } from './phases.js';
+
+/** Kernel states that refused an operation before anything could run. */
+export const REFUSED_STATES: ReadonlySet<OperationState> = new Set(['denied', 'start_denied', 'expired']);
+
+/** Kernel states that settled an operation with its executor's report. */
+export const SETTLED_STATES: ReadonlySet<OperationState> = new Set(['completed', 'released', 'finalization_denied']);
 
 export interface OperationOutcome {
   readonly request_id: string;

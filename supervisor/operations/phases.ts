@@ -15,13 +15,15 @@ export const REQUEST_PHASES = [
 ] as const;
 export type RequestPhase = (typeof REQUEST_PHASES)[number];
 
+// There is no way back from reconciling to executing: once the outcome is
+// in doubt it is only ever asked about, never run again.
 export const REQUEST_MACHINE = defineMachine<RequestPhase>('request', {
-  received: ['reserved', 'refused', 'authorized', 'settled'],
+  received: ['reserved', 'authorized', 'refused', 'settled'],
   reserved: ['authorized', 'refused', 'settled'],
-  authorized: ['executing', 'reconciling', 'reported', 'refused', 'settled'],
-  executing: ['reported', 'reconciling', 'settled'],
-  reconciling: ['reported', 'executing', 'settled'],
-  reported: ['settled', 'reconciling'],
+  authorized: ['executing', 'reconciling'],
+  executing: ['reported', 'reconciling'],
+  reconciling: ['reported'],
+  reported: ['settled'],
   settled: [],
   refused: [],
 });

@@ -7,11 +7,13 @@
 import { toCustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
 import { type OperationView } from '../../shared/protocol/kernel-messages.js';
-import { Backoff } from './backoff.js';
-import { type OperationContext, askKernel } from './context.js';
+import { nowMs } from '../../shared/clock.js';
+import { type Backoff } from './backoff.js';
+import { type OperationContext, askKernel, reconcileBackoff } from './context.js';
 import { type OperationDriver } from './driver.js';
 import { executorIdOf } from './kernel-steps.js';
 
+/** An operation the sweep will not touch again before `due` (its last attempt failed). */
 interface Pending {
   due: number;
   readonly backoff: Backoff;
@@ -20,7 +22,10 @@ interface Pending {
 export class RecoverySweeper {
   readonly #ctx: OperationContext;
   readonly #driver: OperationDriver;
-  readonly #orphans = new Map<string, Pending>();
+  /** Per operation, when the sweep may try again after a failed attempt. */
+  readonly #pending = new Map<string, Pending>();
+  /** Operations whose executor is failed, already reported once. */
+  readonly #parked = new Set<string>();
   #timer: NodeJS.Timeout | null = null;
   #sweeping: Promise<void> | null = null;
 
@@ -54,22 +59,56 @@ export class RecoverySweeper {
       ctx.log.debug('sweep_skipped', errorFields(error));
       return;
     }
+    const listed = new Set(listing.operations.map((op) => op.operation_id));
+    for (const id of this.#pending.keys()) if (!listed.has(id)) this.#pending.delete(id);
+    for (const id of this.#parked) if (!listed.has(id)) this.#parked.delete(id);
     for (const op of listing.operations) {
       if (ctx.signal.aborted) return;
+      if (listing.now < (this.#pending.get(op.operation_id)?.due ?? 0)) continue;
+      if (this.#executorFailed(op)) continue;
       const row = ctx.store.getRequestByOperation(op.operation_id);
       if (row && this.#driver.isDriving(row.request_id)) continue;
       const windowPassed = op.window !== null && listing.now >= op.window.expires_at;
       if (row) {
-        const manual = row.kind === 'authorize';
         // A manual walk is the operator's until its window passes, unless a crash interrupted it mid-step.
+        const manual = row.kind === 'authorize';
         const interrupted = row.phase === 'executing' || row.phase === 'reconciling';
         if (manual && !windowPassed && !interrupted && op.state !== 'unknown') continue;
         const goal = manual || op.state === 'unknown' ? 'reconcile' : 'resume';
-        this.#driver.drive(row.request_id, goal).catch((error: unknown) => ctx.log.warn('sweep_drive_failed', { request_id: row.request_id, ...errorFields(error) }));
+        this.#driver.drive(row.request_id, goal).then(
+          () => this.#pending.delete(op.operation_id),
+          (error: unknown) => {
+            this.#postpone(op.operation_id, listing.now);
+            ctx.log.warn('sweep_drive_failed', { request_id: row.request_id, ...errorFields(error) });
+          },
+        );
       } else if (windowPassed || op.state === 'unknown') {
-        await this.#settleOrphan(op, listing.now);
+        await this.#settleOrphan(op);
       }
     }
+  }
+
+  /** Back off an operation whose last attempt failed, so a refusal is not repeated every sweep. */
+  #postpone(operationId: string, now: number): void {
+    const pending = this.#pending.get(operationId) ?? { due: 0, backoff: reconcileBackoff(this.#ctx) };
+    pending.due = now + pending.backoff.nextDelayMs();
+    this.#pending.set(operationId, pending);
+  }
+
+  /** An operation whose executor is failed waits for an operator; said once, not every sweep. */
+  #executorFailed(op: OperationView): boolean {
+    if (!op.executor_id) return false;
+    let failed: boolean;
+    try {
+      failed = this.#ctx.executorById(op.executor_id).state === 'failed';
+    } catch {
+      failed = true;
+    }
+    if (failed && !this.#parked.has(op.operation_id)) {
+      this.#parked.add(op.operation_id);
+      this.#ctx.store.recordIncident({ child: op.executor_id, kind: 'waiting_for_executor', code: 'child_failed', message: `${op.request_id} waits for executor ${op.executor_id}, which is failed; restart the service once it is fixed`, operation_id: op.operation_id });
+    }
+    return failed;
   }
 
   /**
@@ -77,15 +116,9 @@ export class RecoverySweeper {
    * (its request log was lost, or another client started it): ask the
    * executor once per sweep, with backoff, and give any report to the kernel.
    */
-  async #settleOrphan(op: OperationView, now: number): Promise<void> {
+  async #settleOrphan(op: OperationView): Promise<void> {
     const ctx = this.#ctx;
     if (!op.authorization || !op.expected) return;
-    const pending = this.#orphans.get(op.operation_id) ?? {
-      due: 0,
-      backoff: new Backoff({ initialMs: ctx.config.timing.reconcile_backoff_initial_ms, maxMs: ctx.config.timing.reconcile_backoff_max_ms }),
-    };
-    this.#orphans.set(op.operation_id, pending);
-    if (now < pending.due) return;
     try {
       const executor = ctx.executorById(executorIdOf(op.authorization));
       const session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
@@ -96,9 +129,9 @@ export class RecoverySweeper {
       );
       await askKernel(ctx, 'reconcile', { authorization: op.authorization, report });
       ctx.store.recordIncident({ child: executor.name, kind: 'orphan_settled', code: null, message: `settled ${op.request_id}, which no request of this supervisor carried`, operation_id: op.operation_id });
-      this.#orphans.delete(op.operation_id);
+      this.#pending.delete(op.operation_id);
     } catch (error) {
-      pending.due = now + pending.backoff.nextDelayMs();
+      this.#postpone(op.operation_id, nowMs());
       ctx.log.warn('orphan_unsettled', { operation_id: op.operation_id, code: toCustodyError(error).code });
     }
   }

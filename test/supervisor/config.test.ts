@@ -34,6 +34,8 @@ describe('custody.json', () => {
   it('holds each bound at its limit and refuses one past it', () => {
     expect(parseConfig({ bounds: { max_frame_bytes: 1024 * 1024 } }).bounds.max_frame_bytes).to.equal(1024 * 1024);
     expect(messageOf({ bounds: { max_frame_bytes: 1024 * 1024 + 1 } })).to.match(/bounds\.max_frame_bytes/);
+    expect(parseConfig({ bounds: { max_frame_bytes: 131_072 } }).bounds.max_frame_bytes).to.equal(131_072);
+    expect(messageOf({ bounds: { max_frame_bytes: 131_071 } })).to.match(/bounds\.max_frame_bytes.*got 131071/);
     expect(parseConfig({ bounds: { max_depth: 32 } }).bounds.max_depth).to.equal(32);
     expect(messageOf({ bounds: { max_depth: 33 } })).to.match(/bounds\.max_depth/);
     expect(parseConfig({ executors: [{ name: 'a', max_in_flight: 1024 }] }).executors[0]!.max_in_flight).to.equal(1024);

@@ -80,8 +80,16 @@ describe('kill -9 while operations are in flight', function () {
     service.cleanup();
   });
 
+  it('past the executor\'s bound on requests in flight: more invokes than it takes at once all complete, none refused', async () => {
+    const ids = Array.from({ length: 40 }, (_, i) => `b-${i}`);
+    await invokeAll(service, ids);
+    const states = await waitForEnds(service, ids);
+    for (const id of ids) expect(states.get(id)!.state, id).to.equal('completed');
+    assertAtMostOnce(service, states, ids);
+  });
+
   it('of the kernel: every operation completes once the kernel is back', async () => {
-    const ids = Array.from({ length: 16 }, (_, i) => `k-${i}`);
+    const ids = Array.from({ length: 24 }, (_, i) => `k-${i}`);
     const kernel = await pidOf(service, 'kernel');
     const load = invokeAll(service, ids);
     await new Promise((resolve) => setTimeout(resolve, 150));
@@ -94,7 +102,7 @@ describe('kill -9 while operations are in flight', function () {
   });
 
   it('of the executor: operations end completed or released, each effect at most once', async () => {
-    const ids = Array.from({ length: 16 }, (_, i) => `e-${i}`);
+    const ids = Array.from({ length: 24 }, (_, i) => `e-${i}`);
     const executor = await pidOf(service, 'executor');
     const load = invokeAll(service, ids);
     await new Promise((resolve) => setTimeout(resolve, 150));

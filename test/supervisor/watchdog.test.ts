@@ -2,11 +2,12 @@
 // deadline, refuse, or cannot tell what happened — fixture adapters loaded
 // through custody.json, the way an operator adds a tool.
 import { expect } from 'chai';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { isGone } from '../../supervisor/children/proc-stat.js';
+import { groupAlive } from '../../supervisor/children/process-group.js';
 import { type TestService, FIXTURE_ADAPTERS, sqlite, startService } from '../helpers/service.js';
 
 interface Outcome {
@@ -17,6 +18,22 @@ interface Outcome {
 }
 
 type Incident = { kind: string; operation_id: string | null; message: string };
+
+/** Live processes whose process group is `pgid`. */
+function groupMembers(pgid: number): number[] {
+  return readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .filter((entry) => {
+      try {
+        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+        const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        return Number(pgrp) === pgid && state !== 'Z';
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
 
 async function executorPid(service: TestService): Promise<number> {
   const { body } = await service.http('GET', '/v1/status');
@@ -43,7 +60,7 @@ describe('the watchdog', function () {
   let service: TestService;
 
   before(async () => {
-    service = await startService({ config: fixtureConfig({ 'fixture/sleep': 1000, 'fixture/hang': 1000 }) });
+    service = await startService({ config: fixtureConfig({ 'fixture/sleep': 1000, 'fixture/hang': 1000, 'fixture/subprocess': 60_000 }) });
     await grantFixtures(service);
   });
 
@@ -66,6 +83,20 @@ describe('the watchdog', function () {
     const status = await service.http('GET', '/v1/status');
     const executor = (status.body.children as Array<{ role: string; restarts: number }>).find((c) => c.role === 'executor')!;
     expect(executor.restarts).to.be.at.least(1);
+  });
+
+  it('kills the whole process group of an executor killed alone (its adapter host too) before a replacement starts', async () => {
+    const leader = await executorPid(service);
+    const invoked = service.http('POST', '/v1/invoke', { tool: 'fixture/subprocess', request_id: 'group-1', arguments: {} }, 'agent');
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const members = groupMembers(leader).filter((pid) => pid !== leader);
+    expect(members.length, 'the adapter host and its sleep run in the executor group').to.be.at.least(2);
+    process.kill(leader, 'SIGKILL');
+    const answer = await invoked;
+    expect((answer.body as { final: boolean }).final).to.equal(true);
+    expect(await executorPid(service)).to.not.equal(leader);
+    for (const pid of members) expect(isGone(pid, null), `group member ${pid} is gone`).to.equal(true);
+    expect(groupAlive(leader)).to.equal(false);
   });
 
   it('cancels a cancellable adapter instead of killing it', async () => {

@@ -1,5 +1,5 @@
 // status, grant add|list|revoke, receipt export|verify.
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { CustodyError } from '../../../shared/errors.js';
 import { decodeArtifact, readEnvelope } from '../../../shared/artifacts/artifact.js';
@@ -72,8 +72,14 @@ export async function receiptExportCommand(client: ServiceClient, out: Output, n
 }
 
 /** Offline: nothing but the file and the trusted public key. */
+/** A key file named on the command line: unreadable is a usage error; malformed stays key_file_invalid / key_invalid. */
+function readKeyArgument(flag: string, file: string): string {
+  if (!existsSync(file)) throw new CustodyError('usage', `${flag} ${file}: no such file`);
+  return readPublicKeyFile(file);
+}
+
 export function receiptVerifyCommand(out: Output, file: string, options: { trustedKernelPubkey: string; trustedExecutorPubkey?: string }): number {
-  const kernelKey = readPublicKeyFile(options.trustedKernelPubkey);
+  const kernelKey = readKeyArgument('--trusted-kernel-pubkey', options.trustedKernelPubkey);
   let bytes: Buffer;
   try {
     bytes = readFileSync(file);
@@ -86,7 +92,7 @@ export function receiptVerifyCommand(out: Output, file: string, options: { trust
   let trusted = [kernelKey];
   if (kind === 'report') {
     if (!options.trustedExecutorPubkey) throw new CustodyError('usage', `${file} is a report, signed by an executor: add --trusted-executor-pubkey FILE`);
-    trusted = [readPublicKeyFile(options.trustedExecutorPubkey)];
+    trusted = [readKeyArgument('--trusted-executor-pubkey', options.trustedExecutorPubkey)];
   }
   const artifact = decodeArtifact(kind, bytes, { trustedSigners: trusted });
   const body = artifact.body as Record<string, unknown>;

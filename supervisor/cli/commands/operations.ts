@@ -1,6 +1,8 @@
 // invoke, authorize, execute, report, reconcile, ops, trace: the commands
 // that carry or show operations through the running service.
+import { randomBytes } from 'node:crypto';
 import { readEnvelope } from '../../../shared/artifacts/artifact.js';
+import { toCustodyError } from '../../../shared/errors.js';
 import { type OperationOutcome } from '../../operations/outcome.js';
 import { type ServiceClient } from '../client.js';
 import { exitCodeForOutcome } from '../exit-codes.js';
@@ -17,7 +19,9 @@ function describeOutcome(o: OperationOutcome): string {
   if (o.outcome === 'completed') lines.push(`Completed: ${o.request_id}`);
   else if (o.phase === 'refused') lines.push(`Refused: ${o.request_id} (${o.outcome ?? 'refused'}: ${o.reason ?? 'no reason given'})`);
   else if (o.outcome === 'released') lines.push(`Ended without effect: ${o.request_id}; the executor's signed report says ${reportStatus(o) ?? 'not applied'}, and the hold was released`);
-  else if (o.final) lines.push(`Ended: ${o.request_id} (${o.outcome}: ${o.reason ?? ''})`);
+  else if (o.outcome === 'finalization_denied') {
+    lines.push(`Finalization denied: ${o.request_id} (${o.reason ?? ''}): the kernel refused to settle the executor's report (status ${reportStatus(o) ?? 'unknown'}); the effect may have happened; flagged for an operator`);
+  } else if (o.final) lines.push(`Ended: ${o.request_id} (${o.outcome}: ${o.reason ?? ''})`);
   else lines.push(`Not complete: ${o.request_id} is ${o.phase}${o.reason ? ` (last: ${o.reason})` : ''}; see custody trace ${o.request_id}`);
   lines.push(`  operation ${o.operation_id}`);
   if (o.output !== null && o.output !== undefined) lines.push('', formatOutput(o.output));
@@ -34,9 +38,20 @@ function formatOutput(output: unknown): string {
 const waitField = (waitMs: number | undefined) => (waitMs === undefined ? {} : { wait_ms: waitMs });
 
 export async function invokeCommand(client: ServiceClient, out: Output, tool: string, args: Record<string, string>, requestId: string | undefined, waitMs?: number): Promise<number> {
-  const answer = await out.progress(`invoking ${tool}`, client.post('/v1/invoke', { tool, arguments: args, ...(requestId ? { request_id: requestId } : {}), ...waitField(waitMs) }));
+  // The id is chosen here, before anything is sent, so that whatever happens
+  // on the way the operator can ask about this request again (and never
+  // starts a second one by retrying).
+  const id = requestId ?? `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
+  let answer;
+  try {
+    answer = await out.progress(`invoking ${tool} as ${id}`, client.post('/v1/invoke', { tool, arguments: args, request_id: id, ...waitField(waitMs) }));
+  } catch (error) {
+    const failure = toCustodyError(error);
+    if (failure.errorClass === 'unknown') failure.message = `${failure.message} (custody invoke ${tool} … --request-id ${id}, or custody trace ${id})`;
+    throw failure;
+  }
   const outcome = answer.body as unknown as OperationOutcome;
-  out.result(outcome, () => describeOutcome(outcome));
+  out.result(outcome, () => describeOutcome(outcome) + (outcome.final ? '' : `\n  ask again: custody invoke ${tool} … --request-id ${id}`));
   return exitCodeForOutcome(outcome, 'complete');
 }
 

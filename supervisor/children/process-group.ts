@@ -1,0 +1,51 @@
+// A child runs in its own process group, with whatever it started: an
+// executor's adapter host and the subprocesses adapters spawn. The group
+// leader's exit is not proof that the group can no longer act; only a group
+// with no live member is. Before a replacement starts, the whole group is
+// killed and waited for. A zombie cannot act, so members that are only
+// waiting for their reaper (init, for orphans) do not hold the restart back.
+import { readFileSync, readdirSync } from 'node:fs';
+import { killGroup } from '../../shared/child/spawn.js';
+
+/** Whether any process of the group is still alive (not a zombie). */
+export function groupAlive(pgid: number): boolean {
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return signalReaches(pgid);
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    // After the parenthesized command name: state (field 3), ppid, pgrp (field 5).
+    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(pgrp) === pgid && state !== 'Z' && state !== 'X') return true;
+  }
+  return false;
+}
+
+function signalReaches(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** SIGKILL the group and wait until no live member is left; false if one outlived the wait. */
+export async function killGroupAndWait(pgid: number, timeoutMs: number): Promise<boolean> {
+  killGroup(pgid, 'SIGKILL');
+  const deadline = Date.now() + timeoutMs;
+  while (groupAlive(pgid)) {
+    if (Date.now() > deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return true;
+}
