@@ -103,7 +103,17 @@ describe('executor-proc ledger', () => {
     stores.ledger.prepare('UPDATE clock SET hwm_ms = ?').run(late);
     const window = subject({ expiresAt: Date.now() + 60_000 });
     const outcome = ledger.claim(window);
-    expect(outcome).to.deep.equal({ kind: 'outside_window', now: late });
+    expect(outcome).to.deep.equal({ kind: 'window_closed', now: late });
+  });
+
+  it('tells a window that has not opened from one that has closed, storing the mark for both', () => {
+    const notYet = subject({ notBefore: Date.now() + 60_000, expiresAt: Date.now() + 120_000 });
+    const early = ledger.claim(notYet);
+    expect(early.kind).to.equal('window_not_open');
+    expect(ledger.highWaterMark()).to.equal(early.kind === 'window_not_open' ? early.now : NaN);
+    const closed = ledger.claim(subject({ notBefore: Date.now() - 120_000, expiresAt: Date.now() - 60_000 }));
+    expect(closed.kind).to.equal('window_closed');
+    expect(ledger.highWaterMark()).to.equal(closed.kind === 'window_closed' ? closed.now : NaN);
   });
 
   it('claims once when two connections race for one operation', () => {
