@@ -10,13 +10,14 @@ import { type MessageKind, type RequestOf } from '../shared/protocol/messages.js
 import { type Preamble } from '../shared/protocol/preamble.js';
 import { type RequestContext } from '../shared/wire/server.js';
 import { AdapterHost } from './adapters/host-client.js';
-import { type ExecutorContext, ReconcileBudget } from './context.js';
+import { type ExecutorContext } from './context.js';
 import { cancelEffect } from './handlers/cancel.js';
 import { archiveReconciled, getClaim } from './handlers/claims.js';
 import { executeOnce } from './handlers/execute.js';
 import { reconcileOperation } from './handlers/reconcile.js';
 import { Archiver } from './ledger/archive.js';
 import { Ledger } from './ledger/ledger.js';
+import { ReconcileBudget } from './reconcile-budget.js';
 import { parseExecutorSettings } from './settings.js';
 import { type ExecutorState, ensureResources, openExecutorState } from './state.js';
 
@@ -76,7 +77,11 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
     settings: settings.runtime,
     log,
     inFlight: new Map(),
-    reconcileBudget: new ReconcileBudget(settings.runtime.reconcilePerTool, settings.runtime.reconcilePerSession),
+    reconcileBudget: new ReconcileBudget({
+      perTool: settings.runtime.reconcilePerTool,
+      perSession: settings.runtime.reconcilePerSession,
+      windowMs: settings.runtime.reconcileWindowMs,
+    }),
     dropReply: () => options.exit(EXIT.dropReply),
     isOpen: () => open,
   };

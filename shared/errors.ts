@@ -99,7 +99,7 @@ const CODES = {
   operation_fenced: { class: 'refused', summary: 'the operation key was fenced by reconciliation' },
   indeterminate: { class: 'unknown', summary: 'the adapter cannot tell whether the effect happened' },
   adapter_still_running: { class: 'unknown', summary: 'the adapter passed its deadline and is still running; the outcome is unknown' },
-  reconcile_budget_exhausted: { class: 'refused', summary: 'the reconciliation bound for this tool or session is reached' },
+  reconcile_budget_exhausted: { class: 'refused', summary: 'the rate bound on adapter reconciliations for this tool or session is reached; the message says when the next is allowed' },
   not_cancellable: { class: 'refused', summary: 'the adapter cannot be cancelled' },
   shutting_down: { class: 'unreachable', summary: 'the process is shutting down and accepts no new work' },
   // supervisor, API, CLI
