@@ -28,6 +28,8 @@ export interface ExecutorContext {
   readonly host: AdapterHost;
   readonly signer: Signer;
   readonly settings: RuntimeSettings;
+  /** The largest report this session's frames can always carry (report.ts reportMaxBytes). */
+  readonly reportMaxBytes: number;
   readonly log: Logger;
   readonly inFlight: Map<string, InFlightEffect>;
   readonly reconcileBudget: ReconcileBudget;
