@@ -73,7 +73,7 @@ export class OperationsTable {
   readonly #move: Database.Statement<[{ id: string; from: string; to: string; now: number; flag: string | null }]>;
   readonly #dispatch: Database.Statement<[DispatchCommit & { id: string; now: number }]>;
   readonly #settle: Database.Statement<[Settlement & { id: string; from: string; to: string; now: number }]>;
-  readonly #list: Database.Statement<[{ states: string | null; limit: number }], OperationRow>;
+  readonly #list: Database.Statement<[{ states: string | null; limit: number; offset: number }], OperationRow>;
   readonly #inDoubt: Database.Statement<[{ states: string; limit: number }], OperationRow>;
   readonly #awaitAll: Database.Statement<[{ now: number }]>;
 
@@ -98,7 +98,7 @@ export class OperationsTable {
       WHERE operation_id = @id AND state = @from`);
     this.#list = db.prepare(`
       SELECT * FROM operations WHERE @states IS NULL OR state IN (SELECT value FROM json_each(@states))
-      ORDER BY created_at DESC, operation_id LIMIT @limit`);
+      ORDER BY created_at DESC, operation_id LIMIT @limit OFFSET @offset`);
     this.#inDoubt = db.prepare(`
       SELECT * FROM operations WHERE state IN (SELECT value FROM json_each(@states))
       ORDER BY created_at, operation_id LIMIT @limit`);
@@ -129,8 +129,9 @@ export class OperationsTable {
     expectOne(this.#settle.run({ ...settlement, id: row.operation_id, from: row.state, to, now }).changes, row, to);
   }
 
-  list(states: readonly OperationState[] | null, limit: number): OperationRow[] {
-    return this.#list.all({ states: states === null ? null : JSON.stringify(states), limit });
+  /** One page, newest first; operation_id breaks ties of created_at, so the order is total and pages do not overlap. */
+  list(states: readonly OperationState[] | null, limit: number, offset: number): OperationRow[] {
+    return this.#list.all({ states: states === null ? null : JSON.stringify(states), limit, offset });
   }
 
   inDoubt(limit: number): OperationRow[] {

@@ -159,7 +159,7 @@ describe('kernel-proc: reconcile', function () {
     });
 
     it('lists operations by state, newest first, up to a limit; recover lists committed starts and unknowns', async () => {
-      const listed = (await kernel.request('ops.list', { states: ['dispatch_committed'], limit: 2 })).operations;
+      const listed = (await kernel.request('ops.list', { states: ['dispatch_committed'], limit: 2, offset: 0 })).operations;
       expect(listed).to.have.length(2);
       expect(listed.every((op) => op.state === 'dispatch_committed')).to.equal(true);
       expect(listed[0]!.created_at).to.be.at.least(listed[1]!.created_at);
