@@ -8,6 +8,7 @@ import { type AdapterDescriptor } from './adapters/contract.js';
 import { type AdapterHost } from './adapters/host-client.js';
 import { type Archiver } from './ledger/archive.js';
 import { type Ledger } from './ledger/ledger.js';
+import { type ReconcileBudget } from './reconcile-budget.js';
 import { type RuntimeSettings } from './settings.js';
 
 /** An execute whose adapter is running, by the frame id of its request (the target of `cancel`). */
@@ -27,6 +28,8 @@ export interface ExecutorContext {
   readonly host: AdapterHost;
   readonly signer: Signer;
   readonly settings: RuntimeSettings;
+  /** The largest report this session's frames can always carry (report.ts reportMaxBytes). */
+  readonly reportMaxBytes: number;
   readonly log: Logger;
   readonly inFlight: Map<string, InFlightEffect>;
   readonly reconcileBudget: ReconcileBudget;
@@ -57,35 +60,6 @@ export function deadlineFor(context: ExecutorContext, descriptor: AdapterDescrip
 export function effectRunning(context: ExecutorContext, operationId: string): boolean {
   for (const effect of context.inFlight.values()) if (effect.operationId === operationId) return true;
   return false;
-}
-
-/**
- * reconcile_operation asks adapters, which may write (a fence) and call out:
- * bounded per tool and per session, so it cannot become an unbounded status
- * oracle (DESIGN §6.2, §10). A fresh session starts with a fresh budget.
- */
-export class ReconcileBudget {
-  readonly #perTool: number;
-  readonly #perSession: number;
-  readonly #used = new Map<string, number>();
-  #total = 0;
-
-  constructor(perTool: number, perSession: number) {
-    this.#perTool = perTool;
-    this.#perSession = perSession;
-  }
-
-  take(tool: string): void {
-    const used = this.#used.get(tool) ?? 0;
-    if (this.#total >= this.#perSession) {
-      throw new CustodyError('reconcile_budget_exhausted', `this session used all ${this.#perSession} reconciliation exchanges (reconcile_per_session); a fresh session has a fresh budget`);
-    }
-    if (used >= this.#perTool) {
-      throw new CustodyError('reconcile_budget_exhausted', `tool ${tool} used all ${this.#perTool} reconciliation exchanges of this session (reconcile_per_tool)`);
-    }
-    this.#used.set(tool, used + 1);
-    this.#total += 1;
-  }
 }
 
 /** Race a promise against a deadline; `undefined` when the deadline came first. */

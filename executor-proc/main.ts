@@ -34,8 +34,9 @@ try {
 
 const code = await runChild({
   role: 'executor',
-  setup: (preamble, log) =>
+  setup: (preamble, log, limits) =>
     setupExecutor(preamble, log, {
+      maxFrameBytes: limits.maxFrameBytes,
       dir: args.dir,
       resources: args.resources,
       adapterModules: args.adapters,

@@ -10,19 +10,23 @@ import { type MessageKind, type RequestOf } from '../shared/protocol/messages.js
 import { type Preamble } from '../shared/protocol/preamble.js';
 import { type RequestContext } from '../shared/wire/server.js';
 import { AdapterHost } from './adapters/host-client.js';
-import { type ExecutorContext, ReconcileBudget } from './context.js';
+import { type ExecutorContext } from './context.js';
 import { cancelEffect } from './handlers/cancel.js';
 import { archiveReconciled, getClaim } from './handlers/claims.js';
 import { executeOnce } from './handlers/execute.js';
 import { reconcileOperation } from './handlers/reconcile.js';
 import { Archiver } from './ledger/archive.js';
 import { Ledger } from './ledger/ledger.js';
+import { ReconcileBudget } from './reconcile-budget.js';
+import { FRAME_ROOM_BYTES, REPORT_MIN_BYTES, reportMaxBytes } from './report.js';
 import { parseExecutorSettings } from './settings.js';
 import { type ExecutorState, ensureResources, openExecutorState } from './state.js';
 
 type ExecutorKind = keyof typeof EXECUTOR_MESSAGES;
 
 export interface ExecutorOptions {
+  /** The session's frame bound: every report this executor signs must fit in an answer. */
+  readonly maxFrameBytes: number;
   readonly dir: string;
   readonly resources: string;
   readonly adapterModules: readonly string[];
@@ -34,6 +38,7 @@ const DRAIN_MARGIN_MS = 5_000;
 
 export async function setupExecutor(preamble: Preamble, log: Logger, options: ExecutorOptions): Promise<ChildService> {
   const settings = parseExecutorSettings(preamble.settings);
+  const reportMaxBytes = reportBoundFor(options.maxFrameBytes);
   // The adapter host starts while the stores open: a restart after kill -9 is on the recovery path.
   ensureResources(options.resources);
   const hostStarting = AdapterHost.start(
@@ -74,9 +79,14 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
     host,
     signer: state.signer,
     settings: settings.runtime,
+    reportMaxBytes,
     log,
     inFlight: new Map(),
-    reconcileBudget: new ReconcileBudget(settings.runtime.reconcilePerTool, settings.runtime.reconcilePerSession),
+    reconcileBudget: new ReconcileBudget({
+      perTool: settings.runtime.reconcilePerTool,
+      perSession: settings.runtime.reconcilePerSession,
+      windowMs: settings.runtime.reconcileWindowMs,
+    }),
     dropReply: () => options.exit(EXIT.dropReply),
     isOpen: () => open,
   };
@@ -86,6 +96,7 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
     executor_id: config.executorId,
     key_epoch: config.keyEpoch,
     claim_capacity: config.claimCapacity,
+    report_max_bytes: reportMaxBytes,
     live_claims: ledger.liveCount(),
     tools: [...host.descriptors.values()].map((d) => ({ tool: d.tool, contract: d.contract, problem: d.problem })),
   });
@@ -131,6 +142,18 @@ async function handle(context: ExecutorContext, kind: ExecutorKind, body: unknow
       throw new CustodyError('unexpected_message', `an executor does not serve ${String(never)}`);
     }
   }
+}
+
+/** Refuses a frame bound under which even a report without its output might not be delivered. */
+function reportBoundFor(maxFrameBytes: number): number {
+  const bound = reportMaxBytes(maxFrameBytes);
+  if (bound < REPORT_MIN_BYTES) {
+    throw new CustodyError(
+      'config_invalid',
+      `preamble limits.max_frame_bytes ${maxFrameBytes} leaves reports ${bound} bytes; an executor needs at least ${REPORT_MIN_BYTES * 2 + FRAME_ROOM_BYTES} so every report it signs can be delivered`,
+    );
+  }
+  return bound;
 }
 
 function closeStores(state: ExecutorState): void {

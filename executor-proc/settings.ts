@@ -16,10 +16,15 @@ export const DEFAULTS = {
   maxInFlight: 16,
   reconcilePerTool: 32,
   reconcilePerSession: 128,
+  /** The sliding window the two reconcile bounds count in. */
+  reconcileWindowMs: 60_000,
   adapterDeadlineMs: 30_000,
   cancelWaitMs: 5_000,
   noteMaxBytes: 4_096,
 } as const;
+
+/** Shorter windows would make the reconcile bounds no bound at all. */
+const RECONCILE_WINDOW_MIN_MS = 1_000;
 
 const CEILINGS = {
   claimCapacity: 10_000_000,
@@ -39,6 +44,8 @@ export const executorSettingsSchema = z.strictObject({
   max_in_flight: z.number().int().min(1).max(CEILINGS.maxInFlight).optional(),
   reconcile_per_tool: z.number().int().min(1).max(CEILINGS.reconcile).optional(),
   reconcile_per_session: z.number().int().min(1).max(CEILINGS.reconcile).optional(),
+  /** The sliding window reconcile_per_tool and reconcile_per_session count in. */
+  reconcile_window_ms: z.number().int().min(RECONCILE_WINDOW_MIN_MS).max(CEILINGS.deadlineMs).optional(),
   adapter_deadline_ms: ms(CEILINGS.deadlineMs).optional(),
   /** Per-tool deadlines, overriding the adapter's own and the default. */
   adapter_deadlines: z.record(toolName, ms(CEILINGS.deadlineMs)).optional(),
@@ -61,6 +68,7 @@ export interface RuntimeSettings {
   readonly maxInFlight: number;
   readonly reconcilePerTool: number;
   readonly reconcilePerSession: number;
+  readonly reconcileWindowMs: number;
   readonly adapterDeadlineMs: number;
   readonly adapterDeadlines: Readonly<Record<string, number>>;
   readonly cancelWaitMs: number;
@@ -90,6 +98,7 @@ export function parseExecutorSettings(raw: unknown): ExecutorSettings {
       maxInFlight: s.max_in_flight ?? DEFAULTS.maxInFlight,
       reconcilePerTool: s.reconcile_per_tool ?? DEFAULTS.reconcilePerTool,
       reconcilePerSession: s.reconcile_per_session ?? DEFAULTS.reconcilePerSession,
+      reconcileWindowMs: s.reconcile_window_ms ?? DEFAULTS.reconcileWindowMs,
       adapterDeadlineMs: s.adapter_deadline_ms ?? DEFAULTS.adapterDeadlineMs,
       adapterDeadlines: s.adapter_deadlines ?? {},
       cancelWaitMs: s.cancel_wait_ms ?? DEFAULTS.cancelWaitMs,

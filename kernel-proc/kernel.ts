@@ -10,6 +10,8 @@ export interface Kernel {
   readonly signer: Signer;
   readonly settings: KernelSettings;
   readonly log: Logger;
+  /** The session's frame bound: a list answer is cut to what one frame carries. */
+  readonly maxFrameBytes: number;
 }
 
 /** The identity the kernel proves in its hello. */

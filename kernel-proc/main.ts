@@ -18,11 +18,12 @@ const { dir } = program.opts<{ dir: string }>();
 
 const code = await runChild({
   role: 'kernel',
-  setup: (preamble, log) =>
+  setup: (preamble, log, limits) =>
     setupKernel({
       dir,
       preamble,
       log,
+      maxFrameBytes: limits.maxFrameBytes,
       // Another process may own the store now: write nothing more, leave at once (the supervisor restarts us).
       onLockLost: (error) => {
         log.error('store_lock_lost', errorFields(error));

@@ -20,7 +20,7 @@ import { ensurePrivateDir, isPathPresent } from '../shared/store/private-fs.js';
 import { addGrant } from './grants.js';
 import { KERNEL_KEY_EPOCH, type Kernel } from './kernel.js';
 import { KernelService } from './service.js';
-import { type KernelSettings, parseKernelSettings } from './settings.js';
+import { parseKernelSettings } from './settings.js';
 import { KernelStore } from './store/kernel-store.js';
 import { KERNEL_DB_FILE } from './store/schema.js';
 
@@ -31,17 +31,20 @@ export interface KernelSetupOptions {
   readonly dir: string;
   readonly preamble: Preamble;
   readonly log: Logger;
+  /** The session's frame bound (shared/child/runtime.ts checked it against this build's). */
+  readonly maxFrameBytes: number;
   /** The store lock was lost: another process may own the store. Must stop this process. */
   readonly onLockLost: (error: CustodyError) => void;
 }
 
 export async function setupKernel(options: KernelSetupOptions): Promise<KernelService> {
-  const { dir, preamble, log } = options;
+  const { dir, preamble, log, maxFrameBytes } = options;
   const settings = parseKernelSettings(preamble.settings);
+  const base = { settings, log, maxFrameBytes };
   if (preamble.mode === 'provision') ensurePrivateDir(dir, { create: true });
   const lock = await acquireDirLock(dir, { onCompromised: options.onLockLost });
   try {
-    const kernel = preamble.mode === 'provision' ? provision(dir, settings, log) : open(dir, settings, log);
+    const kernel = preamble.mode === 'provision' ? provision(dir, base) : open(dir, base);
     return new KernelService(kernel, lock);
   } catch (error) {
     await lock.release();
@@ -49,7 +52,11 @@ export async function setupKernel(options: KernelSetupOptions): Promise<KernelSe
   }
 }
 
-function provision(dir: string, settings: KernelSettings, log: Logger): Kernel {
+/** What a Kernel holds besides its store and key. */
+type KernelBase = Pick<Kernel, 'settings' | 'log' | 'maxFrameBytes'>;
+
+function provision(dir: string, base: KernelBase): Kernel {
+  const { settings, log } = base;
   for (const file of [KERNEL_KEY_FILE, KERNEL_PUB_FILE, KERNEL_DB_FILE]) {
     const existing = path.join(dir, file);
     if (isPathPresent(existing)) {
@@ -59,7 +66,7 @@ function provision(dir: string, settings: KernelSettings, log: Logger): Kernel {
   // A failure after this point leaves what was made; the next provisioning is refused until an operator moves it aside.
   const signer = createKeyPair(dir, 'kernel');
   const store = KernelStore.provision(dir);
-  const kernel: Kernel = { store, signer, settings, log };
+  const kernel: Kernel = { ...base, store, signer };
   try {
     const now = nowMs();
     store.db.transaction(() => {
@@ -78,11 +85,11 @@ function provision(dir: string, settings: KernelSettings, log: Logger): Kernel {
   return kernel;
 }
 
-function open(dir: string, settings: KernelSettings, log: Logger): Kernel {
+function open(dir: string, base: KernelBase): Kernel {
   const store = KernelStore.open(dir);
   try {
     const signer = checkIdentity(dir, store);
-    const kernel: Kernel = { store, signer, settings, log };
+    const kernel: Kernel = { ...base, store, signer };
     recover(kernel);
     return kernel;
   } catch (error) {

@@ -86,7 +86,8 @@ const CODES = {
   // executor
   not_addressed_to_me: { class: 'refused', summary: 'the authorization names another executor, key or epoch' },
   invocation_mismatch: { class: 'refused', summary: 'the authorization does not bind the expected invocation' },
-  outside_window: { class: 'refused', summary: 'now is outside the authorization execution window' },
+  window_not_open: { class: 'refused', summary: 'the authorization execution window has not opened yet (now < not_before); the same execute may succeed once it opens' },
+  outside_window: { class: 'refused', summary: 'the authorization execution window has closed (now ≥ expires_at); it can never be claimed' },
   outcome_unknown: { class: 'unknown', summary: 'a claim exists with no report; the outcome is unknown and nothing is re-run' },
   never_claimed: { class: 'refused', summary: 'the authorization was closed as never claimed' },
   ledger_full: { class: 'refused', summary: 'the ledger has no room for another claim' },
@@ -98,7 +99,7 @@ const CODES = {
   operation_fenced: { class: 'refused', summary: 'the operation key was fenced by reconciliation' },
   indeterminate: { class: 'unknown', summary: 'the adapter cannot tell whether the effect happened' },
   adapter_still_running: { class: 'unknown', summary: 'the adapter passed its deadline and is still running; the outcome is unknown' },
-  reconcile_budget_exhausted: { class: 'refused', summary: 'the reconciliation bound for this tool or session is reached' },
+  reconcile_budget_exhausted: { class: 'refused', summary: 'the rate bound on adapter reconciliations for this tool or session is reached; the message says when the next is allowed' },
   not_cancellable: { class: 'refused', summary: 'the adapter cannot be cancelled' },
   shutting_down: { class: 'unreachable', summary: 'the process is shutting down and accepts no new work' },
   // supervisor, API, CLI

@@ -51,7 +51,10 @@ export function retainObservation(
   source: 'execute' | 'late' | 'reconcile',
 ): ReportAnswer {
   const { operationId, authorizationDigest } = verified.subject;
-  const sign = reportSigner(context.signer, context.ledger.config, { authorizationDigest, status, output, costUnits });
+  const maxBytes = context.reportMaxBytes;
+  const omitted = (outputBytes: number) =>
+    context.log.warn('report_output_omitted', { operation_id: operationId, status, output_bytes: outputBytes, report_max_bytes: maxBytes });
+  const sign = reportSigner(context.signer, context.ledger.config, { authorizationDigest, status, output, costUnits }, maxBytes, omitted);
   const outcome = context.ledger.retainReport(operationId, status, sign);
   const report = outcome.record.report;
   if (!report) throw new CustodyError('store_corrupt', `operation ${operationId} has no report right after retaining one`);

@@ -41,8 +41,10 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
   switch (claim.kind) {
     case 'existing':
       return dropIfAsked(context, body, answerRecord(claim.record, verified));
-    case 'outside_window':
-      throw outsideWindow(verified, claim.now);
+    case 'window_not_open':
+      throw windowNotOpen(verified, claim.now);
+    case 'window_closed':
+      throw windowClosed(verified, claim.now);
     case 'full': {
       const { claimCapacity, refusalReserve } = context.ledger.config;
       throw new CustodyError(
@@ -67,12 +69,21 @@ async function validateArguments(context: ExecutorContext, descriptor: AdapterDe
   if (!answer.ok) throw answer.error.code === 'indeterminate' ? new CustodyError('adapter_failed', answer.error.message) : answer.error;
 }
 
-function outsideWindow(verified: VerifiedAuthorization, now: number): CustodyError {
+// The time in both messages is max(clock, high-water mark), already stored:
+// what the answer was judged by, not the wall clock.
+function windowNotOpen(verified: VerifiedAuthorization, now: number): CustodyError {
   const { not_before: notBefore, expires_at: expiresAt } = verified.artifact.body;
-  const when = now < notBefore ? `opens at ${notBefore}` : `closed at ${expiresAt}`;
+  return new CustodyError(
+    'window_not_open',
+    `operation ${verified.subject.operationId}: now (${now}) is before its window [${notBefore}, ${expiresAt}) opens, ${notBefore - now} ms from now; nothing was claimed — execute it again at or after ${notBefore}`,
+  );
+}
+
+function windowClosed(verified: VerifiedAuthorization, now: number): CustodyError {
+  const { not_before: notBefore, expires_at: expiresAt } = verified.artifact.body;
   return new CustodyError(
     'outside_window',
-    `operation ${verified.subject.operationId}: now (${now}, never earlier than the clock high-water mark) is outside the window [${notBefore}, ${expiresAt}); it ${when}; nothing was claimed`,
+    `operation ${verified.subject.operationId}: now (${now}, never earlier than the clock high-water mark) is past its window [${notBefore}, ${expiresAt}), which closed at ${expiresAt}; nothing was claimed and it never can be — reconcile it (never_claimed)`,
   );
 }
 

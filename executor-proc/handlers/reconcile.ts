@@ -23,12 +23,12 @@ export async function reconcileOperation(context: ExecutorContext, body: Request
   if (known) return replayable(known, verified) ?? askAdapter(context, verified, known);
 
   const { config } = context.ledger;
-  const sign = reportSigner(context.signer, config, {
-    authorizationDigest: verified.subject.authorizationDigest,
-    status: 'never_claimed',
-    output: null,
-    costUnits: null,
-  });
+  const sign = reportSigner(
+    context.signer,
+    config,
+    { authorizationDigest: verified.subject.authorizationDigest, status: 'never_claimed', output: null, costUnits: null },
+    context.reportMaxBytes,
+  );
   const refusal = context.ledger.refuse(verified.subject, sign);
   switch (refusal.kind) {
     case 'refused': {

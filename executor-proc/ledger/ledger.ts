@@ -26,7 +26,10 @@ export interface ClaimSubject {
 export type ClaimOutcome =
   | { readonly kind: 'claimed'; readonly record: OperationRecord }
   | { readonly kind: 'existing'; readonly record: OperationRecord }
-  | { readonly kind: 'outside_window'; readonly now: number }
+  // Two answers, not one: the supervisor retries a window that has not opened
+  // and reconciles one that has closed (never_claimed).
+  | { readonly kind: 'window_not_open'; readonly now: number }
+  | { readonly kind: 'window_closed'; readonly now: number }
   | { readonly kind: 'full'; readonly live: number };
 
 export type RefuseOutcome =
@@ -116,7 +119,8 @@ export class Ledger {
    * BEGIN IMMEDIATE transaction; a lookup or a window check made before it and
    * acted on here would let a claim follow a never_claimed refusal or an
    * expired reading. H6 (FIX_HWM): the mark is committed even when the answer
-   * is outside_window, so a clock stepped back cannot reopen the window.
+   * is window_not_open or window_closed, so a clock stepped back cannot reopen
+   * a closed window.
    */
   claim(subject: ClaimSubject): ClaimOutcome {
     this.#guard.assertHeld();
@@ -125,7 +129,8 @@ export class Ledger {
         const existing = this.records.find(subject.operationId);
         if (existing) return { kind: 'existing', record: existing };
         const now = this.#advanceClock();
-        if (now < subject.notBefore || now >= subject.expiresAt) return { kind: 'outside_window', now };
+        if (now < subject.notBefore) return { kind: 'window_not_open', now };
+        if (now >= subject.expiresAt) return { kind: 'window_closed', now };
         // Claims leave the refusal reserve free, so a full ledger can still close authorizations as never_claimed.
         const live = this.liveCount();
         if (live >= this.config.claimCapacity - this.config.refusalReserve) return { kind: 'full', live };

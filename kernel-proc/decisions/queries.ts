@@ -3,9 +3,11 @@
 // a reservation whose nonce has already run out.
 import { CustodyError } from '../../shared/errors.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
+import { type OperationView } from '../../shared/protocol/kernel-messages.js';
 import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
 import { type UnitContext } from '../commit-queue.js';
 import { type Kernel } from '../kernel.js';
+import { type OperationRow } from '../store/operations-table.js';
 import { grantView, operationView } from '../views.js';
 
 export function getOperation(kernel: Kernel, request: RequestOf<'operation.get'>): ResultOf<'operation.get'> {
@@ -24,13 +26,45 @@ export function getOperation(kernel: Kernel, request: RequestOf<'operation.get'>
   };
 }
 
+/** Room in a frame for its envelope and the result's other members. */
+const LIST_FRAME_ROOM_BYTES = 1024;
+
+/**
+ * One page of operations. A view carries an authorization, a receipt and the
+ * output, so 10 000 of them are megabytes: the page stops at what one frame
+ * of this session carries, and next_offset says where the next one starts.
+ */
 export function listOperations(kernel: Kernel, request: RequestOf<'ops.list'>): ResultOf<'ops.list'> {
-  return { operations: kernel.store.operations.list(request.states, request.limit).map((row) => operationView(kernel, row)) };
+  // One row past the limit tells a last page from a full one.
+  const rows = kernel.store.operations.list(request.states, request.limit + 1, request.offset);
+  return framePage(kernel, rows, request.limit, request.offset);
 }
 
-/** Committed starts, awaiting reports and unknowns: what a supervisor must drive to a signed end. */
+/** Cut rows to the views that fit one frame of this session, with where the next page starts. */
+function framePage(kernel: Kernel, rows: readonly OperationRow[], limit: number, offset: number): { operations: OperationView[]; next_offset: number | null } {
+  const operations: OperationView[] = [];
+  let bytes = LIST_FRAME_ROOM_BYTES;
+  for (const row of rows.slice(0, limit)) {
+    const view = operationView(kernel, row);
+    // The frame encodes its body with JSON.stringify: this is the view's size there, and a comma.
+    bytes += Buffer.byteLength(JSON.stringify(view), 'utf8') + 1;
+    if (bytes > kernel.maxFrameBytes) break;
+    operations.push(view);
+  }
+  if (operations.length === 0 && rows.length > 0) {
+    throw new CustodyError(
+      'internal',
+      `operation ${rows[0]!.request_id} at offset ${offset} does not fit one frame of ${kernel.maxFrameBytes} bytes on its own; raise max_frame_bytes to list past it`,
+    );
+  }
+  const more = operations.length < rows.length;
+  return { operations, next_offset: more ? offset + operations.length : null };
+}
+
+/** Committed starts, awaiting reports and unknowns, oldest first: what a supervisor must drive to a signed end. */
 export function recoverOperations(kernel: Kernel, request: RequestOf<'recover'>, context: UnitContext): ResultOf<'recover'> {
-  return { operations: kernel.store.operations.inDoubt(request.limit).map((row) => operationView(kernel, row)), now: context.now };
+  const rows = kernel.store.operations.inDoubt(request.limit + 1, request.offset);
+  return { ...framePage(kernel, rows, request.limit, request.offset), now: context.now };
 }
 
 export function listGrants(kernel: Kernel): ResultOf<'grant.list'> {

@@ -73,8 +73,8 @@ export class OperationsTable {
   readonly #move: Database.Statement<[{ id: string; from: string; to: string; now: number; flag: string | null }]>;
   readonly #dispatch: Database.Statement<[DispatchCommit & { id: string; now: number }]>;
   readonly #settle: Database.Statement<[Settlement & { id: string; from: string; to: string; now: number }]>;
-  readonly #list: Database.Statement<[{ states: string | null; limit: number }], OperationRow>;
-  readonly #inDoubt: Database.Statement<[{ states: string; limit: number }], OperationRow>;
+  readonly #list: Database.Statement<[{ states: string | null; limit: number; offset: number }], OperationRow>;
+  readonly #inDoubt: Database.Statement<[{ states: string; limit: number; offset: number }], OperationRow>;
   readonly #awaitAll: Database.Statement<[{ now: number }]>;
 
   constructor(db: Database.Database) {
@@ -98,10 +98,10 @@ export class OperationsTable {
       WHERE operation_id = @id AND state = @from`);
     this.#list = db.prepare(`
       SELECT * FROM operations WHERE @states IS NULL OR state IN (SELECT value FROM json_each(@states))
-      ORDER BY created_at DESC, operation_id LIMIT @limit`);
+      ORDER BY created_at DESC, operation_id LIMIT @limit OFFSET @offset`);
     this.#inDoubt = db.prepare(`
       SELECT * FROM operations WHERE state IN (SELECT value FROM json_each(@states))
-      ORDER BY created_at, operation_id LIMIT @limit`);
+      ORDER BY created_at, operation_id LIMIT @limit OFFSET @offset`);
     this.#awaitAll = db.prepare(`
       UPDATE operations SET state = 'awaiting_report', updated_at = @now WHERE state = 'dispatch_committed'`);
   }
@@ -129,12 +129,13 @@ export class OperationsTable {
     expectOne(this.#settle.run({ ...settlement, id: row.operation_id, from: row.state, to, now }).changes, row, to);
   }
 
-  list(states: readonly OperationState[] | null, limit: number): OperationRow[] {
-    return this.#list.all({ states: states === null ? null : JSON.stringify(states), limit });
+  /** One page, newest first; operation_id breaks ties of created_at, so the order is total and pages do not overlap. */
+  list(states: readonly OperationState[] | null, limit: number, offset: number): OperationRow[] {
+    return this.#list.all({ states: states === null ? null : JSON.stringify(states), limit, offset });
   }
 
-  inDoubt(limit: number): OperationRow[] {
-    return this.#inDoubt.all({ states: JSON.stringify(IN_DOUBT), limit });
+  inDoubt(limit: number, offset: number): OperationRow[] {
+    return this.#inDoubt.all({ states: JSON.stringify(IN_DOUBT), limit, offset });
   }
 
   /** Startup recovery: every committed start becomes awaiting_report (DESIGN §6.3). Returns how many. */

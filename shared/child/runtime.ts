@@ -54,8 +54,12 @@ export interface ChildService {
 
 export interface ChildProgram {
   readonly role: ChildRole;
-  /** Open or provision what the child owns. Throw a CustodyError to refuse; it is sent as `fatal`. */
-  setup(preamble: Preamble, log: Logger): Promise<ChildService>;
+  /**
+   * Open or provision what the child owns. Throw a CustodyError to refuse; it
+   * is sent as `fatal`. `limits` are the session's frame bounds, already
+   * checked: what the child sends must fit them.
+   */
+  setup(preamble: Preamble, log: Logger, limits: FrameLimits): Promise<ChildService>;
 }
 
 /** Frame limits from the preamble, accepted only at or below this build's defaults. */
@@ -135,7 +139,7 @@ export async function runChild(program: ChildProgram): Promise<number> {
 
   let service: ChildService;
   try {
-    service = await program.setup(preamble, log);
+    service = await program.setup(preamble, log, limits);
   } catch (error) {
     const refusal = toCustodyError(error);
     log.error('setup_refused', errorFields(error));

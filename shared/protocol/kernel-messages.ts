@@ -116,16 +116,27 @@ export const KERNEL_MESSAGES = {
     request: z.strictObject({ operation_id: hex32.nullable(), request_id: identifier.nullable() }),
     result: z.strictObject({ operation: operationView.nullable(), receipts: z.array(artifactText) }),
   },
+  /**
+   * Operations newest first (created_at, then operation_id), one page at a
+   * time: skip `offset` of them, return at most `limit` — fewer when more
+   * would not fit one frame. `next_offset` is where the next page starts, or
+   * null when this page reached the end; a caller pages by it, never by
+   * offset + limit. Pages are read at different moments: an operation
+   * created meanwhile enters at the front and shows again at a page
+   * boundary; one that leaves the selected states meanwhile can shift
+   * another past a boundary. Terminal states never change, so paging over
+   * them misses nothing.
+   */
   'ops.list': {
     to: ['kernel'],
-    request: z.strictObject({ states: z.array(operationState).nullable(), limit: positiveInt.max(10_000) }),
-    result: z.strictObject({ operations: z.array(operationView) }),
+    request: z.strictObject({ states: z.array(operationState).nullable(), limit: positiveInt.max(10_000), offset: nonNegativeInt }),
+    result: z.strictObject({ operations: z.array(operationView), next_offset: nonNegativeInt.nullable() }),
   },
-  /** Operations a supervisor must drive to a signed end: committed starts, awaiting reports, unknowns. */
+  /** Operations a supervisor must drive to a signed end (committed starts, awaiting reports, unknowns), oldest first, paged like ops.list. */
   recover: {
     to: ['kernel'],
-    request: z.strictObject({ limit: positiveInt.max(10_000) }),
-    result: z.strictObject({ operations: z.array(operationView), now: timestampMs }),
+    request: z.strictObject({ limit: positiveInt.max(10_000), offset: nonNegativeInt }),
+    result: z.strictObject({ operations: z.array(operationView), now: timestampMs, next_offset: nonNegativeInt.nullable() }),
   },
   'grant.add': {
     to: ['kernel'],

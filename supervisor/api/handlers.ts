@@ -9,6 +9,8 @@ import { nowMs } from '../../shared/clock.js';
 import { type OperationOutcome, SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type Service } from '../service.js';
+import { type OperationState, type OperationView } from '../../shared/protocol/kernel-messages.js';
+import { type ResultOf } from '../../shared/protocol/messages.js';
 import { type authorizeBody, type executeBody, type grantAddBody, type invokeBody, type stepBody } from './bodies.js';
 
 type Answer = Promise<{ status?: number; body: unknown }>;
@@ -95,9 +97,21 @@ export function step(service: Service, name: string, goal: 'report' | 'reconcile
   return answerDrive(service, name, service.driver.drive(name, goal), body.wait_ms);
 }
 
+/** Every page of a kernel listing, up to `limit` operations (pages are cut to fit one frame). */
+async function listKernelOperations(service: Service, states: OperationState[] | null, limit: number): Promise<OperationView[]> {
+  const operations: OperationView[] = [];
+  let offset: number | null = 0;
+  while (offset !== null && operations.length < limit) {
+    const page: ResultOf<'ops.list'> = await service.kernel.request('ops.list', { states, limit: Math.min(limit - operations.length, 10_000), offset });
+    operations.push(...page.operations);
+    offset = page.next_offset;
+  }
+  return operations;
+}
+
 export async function listOperations(service: Service, query: URLSearchParams): Answer {
-  const limit = Math.min(Math.max(Number(query.get('limit') ?? '200') || 200, 1), 10_000);
-  const { operations } = await service.kernel.request('ops.list', { states: null, limit });
+  const limit = Math.min(Math.max(Number(query.get('limit') ?? '200') || 200, 1), 100_000);
+  const operations = await listKernelOperations(service, null, limit);
   return {
     body: {
       operations: operations.map((op) => {
@@ -207,7 +221,7 @@ export type { OperationOutcome };
  * has passed to its append-only archive and says why it kept the others.
  */
 export async function archive(service: Service): Answer {
-  const { operations } = await service.kernel.request('ops.list', { states: [...SETTLED_STATES], limit: 10_000 });
+  const operations = await listKernelOperations(service, [...SETTLED_STATES], Number.MAX_SAFE_INTEGER);
   const results: Array<{ executor: string; archived: number; live: number; kept: Record<string, number> }> = [];
   for (const [name, executor] of service.executors) {
     const id = service.store.getPin(name)?.identity_id;
@@ -215,8 +229,9 @@ export async function archive(service: Service): Answer {
     const kept: Record<string, number> = {};
     let archived = 0;
     let live = 0;
-    for (let at = 0; at < Math.max(settled.length, 1); at += 10_000) {
-      const answer = await executor.request('archive', { reconciled: settled.slice(at, at + 10_000) }, { timeoutMs: 60_000 });
+    // 1 000 ids (66 KiB) per request stay inside the smallest frame bound.
+    for (let at = 0; at < Math.max(settled.length, 1); at += 1_000) {
+      const answer = await executor.request('archive', { reconciled: settled.slice(at, at + 1_000) }, { timeoutMs: 60_000 });
       archived += answer.archived;
       live = answer.live;
       for (const { reason } of answer.not_archived) kept[reason] = (kept[reason] ?? 0) + 1;

@@ -83,7 +83,7 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
         if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
         if (nowMs() >= windowOf(authorization).expires_at) return ctx.store.movePhase(row.request_id, 'reconciling', { reason: 'window passed before execute' });
         ctx.log.info('execute_not_sent', { request_id: row.request_id, code: failure.code });
-        await (String(failure.code) === 'window_not_open' ? untilWindowOpens(authorization) : backoff.wait());
+        await (failure.code === 'window_not_open' ? untilWindowOpens(authorization) : backoff.wait());
         continue;
       }
       return await afterExecuteFailure(ctx, executor, row, { failure, frameId, deadline, dropReply: options.dropReply, session });

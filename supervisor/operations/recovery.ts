@@ -7,6 +7,7 @@
 import { toCustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
 import { type OperationView } from '../../shared/protocol/kernel-messages.js';
+import { type ResultOf } from '../../shared/protocol/messages.js';
 import { nowMs } from '../../shared/clock.js';
 import { type Backoff } from './backoff.js';
 import { type OperationContext, askKernel, reconcileBackoff } from './context.js';
@@ -18,6 +19,9 @@ interface Pending {
   due: number;
   readonly backoff: Backoff;
 }
+
+/** Operations one sweep looks at; the rest wait for the next sweep. */
+const MAX_SWEPT = 10_000;
 
 export class RecoverySweeper {
   readonly #ctx: OperationContext;
@@ -54,7 +58,7 @@ export class RecoverySweeper {
     const ctx = this.#ctx;
     let listing: { operations: OperationView[]; now: number };
     try {
-      listing = await ctx.kernel.request('recover', { limit: 1000 }, { timeoutMs: ctx.config.timing.kernel_request_ms });
+      listing = await this.#listInDoubt();
     } catch (error) {
       ctx.log.debug('sweep_skipped', errorFields(error));
       return;
@@ -86,6 +90,21 @@ export class RecoverySweeper {
         await this.#settleOrphan(op);
       }
     }
+  }
+
+  /** Every operation the kernel holds in doubt, page by page (each page cut to one frame). */
+  async #listInDoubt(): Promise<{ operations: OperationView[]; now: number }> {
+    const ctx = this.#ctx;
+    const operations: OperationView[] = [];
+    let offset: number | null = 0;
+    let now = nowMs();
+    while (offset !== null && operations.length < MAX_SWEPT) {
+      const page: ResultOf<'recover'> = await ctx.kernel.request('recover', { limit: 1000, offset }, { timeoutMs: ctx.config.timing.kernel_request_ms });
+      operations.push(...page.operations);
+      now = page.now;
+      offset = page.next_offset;
+    }
+    return { operations, now };
   }
 
   /** Back off an operation whose last attempt failed, so a refusal is not repeated every sweep. */

@@ -3,8 +3,10 @@
 import { expect } from 'chai';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Executor, type Home, authorize, executeBody, makeHome, provisioned, removeHome, sqlite, startExecutor, stopExecutor } from './helpers.js';
-import { codeOfAnswer as codeOf } from '../helpers/codes.js';
+import { codeOfAnswer as codeOf, refusalOf } from '../helpers/codes.js';
 
+/** Long enough that three quick asks fall in one window, short enough to wait out. */
+const RECONCILE_WINDOW_MS = 2_000;
 
 /** The `line` of each adapter_output event the executor logged. */
 function adapterOutput(executor: Executor): Array<{ line: string; dropped_bytes?: number }> {
@@ -30,7 +32,7 @@ describe('executor-proc adapters', function () {
     home = makeHome();
     await provisioned(home);
     executor = await startExecutor(home, {
-      settings: { adapter_deadlines: { 'fixture/sleep': 300 }, reconcile_per_tool: 2, cancel_wait_ms: 2_000 },
+      settings: { adapter_deadlines: { 'fixture/sleep': 300 }, reconcile_per_tool: 2, reconcile_window_ms: RECONCILE_WINDOW_MS, cancel_wait_ms: 2_000 },
     });
   });
 
@@ -105,6 +107,23 @@ describe('executor-proc adapters', function () {
     expect(await codeOf(ask())).to.equal('reconcile_budget_exhausted');
     const view = sqlite(home.ledgerFile, `SELECT state FROM claims_view WHERE operation_id = '${auth.operationId}'`).rows;
     expect(view).to.deep.equal([{ state: 'outcome_unknown' }]);
+  });
+
+  it('refills the reconcile bound as its window slides, in the same session, at the time its refusal names', async () => {
+    const auth = authorize(executor, { tool: 'fixture/later', args: {} });
+    expect(await codeOf(executor.channel.request('execute', executeBody(auth)))).to.equal('outcome_unknown');
+    const ask = () => executor.channel.request('reconcile_operation', { authorization: auth.text, expected: auth.expected });
+    expect(await codeOf(ask())).to.equal('indeterminate');
+    expect(await codeOf(ask())).to.equal('indeterminate');
+    const refused = await refusalOf(ask());
+    expect(refused.code).to.equal('reconcile_budget_exhausted');
+    expect(refused.message).to.match(/tool fixture\/later made 2 in the last 2000 ms \(reconcile_per_tool 2\)/);
+    const waitMs = Number(/allowed in (\d+) ms/.exec(refused.message)?.[1]);
+    expect(waitMs).to.be.within(1, RECONCILE_WINDOW_MS);
+    // A supervisor that backs off as told is asked again, not starved for the rest of the session.
+    await sleep(waitMs + 50);
+    expect(await codeOf(ask())).to.equal('indeterminate');
+    expect(executor.stderr.filter((line) => line.includes('"reconcile_observed"') && line.includes(auth.operationId))).to.have.length(3);
   });
 
   it('closes an unclaimed authorization as never_claimed at once, window open, and never claims it afterwards', async () => {

@@ -116,7 +116,7 @@ describe('executor-proc execute_once', function () {
     },
     {
       title: 'an authorization whose window has not opened',
-      code: 'outside_window',
+      code: 'window_not_open',
       make: () => executeBody(authorize(executor, { notBefore: Date.now() + 60_000, expiresAt: Date.now() + 120_000 })),
     },
     {

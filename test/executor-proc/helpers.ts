@@ -63,6 +63,8 @@ export interface StartOptions {
   readonly faults?: readonly string[];
   readonly adapters?: readonly string[];
   readonly dir?: string;
+  /** The session's frame bound (preamble limits.max_frame_bytes); default 1 MiB. */
+  readonly maxFrameBytes?: number;
 }
 
 export type Executor = ChildSession & { readonly stderr: string[]; readonly identity: { id: string; public_key: string; key_epoch: number } };
@@ -85,7 +87,7 @@ export async function startExecutor(home: Home, options: StartOptions = {}): Pro
     mode: options.mode ?? 'serve',
     pins: { kernel: options.kernelPin ?? KERNEL.publicKeyHex },
     settings: options.settings ?? {},
-    limits: DEFAULT_FRAME_LIMITS,
+    limits: { ...DEFAULT_FRAME_LIMITS, maxFrameBytes: options.maxFrameBytes ?? DEFAULT_FRAME_LIMITS.maxFrameBytes },
     expect: null,
     maxInFlight: 32,
     helloTimeoutMs: 20_000,

@@ -13,7 +13,8 @@ import { isCustodyError } from '../../shared/errors.js';
 import { Archiver } from '../../executor-proc/ledger/archive.js';
 import { type ClaimSubject, Ledger } from '../../executor-proc/ledger/ledger.js';
 import { LEDGER_FILE, openStores, provisionStores, type ExecutorStores } from '../../executor-proc/ledger/stores.js';
-import { reportSigner } from '../../executor-proc/report.js';
+import { reportMaxBytes, reportSigner } from '../../executor-proc/report.js';
+import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
 import { KERNEL, sqlite } from './helpers.js';
 
 const EXECUTOR = Signer.fromSeed(Buffer.alloc(32, 3));
@@ -42,7 +43,8 @@ function provision(dir: string, capacity = 100, reserve = 10): ExecutorStores {
 }
 
 function signerFor(ledger: Ledger, status: 'completed' | 'never_claimed') {
-  return reportSigner(EXECUTOR, ledger.config, { authorizationDigest: 'a'.repeat(64), status, output: status === 'completed' ? { ok: true } : null, costUnits: null });
+  const content = { authorizationDigest: 'a'.repeat(64), status, output: status === 'completed' ? { ok: true } : null, costUnits: null };
+  return reportSigner(EXECUTOR, ledger.config, content, reportMaxBytes(DEFAULT_FRAME_LIMITS.maxFrameBytes));
 }
 
 describe('executor-proc ledger', () => {
@@ -103,7 +105,17 @@ describe('executor-proc ledger', () => {
     stores.ledger.prepare('UPDATE clock SET hwm_ms = ?').run(late);
     const window = subject({ expiresAt: Date.now() + 60_000 });
     const outcome = ledger.claim(window);
-    expect(outcome).to.deep.equal({ kind: 'outside_window', now: late });
+    expect(outcome).to.deep.equal({ kind: 'window_closed', now: late });
+  });
+
+  it('tells a window that has not opened from one that has closed, storing the mark for both', () => {
+    const notYet = subject({ notBefore: Date.now() + 60_000, expiresAt: Date.now() + 120_000 });
+    const early = ledger.claim(notYet);
+    expect(early.kind).to.equal('window_not_open');
+    expect(ledger.highWaterMark()).to.equal(early.kind === 'window_not_open' ? early.now : NaN);
+    const closed = ledger.claim(subject({ notBefore: Date.now() - 120_000, expiresAt: Date.now() - 60_000 }));
+    expect(closed.kind).to.equal('window_closed');
+    expect(ledger.highWaterMark()).to.equal(closed.kind === 'window_closed' ? closed.now : NaN);
   });
 
   it('claims once when two connections race for one operation', () => {

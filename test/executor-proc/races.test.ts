@@ -17,7 +17,7 @@ import {
   startExecutor,
   stopExecutor,
 } from './helpers.js';
-import { codeOfAnswer as codeOf } from '../helpers/codes.js';
+import { codeOfAnswer as codeOf, refusalOf } from '../helpers/codes.js';
 
 
 describe('executor-proc races', function () {
@@ -98,6 +98,37 @@ describe('executor-proc races', function () {
     const { expires_at: expiresAt } = (JSON.parse(auth.text) as { body: { expires_at: number } }).body;
     expect(Number(clock?.hwm_ms)).to.be.at.least(expiresAt);
     expect(sqlite(home.ledgerFile, `SELECT count(*) AS n FROM claims WHERE operation_id = '${auth.operationId}'`).rows[0]?.n).to.equal(0);
+    expect(notesFor(home, auth.operationId)).to.have.length(0);
+  });
+
+  it('a window not open yet answers window_not_open with the mark stored, and the same execute claims once it opens', async () => {
+    const executor = await startExecutor(home);
+    const opensAt = Date.now() + 60_000;
+    const auth = authorize(executor, { notBefore: opensAt, expiresAt: opensAt + 60_000 });
+    const asked = Date.now();
+    const early = await refusalOf(executor.channel.request('execute', executeBody(auth)));
+    expect(early.code).to.equal('window_not_open');
+    expect(early.message).to.include(`at or after ${opensAt}`);
+    // A time-based answer stores the mark first (H6), the not-yet answer too.
+    expect(Number(sqlite(home.ledgerFile, 'SELECT hwm_ms FROM clock').rows[0]?.hwm_ms)).to.be.at.least(asked);
+    expect(sqlite(home.ledgerFile, `SELECT count(*) AS n FROM claims WHERE operation_id = '${auth.operationId}'`).rows[0]?.n).to.equal(0);
+    // The retry the code asks for: once the window is open, the same authorization claims and runs once.
+    setClockOffset(home, 61_000);
+    const result = await executor.channel.request('execute', executeBody(auth));
+    await stopExecutor(executor);
+    expect(result.status).to.equal('completed');
+    expect(notesFor(home, auth.operationId)).to.have.length(1);
+  });
+
+  it('a closed window answers outside_window, never window_not_open, even when the clock is stepped back before not_before', async () => {
+    const executor = await startExecutor(home);
+    const auth = authorize(executor, { notBefore: Date.now() - 1_000, expiresAt: Date.now() + 30_000 });
+    setClockOffset(home, 60_000);
+    expect(await codeOf(executor.channel.request('execute', executeBody(auth)))).to.equal('outside_window');
+    // The mark (past expires_at) judges, not the clock: the window stays closed.
+    setClockOffset(home, -120_000);
+    expect(await codeOf(executor.channel.request('execute', executeBody(auth)))).to.equal('outside_window');
+    await stopExecutor(executor);
     expect(notesFor(home, auth.operationId)).to.have.length(0);
   });
 

@@ -19,3 +19,14 @@ export async function codeOfAnswer(promise: Promise<unknown>): Promise<string> {
   }
   return 'answered';
 }
+
+/** The error a promise rejects with (code and message), failing the test when it resolves. */
+export async function refusalOf(promise: Promise<unknown>): Promise<{ code: string; message: string }> {
+  try {
+    await promise;
+  } catch (error) {
+    const { code, message } = error as { code?: unknown; message?: unknown };
+    return { code: String(code), message: String(message) };
+  }
+  throw new Error('expected a refusal, got an answer');
+}
