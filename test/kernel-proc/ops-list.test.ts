@@ -69,8 +69,10 @@ describe('kernel-proc: ops.list paging', function () {
     const all = paged.flatMap((page) => page.operations);
     expect(all).to.have.length(LIMIT_MAX + 7);
     expect(new Set(all.map((op) => op.request_id)).size).to.equal(LIMIT_MAX + 7);
-    // The oldest is last, past offset 10 000.
-    expect(all[all.length - 1]!.request_id).to.equal('bulk-0');
+    // The oldest is last, past offset 10 000 (reserves made in the same millisecond tie; operation_id orders those).
+    const oldest = Math.min(...all.map((op) => op.created_at));
+    expect(all[all.length - 1]!.created_at).to.equal(oldest);
+    expect(all.map((op) => op.created_at)).to.deep.equal([...all.map((op) => op.created_at)].sort((a, b) => b - a));
     expect(paged.some((page) => page.offset + page.operations.length > LIMIT_MAX)).to.equal(true);
     // A view carries a signed receipt: 10 000 would be megabytes, so the kernel sent as many as fit.
     expect(paged.length).to.be.greaterThan(2);
