@@ -53,6 +53,8 @@ export interface ChildSession {
   readonly hello: HelloBody;
   /** Resolves when the process has exited and been reaped. */
   readonly exited: Promise<ChildExit>;
+  /** Resolves once the process has exited and its stdio is fully read (its last log lines delivered). */
+  readonly drained: Promise<void>;
   /** Signal the child's whole process group (adapters' subprocesses included). */
   kill(signal?: NodeJS.Signals): void;
 }
@@ -82,6 +84,7 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
   const exited = new Promise<ChildExit>((resolve) => {
     child.once('exit', (code, signal) => resolve({ code, signal }));
   });
+  const drained = new Promise<void>((resolve) => child.once('close', () => resolve()));
   const spawnFailure = new Promise<never>((_, reject) => {
     child.once('error', (error) => reject(new CustodyError('peer_exited', `${options.name}: cannot start ${command}: ${error.message}`, { cause: error })));
   });
@@ -136,7 +139,7 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
     const hello = await Promise.race([channel.hello, timeout, spawnFailure, exitedEarly]);
     verifyHello(hello, { sid: secrets.sid, challenge, role: options.role }, options.expect);
     if (pid === undefined) throw new CustodyError('peer_exited', `${options.name} has no pid`);
-    return { process: child, pid, sid: secrets.sid, channel, hello, exited, kill };
+    return { process: child, pid, sid: secrets.sid, channel, hello, exited, drained, kill };
   } catch (error) {
     const reason = error instanceof CustodyError ? error : new CustodyError('hello_invalid', String(error));
     log.warn('child_refused', errorFields(reason));

@@ -4,6 +4,7 @@ import { expect } from 'chai';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Executor, type Home, authorize, executeBody, makeHome, provisioned, removeHome, sqlite, startExecutor, stopExecutor } from './helpers.js';
 import { codeOfAnswer as codeOf, refusalOf } from '../helpers/codes.js';
+import { eventually } from '../helpers/eventually.js';
 
 /** Long enough that three quick asks fall in one window, short enough to wait out. */
 const RECONCILE_WINDOW_MS = 2_000;
@@ -123,7 +124,7 @@ describe('executor-proc adapters', function () {
     // A supervisor that backs off as told is asked again, not starved for the rest of the session.
     await sleep(waitMs + 50);
     expect(await codeOf(ask())).to.equal('indeterminate');
-    expect(executor.stderr.filter((line) => line.includes('"reconcile_observed"') && line.includes(auth.operationId))).to.have.length(3);
+    await eventually(() => executor.stderr.filter((line) => line.includes('"reconcile_observed"') && line.includes(auth.operationId)).length === 3, 3000, 'three reconcile_observed lines');
   });
 
   it('closes an unclaimed authorization as never_claimed at once, window open, and never claims it afterwards', async () => {

@@ -20,6 +20,7 @@ import {
   stopExecutor,
 } from './helpers.js';
 import { codeOfAnswer as codeOf } from '../helpers/codes.js';
+import { eventually } from '../helpers/eventually.js';
 
 
 describe('executor-proc crash matrix', function () {
@@ -110,6 +111,7 @@ describe('executor-proc crash matrix', function () {
     const auth = authorize({ identity });
     const pending = executor.channel.request('execute', executeBody(auth));
     await reachedPause(home, 'pause_before_effect');
+    await eventually(() => executor.stderr.some((line) => line.includes('"adapter_host_ready"')), 3000, 'adapter_host_ready logged');
     const ready = executor.stderr.find((line) => line.includes('"adapter_host_ready"'));
     const hostPid = (JSON.parse(ready ?? '{}') as { pid?: number }).pid;
     expect(hostPid).to.be.a('number');

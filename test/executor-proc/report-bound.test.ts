@@ -14,6 +14,7 @@ import { type OperationRecord } from '../../executor-proc/ledger/records.js';
 import { reportMaxBytes, reportSigner } from '../../executor-proc/report.js';
 import { type Executor, type Home, authorize, executeBody, makeHome, provisioned, removeHome, startExecutor, stopExecutor } from './helpers.js';
 import { refusalOf } from '../helpers/codes.js';
+import { eventually } from '../helpers/eventually.js';
 
 const LOW_FRAME_BYTES = 131_072;
 const REPORT_BOUND = reportMaxBytes(LOW_FRAME_BYTES);
@@ -74,7 +75,7 @@ describe('executor-proc report bound', function () {
       expect(bodyOf(executor, result.report).output).to.deep.equal({
         custody_output_omitted: { bytes: canonicalBytes(output).length, sha256: canonicalDigest(output) },
       });
-      expect(executor.stderr.some((line) => line.includes('"report_output_omitted"') && line.includes(auth.operationId))).to.equal(true);
+      await eventually(() => executor.stderr.some((line) => line.includes('"report_output_omitted"') && line.includes(auth.operationId)), 3000, 'report_output_omitted logged');
       expect(await executor.channel.request('execute', executeBody(auth))).to.deep.equal({ ...result, replayed: true });
       const reconciled = await executor.channel.request('reconcile_operation', { authorization: auth.text, expected: auth.expected });
       expect(reconciled).to.deep.equal({ ...result, replayed: true });

@@ -99,7 +99,8 @@ export async function startService(options: ServiceOptions = {}): Promise<TestSe
     stderr.push(...lines);
     if (process.env.CUSTODY_TEST_LOG) process.stderr.write(chunk);
   });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  // 'close', not 'exit': the process is gone AND its stderr is fully read.
+  const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
   const port = await waitForService(paths, child, stderr);
   const token = (which: 'agent' | 'control') => readFileSync(which === 'agent' ? paths.agentToken : paths.controlToken, 'utf8').trim();
   const service: TestService = {

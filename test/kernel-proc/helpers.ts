@@ -153,6 +153,7 @@ export class KernelProcess {
   async stop(): Promise<void> {
     this.session.process.stdin?.end();
     await this.session.exited;
+    await this.session.drained;
   }
 
   /** kill -9, reap, and clear the dead holder's lock as the supervisor does after reaping. */
@@ -164,6 +165,7 @@ export class KernelProcess {
   /** Wait for the process to be gone (after a fault cutpoint killed it) and clear its lock. */
   async reaped(): Promise<void> {
     await this.session.exited;
+    await this.session.drained;
     clearDirLock(this.root.dir, this.session.pid);
   }
 }

@@ -97,7 +97,7 @@ describe('restart intensity', function () {
   it('stops the service with a clear message and a non-zero exit when the kernel fails past it', async () => {
     const service = await startService({ config: { restart: { max_restarts: 2, period_s: 60, backoff_initial_ms: 50, backoff_max_ms: 100 } } });
     try {
-      const exited = new Promise<number | null>((resolve) => service.process.once('exit', resolve));
+      const exited = new Promise<number | null>((resolve) => service.process.once('close', resolve));
       for (let i = 0; i < 3; i++) {
         const { body } = await service.http('GET', '/v1/status');
         const kernel = (body.children as Array<{ role: string; pid: number | null; state: string }>).find((c) => c.role === 'kernel')!;

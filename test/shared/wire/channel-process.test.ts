@@ -22,6 +22,7 @@ function interceptWrites(child: Fixture): { lines: Buffer[]; release(): void } {
 /** The code the child logged when its channel was poisoned. */
 async function poisonCodeOf(child: Fixture): Promise<string | undefined> {
   const exit = await child.exited;
+  await child.drained;
   expect(exit.code, 'a poisoned child exits 70').to.equal(70);
   const record = child.stderr.map((line) => JSON.parse(line) as Record<string, unknown>).find((r) => r.event === 'channel_poisoned');
   return record?.code as string | undefined;
@@ -173,7 +174,7 @@ describe('channel over a real child process', function () {
       child.stderr.on('data', (chunk: Buffer) => stderr.push(chunk));
       child.stdout.on('data', (chunk: Buffer) => stdout.push(chunk));
       child.stdin.write(preamble);
-      const [exitCode] = (await once(child, 'exit')) as [number];
+      const [exitCode] = (await once(child, 'close')) as [number];
       expect(exitCode).to.equal(65);
       expect(Buffer.concat(stdout).length, 'nothing is written to the frame channel').to.equal(0);
       const log = Buffer.concat(stderr).toString('utf8');

@@ -28,6 +28,7 @@ async function sendOnLiveChannels(cases: readonly Case[], workers: number): Prom
         outcomes.set(next.name, { answer: 'accepted', value });
       } catch {
         const exit = await child.exited;
+        await child.drained;
         const poisoned = child.stderr.map((line) => JSON.parse(line) as Record<string, unknown>).find((r) => r.event === 'channel_poisoned');
         expect(exit.code, `${next.name}: the child leaves with exit 70`).to.equal(70);
         outcomes.set(next.name, { answer: 'refused', code: String(poisoned?.code) });

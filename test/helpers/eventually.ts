@@ -1,0 +1,12 @@
+// A child's log (stderr) and its answers (stdout) are separate pipes: a line
+// logged before an answer may be read after it. Tests that look for a log
+// line wait for it, bounded.
+
+/** Resolves once `check` returns true; rejects after `timeoutMs`. */
+export async function eventually(check: () => boolean, timeoutMs = 3000, what = 'condition'): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`${what} not met within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
