@@ -47,4 +47,24 @@ describe('custody archive', function () {
     const again = JSON.parse((await service.cli(['archive', '--json'])).stdout) as ArchiveAnswer;
     expect(again.executors[0]).to.deep.include({ archived: 0, kept: { already_archived: 2 } });
   });
+
+  it('closes an authorized operation the operator abandoned through never_claimed once its window passes, releasing its hold', async () => {
+    expect((await service.cli(['authorize', 'review-notes/append', '--arg', 'note=abandoned', '--operation', 'walk-away'])).code).to.equal(0);
+    const kernel = path.join(service.paths.kernelDir, 'kernel.db');
+    expect(await sqlite(kernel, "SELECT state, hold FROM operations_view WHERE request_id = 'walk-away'")).to.deep.equal([{ state: 'dispatch_committed', hold: 'reserved' }]);
+    const deadline = Date.now() + 10_000;
+    let state: Array<Record<string, unknown>> = [];
+    while (Date.now() < deadline) {
+      state = await sqlite(kernel, "SELECT state, hold FROM operations_view WHERE request_id = 'walk-away'");
+      if (state[0]?.state === 'released') break;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    expect(state, 'the sweep settled it without anyone asking').to.deep.equal([{ state: 'released', hold: 'released' }]);
+    const claims = await sqlite(path.join(service.paths.executorDir('default'), 'ledger.db'), "SELECT kind, state FROM claims_view WHERE operation_id = (SELECT operation_id FROM claims_view WHERE kind = 'refusal')");
+    expect(claims).to.deep.equal([{ kind: 'refusal', state: 'never_claimed' }]);
+    const late = await service.cli(['execute', 'walk-away']);
+    expect(late.code, 'it can never be executed afterwards').to.not.equal(0);
+    const journal = (await import('node:fs')).readFileSync(path.join(service.paths.resourcesDir, 'review-notes.jsonl'), 'utf8');
+    expect(journal).to.not.contain('abandoned');
+  });
 });
