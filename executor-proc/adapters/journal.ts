@@ -14,6 +14,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { nowMs } from '../../shared/clock.js';
+import { syncDirectory } from '../../shared/store/private-fs.js';
 import { type ExclusiveFileLock } from './journal-lock.js';
 
 export interface NoteLine {
@@ -182,11 +183,3 @@ export class NotesJournal {
   }
 }
 
-function syncDirectory(dir: string): void {
-  const fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
-  try {
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-}

@@ -15,6 +15,7 @@ import {
 } from 'node:fs';
 import path from 'node:path';
 import { CustodyError, isCustodyError } from '../errors.js';
+import { syncDirectory } from '../store/private-fs.js';
 import { generateSeed, publicKeyFromHex, Signer } from './ed25519.js';
 
 const KEY_FILE_BYTES = 65; // 64 hex + newline, for both .key and .pub
@@ -197,15 +198,6 @@ function writeAndSync(fd: number, content: Buffer): void {
   fsyncSync(fd);
 }
 
-/** Makes the new directory entries durable, not only the file contents. */
-function syncDirectory(dir: string): void {
-  const fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY);
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
 
 function errnoOf(error: unknown): string | undefined {
   return typeof error === 'object' && error !== null && 'code' in error && typeof error.code === 'string'

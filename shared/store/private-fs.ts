@@ -135,3 +135,13 @@ function describeKind(stat: fs.Stats): string {
 function formatMode(mode: number): string {
   return `0${(mode & 0o7777).toString(8).padStart(3, '0')}`;
 }
+
+/** Make new directory entries durable (a created file, a rename), not only the files' contents. */
+export function syncDirectory(dir: string): void {
+  const fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}

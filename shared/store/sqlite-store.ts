@@ -8,7 +8,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { CustodyError } from '../errors.js';
 import { applyMigrations, validateMigrations, type Migration } from './migrations.js';
-import { checkPrivateFile, checkPrivateFileIfPresent, ensurePrivateDir, isPathPresent, type FileIdentity } from './private-fs.js';
+import { checkPrivateFile, checkPrivateFileIfPresent, ensurePrivateDir, isPathPresent, syncDirectory, type FileIdentity } from './private-fs.js';
 
 export type { FileIdentity } from './private-fs.js';
 export type { Migration } from './migrations.js';
@@ -127,14 +127,6 @@ function createStoreFile(spec: StoreSpec, file: string): FileIdentity {
   return identity;
 }
 
-function syncDirectory(dir: string): void {
-  const fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
-  try {
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-}
 
 /**
  * better-sqlite3 has no O_NOFOLLOW, so the file is checked by lstat before
