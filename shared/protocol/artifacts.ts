@@ -145,6 +145,15 @@ export const HOLD_DISPOSITIONS = ['reserved', 'released', 'consumed', 'release_u
 export const holdDisposition = z.enum(HOLD_DISPOSITIONS);
 export type HoldDisposition = z.infer<typeof holdDisposition>;
 
+/** A budget hold as a receipt records it; `id` is null for a decision that placed none. */
+export const holdRecord = z.strictObject({
+  id: identifier.nullable(),
+  disposition: holdDisposition,
+  invocations: nonNegativeInt,
+  cost_units_held: nonNegativeInt,
+  cost_units_charged: nonNegativeInt,
+});
+
 export const receiptBody = z.strictObject({
   receipt_id: identifier,
   decision: z.enum(RECEIPT_DECISIONS),
@@ -159,13 +168,7 @@ export const receiptBody = z.strictObject({
   capability_id: identifier.nullable(),
   /** The operation state after this decision. */
   state: z.string().regex(/^[a-z_]{1,32}$/),
-  hold: z.strictObject({
-    id: identifier.nullable(),
-    disposition: holdDisposition,
-    invocations: nonNegativeInt,
-    cost_units_held: nonNegativeInt,
-    cost_units_charged: nonNegativeInt,
-  }),
+  hold: holdRecord,
   authorization_digest: hex32.nullable(),
   report_digest: hex32.nullable(),
   output_digest: hex32.nullable(),

@@ -1,6 +1,6 @@
 // Messages the kernel serves (DESIGN §6.1).
 import { z } from 'zod';
-import { holdDisposition, invocation } from './artifacts.js';
+import { holdRecord, invocation } from './artifacts.js';
 import {
   hex32,
   identifier,
@@ -29,13 +29,8 @@ export const OPERATION_STATES = [
 export const operationState = z.enum(OPERATION_STATES);
 export type OperationState = z.infer<typeof operationState>;
 
-export const holdView = z.strictObject({
-  id: identifier,
-  disposition: holdDisposition,
-  invocations: nonNegativeInt,
-  cost_units_held: nonNegativeInt,
-  cost_units_charged: nonNegativeInt,
-});
+/** An operation's hold: the receipt's shape, always with an id. */
+export const holdView = holdRecord.extend({ id: identifier });
 
 /** A kernel operation as the kernel reports it (operation.get, ops.list, recover, mark_unknown). */
 export const operationView = z.strictObject({
