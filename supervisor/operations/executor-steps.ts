@@ -67,9 +67,8 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
     let session: ChildSession | null = null;
     try {
       session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
-      row = ctx.store.movePhase(row.request_id, 'executing');
-      ctx.store.countAttempt(row.request_id);
-      frameId = `exec-${row.operation_id.slice(0, 16)}-${row.attempts + 1}`;
+      row = ctx.store.startAttempt(row.request_id);
+      frameId = `exec-${row.operation_id.slice(0, 16)}-${row.attempts}`;
       const result = await session.channel.request(
         'execute',
         { authorization, expected: expectedOf(row), arguments: JSON.parse(row.arguments) as JsonObject, drop_reply: options.dropReply },

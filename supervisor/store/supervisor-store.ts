@@ -229,7 +229,12 @@ export class SupervisorStore {
     return apply.immediate();
   }
 
-  countAttempt(requestId: string): void {
-    this.#bumpAttempts.run(nowMs(), requestId);
+  /** Move to `executing` and count the attempt, in one transaction: the row returned carries the new count. */
+  startAttempt(requestId: string): RequestRow {
+    return this.db.transaction(() => {
+      this.movePhase(requestId, 'executing');
+      this.#bumpAttempts.run(nowMs(), requestId);
+      return this.#getRequest.get(requestId)!;
+    }).immediate();
   }
 }
