@@ -6,7 +6,7 @@ import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
 import { nowMs } from '../../shared/clock.js';
-import { type OperationOutcome, SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
+import { SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type Service } from '../service.js';
 import { type OperationState, type OperationView } from '../../shared/protocol/kernel-messages.js';
@@ -212,7 +212,6 @@ export function incidents(service: Service, query: URLSearchParams) {
   return { incidents: service.store.recentIncidents(limit) };
 }
 
-export type { OperationOutcome };
 
 
 /**
