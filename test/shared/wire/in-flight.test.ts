@@ -1,0 +1,91 @@
+// The bound on requests in flight, at the bound and one past it: on the
+// supervisor's end (refused locally, nothing sent), on the child's end
+// (answered too_many_in_flight, control messages still answered), and the
+// supervisor's per-executor slots.
+import { expect } from 'chai';
+import { PassThrough } from 'node:stream';
+import { Signer, generateSeed } from '../../../shared/crypto/ed25519.js';
+import { createLogger } from '../../../shared/log.js';
+import { ClientChannel } from '../../../shared/wire/client.js';
+import { DEFAULT_FRAME_LIMITS } from '../../../shared/wire/frame-reader.js';
+import { signHello } from '../../../shared/wire/hello.js';
+import { ServerChannel } from '../../../shared/wire/server.js';
+import { SessionEndpoint } from '../../../shared/wire/session.js';
+import { createSessionSecrets } from '../../../shared/wire/session-keys.js';
+import { Slots } from '../../../supervisor/children/slots.js';
+import { codeOfAnswer } from '../../helpers/codes.js';
+
+const quiet = createLogger({}, { write: () => undefined });
+
+/** A client and a server channel joined in memory; the server's echo waits until `release` is called. */
+async function pair(clientBound: number, serverBound: number) {
+  const secrets = createSessionSecrets();
+  const toServer = new PassThrough();
+  const toClient = new PassThrough();
+  const held: Array<() => void> = [];
+  const server = new ServerChannel({
+    input: toServer,
+    output: toClient,
+    endpoint: new SessionEndpoint({ secrets, side: 'child', self: 'kernel', peer: 'supervisor', limits: DEFAULT_FRAME_LIMITS }),
+    log: quiet,
+    role: 'kernel',
+    maxInFlight: serverBound,
+    onTerminated: () => undefined,
+    handler: (kind, body) => {
+      if (kind === 'ping') return Promise.resolve({ now: Date.now() });
+      return new Promise((resolve) => held.push(() => resolve(body)));
+    },
+  });
+  const client = new ClientChannel({
+    input: toClient,
+    output: toServer,
+    endpoint: new SessionEndpoint({ secrets, side: 'supervisor', self: 'supervisor', peer: 'kernel', limits: DEFAULT_FRAME_LIMITS }),
+    log: quiet,
+    peerRole: 'kernel',
+    maxInFlight: clientBound,
+  });
+  client.start();
+  server.start(signHello(Signer.fromSeed(generateSeed()), secrets.sid, 'c'.repeat(64), { role: 'kernel', id: 'kernel', keyEpoch: 1 }));
+  await client.hello;
+  return { client, server, release: () => held.splice(0).forEach((go) => go()) };
+}
+
+describe('the bound on requests in flight', () => {
+  it('on the supervisor end: the bound-th request is sent, one more is refused locally without being sent', async () => {
+    const { client, server, release } = await pair(3, 100);
+    const sent = [1, 2, 3].map((n) => client.request('echo', { n }));
+    expect(await codeOfAnswer(client.request('echo', { n: 4 }))).to.equal('too_many_in_flight');
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(server.inFlight, 'only the three were sent').to.equal(3);
+    release();
+    expect(await Promise.all(sent)).to.deep.equal([{ n: 1 }, { n: 2 }, { n: 3 }]);
+  });
+
+  it('on the child end: the bound-th request is handled, one more is answered too_many_in_flight, a ping still answered', async () => {
+    const { client, release } = await pair(100, 2);
+    const handled = [1, 2].map((n) => client.request('echo', { n }));
+    expect(await codeOfAnswer(client.request('echo', { n: 3 }))).to.equal('too_many_in_flight');
+    expect((await client.request('ping', {})).now).to.be.a('number');
+    release();
+    expect(await Promise.all(handled)).to.deep.equal([{ n: 1 }, { n: 2 }]);
+  });
+
+  it("in the supervisor's slots: the capacity-th acquire is granted at once, one more waits for a release", async () => {
+    const slots = new Slots(2);
+    const first = await slots.acquire();
+    await slots.acquire();
+    let third = false;
+    const waiting = slots.acquire().then((release) => ((third = true), release));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(third).to.equal(false);
+    expect(slots.used).to.equal(2);
+    first();
+    await waiting;
+    expect(third).to.equal(true);
+    expect(slots.used).to.equal(2);
+    const controller = new AbortController();
+    const aborted = codeOfAnswer(slots.acquire(controller.signal));
+    controller.abort();
+    expect(await aborted).to.equal('shutting_down');
+  });
+});
