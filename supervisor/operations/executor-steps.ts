@@ -34,7 +34,7 @@ function reconcileDeadlineFor(ctx: OperationContext, executor: ChildHandle, tool
 }
 
 function usableExecutor(ctx: OperationContext, row: RequestRow): ChildHandle {
-  if (!row.executor) throw new Error(`request ${row.request_id} has no executor`);
+  if (!row.executor) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no executor`);
   const executor = ctx.executorById(row.executor);
   // A failed executor answers nothing until an operator restarts the service; asking
   // again would only add incidents.
@@ -57,7 +57,7 @@ export interface ExecuteOptions {
  */
 export async function executeStep(ctx: OperationContext, row: RequestRow, options: ExecuteOptions): Promise<RequestRow> {
   const { authorization } = row;
-  if (!authorization) throw new Error(`request ${row.request_id} has no authorization`);
+  if (!authorization) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no authorization`);
   const executor = usableExecutor(ctx, row);
   const deadline = deadlineFor(ctx, executor, row.tool);
   const backoff = reconcileBackoff(ctx);
@@ -159,7 +159,7 @@ async function fireWatchdog(ctx: OperationContext, executor: ChildHandle, row: R
  */
 export async function reconcileStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
   const { authorization } = row;
-  if (!authorization) throw new Error(`request ${row.request_id} has no authorization to reconcile`);
+  if (!authorization) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no authorization to reconcile`);
   const executor = usableExecutor(ctx, row);
   const backoff = reconcileBackoff(ctx);
   const exchangeMs = reconcileDeadlineFor(ctx, executor, row.tool);

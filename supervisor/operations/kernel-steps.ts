@@ -32,7 +32,7 @@ export async function reserveStep(ctx: OperationContext, row: RequestRow): Promi
 }
 
 export async function startStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
-  if (!row.nonce_id) throw new Error(`request ${row.request_id} is reserved without a nonce`);
+  if (!row.nonce_id) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} is reserved without a nonce`);
   const result = await askKernel(ctx, 'start', {
     request_id: row.request_id,
     nonce_id: row.nonce_id,
@@ -44,7 +44,7 @@ export async function startStep(ctx: OperationContext, row: RequestRow): Promise
 
 /** Give the kernel the signed report; its receipt settles the request. */
 export async function settleStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
-  if (!row.authorization || !row.report) throw new Error(`request ${row.request_id} has no authorization or report to settle`);
+  if (!row.authorization || !row.report) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no authorization or report to settle`);
   const result = await askKernel(ctx, 'reconcile', { authorization: row.authorization, report: row.report });
   return ctx.store.movePhase(row.request_id, 'settled', {
     outcome: result.state,
@@ -97,7 +97,7 @@ async function afterKernelState(ctx: OperationContext, row: RequestRow, state: O
 }
 
 export function expectedOf(row: RequestRow): Invocation {
-  if (!row.expected) throw new Error(`request ${row.request_id} has no recorded expectation`);
+  if (!row.expected) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no recorded expectation`);
   return JSON.parse(row.expected) as Invocation;
 }
 
