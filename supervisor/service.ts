@@ -52,6 +52,7 @@ export class Service {
   readonly startedAt = nowMs();
   readonly #lock: DirLock;
   readonly #abort = new AbortController();
+  readonly #byIdentity = new Map<string, ChildHandle>();
   #api: ApiServer | null = null;
   readonly #lifecycle = new Machine(SERVICE_MACHINE, 'booting', (from, to, reason) => this.log.info('service_state', { from, to, reason }));
   #stopping: Promise<number> | null = null;
@@ -120,6 +121,8 @@ export class Service {
       executors.set(executor.name, new ChildHandle(executorSpec(executor, config, paths, kernelPin.public_key), deps(executor.name)));
     }
     this.executors = executors;
+    // Pins are fixed at init and read once: every step looks its executor up by identity.
+    for (const [name, handle] of executors) this.#byIdentity.set(store.getPin(name)!.identity_id, handle);
     const ctx: OperationContext = {
       store,
       config,
@@ -145,10 +148,9 @@ export class Service {
   }
 
   executorById(id: string): ChildHandle {
-    for (const [name, handle] of this.executors) {
-      if (this.store.getPin(name)?.identity_id === id) return handle;
-    }
-    throw new CustodyError('executor_unknown', `no configured executor has the pinned identity ${id}`);
+    const handle = this.#byIdentity.get(id);
+    if (!handle) throw new CustodyError('executor_unknown', `no configured executor has the pinned identity ${id}`);
+    return handle;
   }
 
   /**
