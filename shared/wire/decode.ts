@@ -1,6 +1,10 @@
 // Strict decoding of one line into a JSON object: UTF-8 with a fatal decoder,
 // a nesting bound checked on the bytes before JSON.parse builds anything
-// (JSON.parse has no depth limit), and an object at top level.
+// (JSON.parse has no depth limit), an object at top level, and no object
+// with the same member twice. JSON.parse keeps the last of duplicated
+// members, so a reader in another language that keeps the first would see
+// other values in the same bytes; refusing them makes every strict reader
+// agree (docs/PROTOCOL.md §2).
 import { CustodyError } from '../errors.js';
 
 export const DEFAULT_MAX_DEPTH = 32;
@@ -13,6 +17,7 @@ const CLOSE_BRACE = 0x7d;
 const CLOSE_BRACKET = 0x5d;
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
+const COMMA = 0x2c;
 
 /**
  * The deepest nesting of objects and arrays in JSON text, ignoring brackets
@@ -43,6 +48,51 @@ export function measureDepth(bytes: Uint8Array, limit: number): number {
   return deepest;
 }
 
+/**
+ * The first member name that appears twice in one object of `text`, or
+ * undefined. `text` must already be valid JSON (it is scanned after
+ * JSON.parse accepted it), so the scanner only tracks where keys stand.
+ */
+export function findDuplicateMember(text: string): string | undefined {
+  // One entry per open container: the names seen so far for an object, null for an array.
+  const open: Array<Set<string> | null> = [];
+  let expectKey = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) {
+      const start = i;
+      let escaped = false;
+      for (i++; i < text.length; i++) {
+        const d = text.charCodeAt(i);
+        if (d === BACKSLASH) {
+          escaped = true;
+          i++;
+        } else if (d === QUOTE) break;
+      }
+      const names = open[open.length - 1];
+      if (expectKey && names) {
+        const raw = text.slice(start, i + 1);
+        const name = escaped ? (JSON.parse(raw) as string) : raw.slice(1, -1);
+        if (names.has(name)) return name;
+        names.add(name);
+        expectKey = false;
+      }
+    } else if (c === OPEN_BRACE) {
+      open.push(new Set());
+      expectKey = true;
+    } else if (c === OPEN_BRACKET) {
+      open.push(null);
+      expectKey = false;
+    } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
+      open.pop();
+      expectKey = false;
+    } else if (c === COMMA) {
+      expectKey = open[open.length - 1] != null;
+    }
+  }
+  return undefined;
+}
+
 export function decodeUtf8Strict(bytes: Uint8Array, what: string): string {
   try {
     return utf8.decode(bytes);
@@ -66,6 +116,10 @@ export function decodeJsonObject(bytes: Uint8Array, maxDepth: number, what = 'fr
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new CustodyError('frame_malformed', `${what} is not a JSON object at top level`);
+  }
+  const duplicate = findDuplicateMember(text);
+  if (duplicate !== undefined) {
+    throw new CustodyError('frame_malformed', `${what} has the member ${JSON.stringify(duplicate)} twice in one object`);
   }
   return value as Record<string, unknown>;
 }

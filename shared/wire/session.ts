@@ -5,7 +5,7 @@
 // CustodyError with its own code; the caller poisons the channel.
 import { z } from 'zod';
 import { CustodyError } from '../errors.js';
-import { type Role, hex16, hex32, identifier, nonNegativeInt, role } from '../protocol/common.js';
+import { MAX_TIMESTAMP_MS, type Role, role } from '../protocol/common.js';
 import { decodeJsonObject } from './decode.js';
 import { type Frame, FRAME_VERSION, macMatches, sealCovered, sealFrame, splitTrailer } from './frame-codec.js';
 import { type FrameLimits } from './frame-reader.js';
@@ -13,16 +13,40 @@ import { type SessionSecrets, deriveDirectionKey } from './session-keys.js';
 
 export const frameKind = z.string().regex(/^[a-z][a-z0-9_.]{0,63}$/);
 
-const envelopeSchema = z.strictObject({
-  v: z.literal(FRAME_VERSION),
-  sid: hex16,
-  seq: nonNegativeInt,
-  from: role,
-  kind: frameKind,
-  id: identifier,
-  body: z.record(z.string(), z.unknown()),
-  mac: hex32,
-});
+/*
+ * The envelope is checked on the raw bytes, not after JSON.parse: the members
+ * must stand in the one order docs/PROTOCOL.md §4.4 fixes, each once, with
+ * nothing between them. Parsing first would hide a reordered or repeated
+ * member (JSON.parse keeps the last), and a strict reader of the same bytes
+ * would disagree with this one about what was sent. Every header value has a
+ * charset that needs no JSON escape, so the pattern below is exact; the body
+ * is then decoded alone and must end where the MAC trailer begins.
+ */
+const ENVELOPE_HEAD = new RegExp(
+  `^\\{"v":${FRAME_VERSION},"sid":"([0-9a-f]{32})","seq":(0|[1-9][0-9]{0,15}),"from":"([a-z]+)",` +
+    `"kind":"([a-z][a-z0-9_.]{0,63})","id":"([A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127})","body":`,
+);
+/** The header is short: it is matched on at most this many leading bytes. */
+const ENVELOPE_HEAD_MAX_BYTES = 320;
+
+function decodeEnvelope(covered: Buffer, maxDepth: number): Frame {
+  const head = ENVELOPE_HEAD.exec(covered.subarray(0, ENVELOPE_HEAD_MAX_BYTES).toString('latin1'));
+  if (head === null) {
+    throw new CustodyError(
+      'frame_malformed',
+      'frame envelope is not {"v":1,"sid","seq","from","kind","id","body"} in that order, each once (docs/PROTOCOL.md §4.4)',
+    );
+  }
+  const [matched, sid, seqText, from, kind, id] = head as unknown as [string, string, string, string, string, string];
+  const seq = Number(seqText);
+  const fromRole = role.safeParse(from);
+  if (!fromRole.success || seq > MAX_TIMESTAMP_MS) {
+    throw new CustodyError('frame_malformed', `frame envelope: from ${JSON.stringify(from)} or seq ${seqText} is out of range`);
+  }
+  // The body nests one level below the envelope's own object.
+  const body = decodeJsonObject(covered.subarray(matched.length), maxDepth - 1, 'frame body');
+  return { sid, seq, from: fromRole.data, kind, id, body };
+}
 
 export type Side = 'supervisor' | 'child';
 
@@ -105,11 +129,7 @@ export class SessionEndpoint {
       }
       throw new CustodyError('bad_mac', `frame MAC does not verify (expected seq ${this.#receiveSeq})`);
     }
-    const parsed = envelopeSchema.safeParse(decodeJsonObject(line, this.limits.maxDepth));
-    if (!parsed.success) {
-      throw new CustodyError('schema_violation', `frame envelope: ${describeIssues(parsed.error)}`);
-    }
-    const frame = parsed.data;
+    const frame = decodeEnvelope(split.covered, this.limits.maxDepth);
     if (frame.sid !== this.sid) {
       throw new CustodyError('wrong_session', `frame names session ${frame.sid}, this channel is ${this.sid}`);
     }

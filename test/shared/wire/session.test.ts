@@ -86,6 +86,50 @@ describe('session endpoints', () => {
     expect(codeOf(() => child.open(Buffer.from(`{"a":1,"mac":"${'A'.repeat(64)}"}`)))).to.equal('frame_malformed');
   });
 
+  describe('read the envelope on its raw bytes (docs/PROTOCOL.md §4.4)', () => {
+    /** Covered bytes given verbatim, MACed with the right key: only the layout is wrong. */
+    const macedLine = (secrets: SessionSecrets, covered: string) => {
+      const bytes = Buffer.from(covered, 'utf8');
+      const mac = computeMac(deriveDirectionKey(secrets, 'to-child'), bytes).toString('hex');
+      return Buffer.concat([bytes, Buffer.from(`,"mac":"${mac}"}`)]);
+    };
+    const head = (sid: string) => ({
+      v: '"v":1',
+      sid: `"sid":"${sid}"`,
+      seq: '"seq":0',
+      from: '"from":"supervisor"',
+      kind: '"kind":"ping"',
+      id: '"id":"q1"',
+    });
+
+    it('accept the one fixed layout, MACed with the right key (the control case)', () => {
+      const { secrets, child } = pair();
+      const h = head(secrets.sid);
+      const frame = child.open(macedLine(secrets, `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"body":{"a":1}`));
+      expect(frame).to.deep.include({ kind: 'ping', id: 'q1', seq: 0, body: { a: 1 } });
+    });
+
+    const cases: Array<[string, (h: ReturnType<typeof head>) => string]> = [
+      ['sid before v', (h) => `{${[h.sid, h.v, h.seq, h.from, h.kind, h.id].join(',')},"body":{}`],
+      ['sid given twice in the header', (h) => `{${[h.v, h.sid, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"body":{}`],
+      ['sid repeated after the body', (h) => `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"body":{},"sid":"${'f'.repeat(32)}"`],
+      ['an extra member', (h) => `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"x":1,"body":{}`],
+      ['whitespace between tokens', (h) => `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(', ')},"body":{}`],
+      ['a member twice inside the body', (h) => `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"body":{"a":1,"b":{"c":1,"c":2}}`],
+      ['an escaped member name equal to another', (h) => `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"body":{"a":1,"\\u0061":2}`],
+      ['a seq with a leading zero', (h) => `{${[h.v, h.sid, '"seq":00', h.from, h.kind, h.id].join(',')},"body":{}`],
+      ['a body that is not an object', (h) => `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"body":[1]`],
+    ];
+    for (const [what, covered] of cases) {
+      it(`refuse a correctly MACed frame with ${what}: frame_malformed`, () => {
+        const { secrets, child } = pair();
+        expect(codeOf(() => child.open(macedLine(secrets, covered(head(secrets.sid)))))).to.equal('frame_malformed');
+        // Nothing was accepted: the next frame in order still carries seq 0.
+        expect(child.nextReceiveSeq).to.equal(0);
+      });
+    }
+  });
+
   it('refuse to seal a frame over the bound, without consuming a sequence number', () => {
     const secrets = createSessionSecrets();
     const small = new SessionEndpoint({ secrets, side: 'supervisor', self: 'supervisor', peer: 'kernel', limits: { maxFrameBytes: 300, maxDepth: 32 } });
