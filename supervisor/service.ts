@@ -8,7 +8,7 @@ import { renameSync, rmSync } from 'node:fs';
 import { CustodyError } from '../shared/errors.js';
 import { type Logger, errorFields } from '../shared/log.js';
 import { killGroup } from '../shared/child/spawn.js';
-import { DIR_LOCK_STALE_MS, type DirLock, acquireDirLock, clearDirLock } from '../shared/store/dir-lock.js';
+import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
 import { nowMs } from '../shared/clock.js';
 import { defineMachine, Machine } from '../shared/state-machine.js';
 import { type ApiServer, startApiServer } from './api/server.js';
@@ -64,24 +64,13 @@ export class Service {
     const paths = statePaths(options.stateDir);
     const config = loadConfig(paths.config);
     const log = options.log;
-    const lock = await acquireDirLock(paths.supervisorDir, {
-      // A predecessor killed with -9 leaves its lock until it goes stale; a live one is refused at once.
-      waitForDeadHolderMs: DIR_LOCK_STALE_MS + 2000,
-      onWaiting: (pid) => log.warn('state_lock_waiting', { holder: pid ?? null, stale_ms: DIR_LOCK_STALE_MS, why: 'the previous supervisor is not running; its lock goes stale soon' }),
-      onCompromised: (error) => {
-        // Another process may own the state now: stop writing at once.
-        log.error('state_lock_lost', errorFields(error));
-        process.kill(process.pid, 'SIGKILL');
-      },
-    });
+    // An OS lock (shared/store/dir-lock.ts): a live predecessor, even a stopped one, is refused at once
+    // with its pid; a dead one's lock went with it, so there is nothing to wait for.
+    const lock = await acquireDirLock(paths.supervisorDir);
     let store: SupervisorStore | null = null;
     try {
       store = SupervisorStore.open(paths.supervisorDir);
-      const lockDirs = new Map<string, string | null>([
-        ['kernel', kernelSpec(config, paths).lockDir],
-        ...config.executors.map((e) => [e.name, e.argv ? null : paths.executorDir(e.name)] as [string, string | null]),
-      ]);
-      await killPredecessorChildren(store, log, lockDirs);
+      await killPredecessorChildren(store, log);
       const service = new Service(paths, config, log, store, lock);
       await service.#boot(options.port ?? config.port);
       return service;
@@ -246,7 +235,7 @@ export class Service {
  * Kill every child the predecessor recorded whose pid and start time both
  * still match, and wait until each is gone, before spawning anything.
  */
-async function killPredecessorChildren(store: SupervisorStore, log: Logger, lockDirs: ReadonlyMap<string, string | null>): Promise<void> {
+async function killPredecessorChildren(store: SupervisorStore, log: Logger): Promise<void> {
   // Without a recorded start time a pid proves nothing (it may have been reused): leave it alone.
   const survivors = store.listChildren().filter((row) => row.pid !== null && row.pid_start_ticks !== null && !isGone(row.pid, row.pid_start_ticks));
   for (const row of survivors) {
@@ -258,16 +247,7 @@ async function killPredecessorChildren(store: SupervisorStore, log: Logger, lock
   for (const row of survivors) {
     while (!isGone(row.pid!, row.pid_start_ticks)) {
       if (Date.now() > deadline) throw new CustodyError('internal', `${row.name} pid ${row.pid} is still running after SIGKILL`);
-      await wait(20);
-    }
-    // Gone is the proof: its lock can go now instead of when it turns stale.
-    const dir = lockDirs.get(row.name);
-    if (dir) {
-      try {
-        clearDirLock(dir, row.pid!);
-      } catch (error) {
-        log.warn('lock_not_cleared', { child: row.name, ...errorFields(error) });
-      }
+      await wait(5);
     }
   }
 }

@@ -1,8 +1,8 @@
 // One configured child (the kernel, or one executor) across its processes.
 // Every process gets a fresh session; a replacement starts only after the old
 // process group is gone (the leader reaped, every member killed), which is
-// the proof that it can no longer act; then the supervisor clears the child's
-// directory lock at once instead of waiting for it to go stale (DESIGN §7).
+// the proof that it can no longer act. The child's directory lock is an OS
+// lock that went with the process (shared/store/dir-lock.ts): nothing to clear.
 // Crashes follow the OTP intensity; past it the child is failed. The
 // supervisor's own deliberate kills (the watchdog) restart at once and do not
 // count: they are not the child's failures.
@@ -12,7 +12,6 @@ import { type Logger, errorFields } from '../../shared/log.js';
 import { type ChildRole, type JsonObject } from '../../shared/protocol/common.js';
 import { type MessageKind, type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
 import { defineMachine, Machine } from '../../shared/state-machine.js';
-import { clearDirLock } from '../../shared/store/dir-lock.js';
 import { type ChildExit, type ChildSession, spawnChild } from '../../shared/child/spawn.js';
 import { type FrameLimits } from '../../shared/wire/frame-reader.js';
 import { type PinnedIdentity } from '../../shared/wire/hello.js';
@@ -43,8 +42,6 @@ export interface ChildSpec {
   readonly role: ChildRole;
   readonly argv: readonly string[];
   readonly env?: NodeJS.ProcessEnv;
-  /** The child's local state directory, whose lock is cleared after reaping; null for a remote child. */
-  readonly lockDir: string | null;
   readonly settings: JsonObject;
   readonly pins: { readonly kernel: string | null };
   /** Operations in flight at once; control messages (ping, cancel, shutdown) come on top. */
@@ -215,7 +212,6 @@ export class ChildHandle {
       });
     } catch (error) {
       const reason = toCustodyError(error, 'peer_exited');
-      this.#clearLock(null);
       if (this.#machine.is('stopping', 'stopped')) throw reason;
       this.#deps.store.recordIncident({ child: spec.name, kind: 'start_failed', code: reason.code, message: reason.message });
       if (reason.code === 'identity_mismatch' || reason.code === 'hello_invalid') {
@@ -271,11 +267,10 @@ export class ChildHandle {
     this.#afterExit(this.#lastExit, intent.deliberate ? { counted: false, delayMs: 0 } : { counted: true });
   }
 
-  /** The leader is reaped; make sure nothing of its group is left, then free its lock. */
+  /** The leader is reaped; make sure nothing of its group is left. */
   async #reap(session: ChildSession): Promise<void> {
     const emptied = await killGroupAndWait(session.pid, GROUP_EXIT_WAIT_MS);
     if (!emptied) this.#log.error('process_group_survived', { pid: session.pid, waited_ms: GROUP_EXIT_WAIT_MS });
-    this.#clearLock(session.pid);
   }
 
   /** The process is gone or never came up: restart (with backoff, counted as a crash or not), or fail. */
@@ -317,16 +312,6 @@ export class ChildHandle {
     this.#stopHeartbeat = null;
     if (this.#backoffTimer) clearTimeout(this.#backoffTimer);
     this.#backoffTimer = null;
-  }
-
-  /** Free the child's lock: its process is reaped (`pid`), or a start failed and whatever it spawned is gone (null). */
-  #clearLock(pid: number | null): void {
-    if (!this.spec.lockDir) return;
-    try {
-      clearDirLock(this.spec.lockDir, pid ?? undefined);
-    } catch (error) {
-      this.#log.warn('lock_not_cleared', { pid, ...errorFields(error) });
-    }
   }
 
   #forwardStderr(line: string): void {
