@@ -143,18 +143,20 @@ export class Service {
   }
 
   /**
-   * Children first (a child that fails its first start is restarted by its
-   * policy; boot waits for it and fails only when it is failed for good),
-   * then the API (a port already taken fails the boot before any work was
-   * resumed), and only then the requests the log holds open. Any failure
-   * stops and reaps everything started so far.
+   * Children first, all at once (an executor needs nothing of the running
+   * kernel to start: its pins come from the store; a child that fails its
+   * first start is restarted by its policy; boot waits for it and fails only
+   * when it is failed for good), then the API (a port already taken fails the
+   * boot before any work was resumed), and only then the requests the log
+   * holds open. Any failure stops and reaps everything started so far.
    */
   async #boot(port: number): Promise<void> {
     const bootWait = this.config.timing.hello_timeout_ms * (this.config.restart.max_restarts + 1) + this.config.restart.backoff_max_ms * this.config.restart.max_restarts;
     const up = (child: ChildHandle) => child.start().catch(() => child.waitForSession(bootWait)).then(() => undefined);
     try {
-      await up(this.kernel);
-      await Promise.all([...this.executors.values()].map(up));
+      // allSettled: every start has ended (or failed for good) before a failure stops them all.
+      const started = await Promise.allSettled([this.kernel, ...this.executors.values()].map(up));
+      for (const outcome of started) if (outcome.status === 'rejected') throw outcome.reason;
       await this.#pinTools();
       this.#api = await startApiServer(this, port);
     } catch (error) {
