@@ -136,6 +136,17 @@ export class Service {
     return this.#lifecycle.is('stopping', 'stopped');
   }
 
+  /** `custody restart CHILD`: a failed child at once, a running one gracefully (ChildHandle.restart). */
+  async restartChild(name: string): Promise<ChildHandle> {
+    const child = name === this.kernel.name ? this.kernel : this.executors.get(name);
+    if (!child) {
+      throw new CustodyError('not_found', `no child named ${JSON.stringify(name)}; the children are ${[this.kernel.name, ...this.executors.keys()].join(', ')} (custody status lists them)`);
+    }
+    this.log.info('child_restart_requested', { child: name, state: child.state });
+    await child.restart('restart requested by the operator', this.config.timing.shutdown_grace_ms);
+    return child;
+  }
+
   executorById(id: string): ChildHandle {
     const handle = this.#byIdentity.get(id);
     if (!handle) throw new CustodyError('executor_unknown', `no configured executor has the pinned identity ${id}`);

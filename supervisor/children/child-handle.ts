@@ -5,7 +5,9 @@
 // lock that went with the process (shared/store/dir-lock.ts): nothing to clear.
 // Crashes follow the OTP intensity; past it the child is failed. The
 // supervisor's own deliberate kills (the watchdog) restart at once and do not
-// count: they are not the child's failures.
+// count: they are not the child's failures. A failed child comes back on an
+// operator's restart, or (an executor) by itself after
+// restart.failed_cooldown_s, each time with a fresh intensity.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { type Logger, errorFields } from '../../shared/log.js';
@@ -34,7 +36,7 @@ export const CHILD_MACHINE = defineMachine<ChildState>('child', {
   running: ['backoff', 'failed', 'stopping'],
   backoff: ['starting', 'failed', 'stopping'],
   stopping: ['stopped'],
-  failed: ['stopping'],
+  failed: ['starting', 'stopping'],
 });
 
 export interface ChildSpec {
@@ -78,13 +80,15 @@ export class ChildHandle {
   readonly #deps: ChildDeps;
   readonly #log: Logger;
   readonly #machine: Machine<ChildState>;
-  readonly #intensity: RestartIntensity;
+  #intensity: RestartIntensity;
   #session: ChildSession | null = null;
   #spawning: Promise<void> | null = null;
   #restarts = 0;
   #startedAt: number | null = null;
   #stopHeartbeat: (() => void) | null = null;
   #backoffTimer: NodeJS.Timeout | null = null;
+  #cooldownTimer: NodeJS.Timeout | null = null;
+  #nextRetryAt: number | null = null;
   readonly #waiters = new SessionWaiters();
   #failure: CustodyError | null = null;
   #lastExit: string | null = null;
@@ -124,6 +128,48 @@ export class ChildHandle {
 
   get failure(): CustodyError | null {
     return this.#failure;
+  }
+
+  /** When a failed executor is next retried by itself (ms since the epoch), or null. */
+  get nextRetryAt(): number | null {
+    return this.#nextRetryAt;
+  }
+
+  /**
+   * Restart on request: a failed child starts at once with a fresh restart
+   * intensity, one in backoff starts now, a running one stops gracefully
+   * (shutdown, then SIGKILL after `graceMs`) and starts again at once,
+   * uncounted. Resolves once the new session proved its identity.
+   */
+  async restart(reason: string, graceMs: number): Promise<ChildSession> {
+    if (this.#machine.is('stopping', 'stopped')) throw new CustodyError('shutting_down', `${this.name} is ${this.#machine.state}; it is not restarted`);
+    this.#deps.store.recordIncident({ child: this.name, kind: 'restart_requested', code: null, message: `${this.name} restart from ${this.#machine.state}: ${reason}` });
+    const waitMs = this.#deps.timing.hello_timeout_ms + graceMs;
+    switch (this.#machine.state) {
+      case 'failed':
+        this.#startAfresh(reason);
+        break;
+      case 'backoff':
+        if (this.#backoffTimer) clearTimeout(this.#backoffTimer);
+        this.#backoffTimer = null;
+        this.#machine.moveTo('starting', reason);
+        this.#spawnTracked().catch((error: unknown) => this.#log.warn('restart_failed', errorFields(error)));
+        break;
+      case 'running': {
+        const session = this.#session;
+        if (!session) break;
+        this.#kill ??= { reason, deliberate: true };
+        const answered = session.channel.request('shutdown', {}, { timeoutMs: graceMs }).catch(() => undefined);
+        const exited = await Promise.race([session.exited.then(() => true), answered.then(() => sleep(graceMs)).then(() => false)]);
+        if (!exited) session.kill('SIGKILL');
+        await session.exited;
+        break;
+      }
+      default:
+        // starting: a start is already under way.
+        break;
+    }
+    return this.waitForSession(waitMs);
   }
 
   /** Start the first process; resolves once its hello proved the pinned identity. */
@@ -302,9 +348,35 @@ export class ChildHandle {
     this.#failure = reason;
     this.#clearTimers();
     this.#deps.store.recordIncident({ child: this.name, kind: 'child_failed', code: reason.code, message: reason.message });
+    // An executor failed for good is tried again after a cool-down; a failed kernel stops the service instead.
+    if (this.spec.role === 'executor') {
+      const cooldownMs = this.#deps.restart.failed_cooldown_s * 1000;
+      this.#nextRetryAt = nowMs() + cooldownMs;
+      this.#cooldownTimer = setTimeout(() => {
+        this.#cooldownTimer = null;
+        if (!this.#machine.is('failed')) return;
+        this.#deps.store.recordIncident({
+          child: this.name,
+          kind: 'cooldown_restart',
+          code: this.#failure?.code ?? null,
+          message: `${this.name} restarted ${this.#deps.restart.failed_cooldown_s} s after it failed (restart.failed_cooldown_s); it failed with: ${this.#failure?.message ?? 'unknown'}`,
+        });
+        this.#startAfresh('restart.failed_cooldown_s passed');
+      }, cooldownMs);
+    }
     this.#machine.moveTo('failed', reason.message);
     this.#waiters.rejectAll(reason);
     this.#deps.onFailed(this, reason);
+  }
+
+  /** Out of `failed`: a fresh restart intensity, no failure, a new process. */
+  #startAfresh(reason: string): void {
+    this.#clearTimers();
+    this.#intensity = new RestartIntensity(this.#deps.restart);
+    this.#failure = null;
+    this.#restarts++;
+    this.#machine.moveTo('starting', reason);
+    this.#spawnTracked().catch((error: unknown) => this.#log.warn('restart_failed', errorFields(error)));
   }
 
   #clearTimers(): void {
@@ -312,6 +384,9 @@ export class ChildHandle {
     this.#stopHeartbeat = null;
     if (this.#backoffTimer) clearTimeout(this.#backoffTimer);
     this.#backoffTimer = null;
+    if (this.#cooldownTimer) clearTimeout(this.#cooldownTimer);
+    this.#cooldownTimer = null;
+    this.#nextRetryAt = null;
   }
 
   #forwardStderr(line: string): void {

@@ -14,6 +14,8 @@ export const restartPolicySchema = z.strictObject({
   /** First backoff; doubles with each restart inside the period, capped at backoff_max_ms. */
   backoff_initial_ms: millis(60_000).default(200),
   backoff_max_ms: millis(600_000).default(10_000),
+  /** A failed executor is started again (with a fresh intensity) this long after it failed; `custody restart` does it at once. */
+  failed_cooldown_s: z.number().int().min(1).max(86_400).default(300),
 });
 
 export const executorSchema = z.strictObject({
