@@ -69,7 +69,7 @@ export const timingSchema = z.strictObject({
   hello_timeout_ms: millis(600_000).default(15_000),
   /** Deadline of each kernel request. */
   kernel_request_ms: millis(600_000).default(30_000),
-  /** Deadline of one reconciliation exchange with an executor. */
+  /** Least deadline of one reconciliation exchange with an executor (the tool's deadline + 10 s when larger). */
   reconcile_exchange_ms: millis(600_000).default(15_000),
   /** Grace after a `cancel` before the watchdog kills. */
   cancel_grace_ms: millis(600_000).default(2_000),
