@@ -246,7 +246,9 @@ export class Service {
  * A supervisor killed with -9 leaves its children running (they stop on
  * their own once their stdin ends, but an effect may still be finishing).
  * Kill every child the predecessor recorded whose pid and start time both
- * still match, and wait until each is gone, before spawning anything.
+ * still match, and wait until each is gone, before spawning anything. A gone
+ * child's directory lock went with it (an OS lock), so the fresh children
+ * take theirs at once.
  */
 async function killPredecessorChildren(store: SupervisorStore, log: Logger): Promise<void> {
   // Without a recorded start time a pid proves nothing (it may have been reused): leave it alone.
