@@ -4,7 +4,7 @@
 // and releases the host, the stores and the lock, in that order.
 import { EXIT, type ChildService } from '../shared/child/runtime.js';
 import { CustodyError } from '../shared/errors.js';
-import { type Logger, errorFields } from '../shared/log.js';
+import { type Logger } from '../shared/log.js';
 import { type EXECUTOR_MESSAGES } from '../shared/protocol/executor-messages.js';
 import { type MessageKind, type RequestOf } from '../shared/protocol/messages.js';
 import { type Preamble } from '../shared/protocol/preamble.js';
@@ -53,10 +53,6 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
       name: preamble.name,
       kernelPin: preamble.pins.kernel,
       settings: settings.provision,
-      onLockLost: (error) => {
-        log.error('store_lock_lost', errorFields(error));
-        options.exit(EXIT.software);
-      },
     });
   } catch (error) {
     await hostStarting.then((host) => host.close()).catch(() => undefined);

@@ -29,8 +29,6 @@ export interface StateRequest {
   readonly name: string;
   readonly kernelPin: string | null;
   readonly settings: ProvisionSettings;
-  /** The lock was reported compromised: stop writing and leave. */
-  readonly onLockLost: (error: CustodyError) => void;
 }
 
 export async function openExecutorState(request: StateRequest): Promise<ExecutorState> {
@@ -40,7 +38,7 @@ export async function openExecutorState(request: StateRequest): Promise<Executor
     throw new CustodyError('ledger_missing', `ledger ${path.join(dir, LEDGER_FILE)} does not exist; provision this executor first — serving never creates a ledger`);
   }
   ensurePrivateDir(dir, { create: request.mode === 'provision' });
-  const lock = await acquireDirLock(dir, { onCompromised: request.onLockLost });
+  const lock = await acquireDirLock(dir);
   try {
     if (request.mode === 'provision') return { ...provision(request, kernelPublicKey), lock };
     const signer = loadSigner(path.join(dir, `${KEY_BASENAME}.key`));

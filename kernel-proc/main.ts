@@ -3,7 +3,6 @@
 // on its stdin; stdout carries frames only, so argv help and errors go to stderr.
 import { Command } from 'commander';
 import { EXIT, runChild } from '../shared/child/runtime.js';
-import { errorFields } from '../shared/log.js';
 import { setupKernel } from './setup.js';
 
 const program = new Command()
@@ -24,11 +23,6 @@ const code = await runChild({
       preamble,
       log,
       maxFrameBytes: limits.maxFrameBytes,
-      // Another process may own the store now: write nothing more, leave at once (the supervisor restarts us).
-      onLockLost: (error) => {
-        log.error('store_lock_lost', errorFields(error));
-        process.exit(EXIT.software);
-      },
     }),
 });
 process.exit(code);

@@ -33,8 +33,6 @@ export interface KernelSetupOptions {
   readonly log: Logger;
   /** The session's frame bound (shared/child/runtime.ts checked it against this build's). */
   readonly maxFrameBytes: number;
-  /** The store lock was lost: another process may own the store. Must stop this process. */
-  readonly onLockLost: (error: CustodyError) => void;
 }
 
 export async function setupKernel(options: KernelSetupOptions): Promise<KernelService> {
@@ -42,7 +40,7 @@ export async function setupKernel(options: KernelSetupOptions): Promise<KernelSe
   const settings = parseKernelSettings(preamble.settings);
   const base = { settings, log, maxFrameBytes };
   if (preamble.mode === 'provision') ensurePrivateDir(dir, { create: true });
-  const lock = await acquireDirLock(dir, { onCompromised: options.onLockLost });
+  const lock = await acquireDirLock(dir);
   try {
     const kernel = preamble.mode === 'provision' ? provision(dir, base) : open(dir, base);
     return new KernelService(kernel, lock);

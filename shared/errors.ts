@@ -51,7 +51,7 @@ const CODES = {
   store_exists: { class: 'refused', summary: 'provisioning refused: the store already exists' },
   store_missing: { class: 'internal', summary: 'the store does not exist; provision it first' },
   store_locked: { class: 'refused', summary: 'another process holds the store lock' },
-  store_lock_lost: { class: 'internal', summary: 'the store lock was compromised; writing stopped' },
+  store_lock_lost: { class: 'internal', summary: 'the store lock is no longer held; writing stopped' },
   store_schema: { class: 'internal', summary: 'the store schema is unknown or newer than this build' },
   store_identity: { class: 'internal', summary: 'the store file is not the one provisioned (copied, swapped or changed identity)' },
   store_corrupt: { class: 'internal', summary: 'a store guard refused a write (immutable or insert-once row)' },
@@ -116,6 +116,8 @@ const CODES = {
   reply_dropped: { class: 'unknown', summary: 'the executor retained its report and exited without replying (lost-reply drill)' },
   usage: { class: 'usage', summary: 'the command line is wrong' },
   internal: { class: 'internal', summary: 'an internal error; see the log' },
+  // issue 9, locks and restarts: the executor's own argument-check timeout, distinct from the supervisor's deadline
+  argument_check_timeout: { class: 'refused', summary: "the adapter did not check the arguments within the tool's deadline; nothing was claimed" },
 } as const satisfies Record<string, { class: ErrorClass; summary: string }>;
 
 export type ErrorCode = keyof typeof CODES;

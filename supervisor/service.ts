@@ -8,7 +8,7 @@ import { renameSync, rmSync } from 'node:fs';
 import { CustodyError } from '../shared/errors.js';
 import { type Logger, errorFields } from '../shared/log.js';
 import { killGroup } from '../shared/child/spawn.js';
-import { DIR_LOCK_STALE_MS, type DirLock, acquireDirLock, clearDirLock } from '../shared/store/dir-lock.js';
+import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
 import { nowMs } from '../shared/clock.js';
 import { defineMachine, Machine } from '../shared/state-machine.js';
 import { type ApiServer, startApiServer } from './api/server.js';
@@ -64,24 +64,13 @@ export class Service {
     const paths = statePaths(options.stateDir);
     const config = loadConfig(paths.config);
     const log = options.log;
-    const lock = await acquireDirLock(paths.supervisorDir, {
-      // A predecessor killed with -9 leaves its lock until it goes stale; a live one is refused at once.
-      waitForDeadHolderMs: DIR_LOCK_STALE_MS + 2000,
-      onWaiting: (pid) => log.warn('state_lock_waiting', { holder: pid ?? null, stale_ms: DIR_LOCK_STALE_MS, why: 'the previous supervisor is not running; its lock goes stale soon' }),
-      onCompromised: (error) => {
-        // Another process may own the state now: stop writing at once.
-        log.error('state_lock_lost', errorFields(error));
-        process.kill(process.pid, 'SIGKILL');
-      },
-    });
+    // An OS lock (shared/store/dir-lock.ts): a live predecessor, even a stopped one, is refused at once
+    // with its pid; a dead one's lock went with it, so there is nothing to wait for.
+    const lock = await acquireDirLock(paths.supervisorDir);
     let store: SupervisorStore | null = null;
     try {
       store = SupervisorStore.open(paths.supervisorDir);
-      const lockDirs = new Map<string, string | null>([
-        ['kernel', kernelSpec(config, paths).lockDir],
-        ...config.executors.map((e) => [e.name, e.argv ? null : paths.executorDir(e.name)] as [string, string | null]),
-      ]);
-      await killPredecessorChildren(store, log, lockDirs);
+      await killPredecessorChildren(store, log);
       const service = new Service(paths, config, log, store, lock);
       await service.#boot(options.port ?? config.port);
       return service;
@@ -147,6 +136,17 @@ export class Service {
     return this.#lifecycle.is('stopping', 'stopped');
   }
 
+  /** `custody restart CHILD`: a failed child at once, a running one gracefully (ChildHandle.restart). */
+  async restartChild(name: string): Promise<ChildHandle> {
+    const child = name === this.kernel.name ? this.kernel : this.executors.get(name);
+    if (!child) {
+      throw new CustodyError('not_found', `no child named ${JSON.stringify(name)}; the children are ${[this.kernel.name, ...this.executors.keys()].join(', ')} (custody status lists them)`);
+    }
+    this.log.info('child_restart_requested', { child: name, state: child.state });
+    await child.restart('restart requested by the operator', this.config.timing.shutdown_grace_ms);
+    return child;
+  }
+
   executorById(id: string): ChildHandle {
     const handle = this.#byIdentity.get(id);
     if (!handle) throw new CustodyError('executor_unknown', `no configured executor has the pinned identity ${id}`);
@@ -154,18 +154,20 @@ export class Service {
   }
 
   /**
-   * Children first (a child that fails its first start is restarted by its
-   * policy; boot waits for it and fails only when it is failed for good),
-   * then the API (a port already taken fails the boot before any work was
-   * resumed), and only then the requests the log holds open. Any failure
-   * stops and reaps everything started so far.
+   * Children first, all at once (an executor needs nothing of the running
+   * kernel to start: its pins come from the store; a child that fails its
+   * first start is restarted by its policy; boot waits for it and fails only
+   * when it is failed for good), then the API (a port already taken fails the
+   * boot before any work was resumed), and only then the requests the log
+   * holds open. Any failure stops and reaps everything started so far.
    */
   async #boot(port: number): Promise<void> {
     const bootWait = this.config.timing.hello_timeout_ms * (this.config.restart.max_restarts + 1) + this.config.restart.backoff_max_ms * this.config.restart.max_restarts;
     const up = (child: ChildHandle) => child.start().catch(() => child.waitForSession(bootWait)).then(() => undefined);
     try {
-      await up(this.kernel);
-      await Promise.all([...this.executors.values()].map(up));
+      // allSettled: every start has ended (or failed for good) before a failure stops them all.
+      const started = await Promise.allSettled([this.kernel, ...this.executors.values()].map(up));
+      for (const outcome of started) if (outcome.status === 'rejected') throw outcome.reason;
       await this.#pinTools();
       this.#api = await startApiServer(this, port);
     } catch (error) {
@@ -244,9 +246,11 @@ export class Service {
  * A supervisor killed with -9 leaves its children running (they stop on
  * their own once their stdin ends, but an effect may still be finishing).
  * Kill every child the predecessor recorded whose pid and start time both
- * still match, and wait until each is gone, before spawning anything.
+ * still match, and wait until each is gone, before spawning anything. A gone
+ * child's directory lock went with it (an OS lock), so the fresh children
+ * take theirs at once.
  */
-async function killPredecessorChildren(store: SupervisorStore, log: Logger, lockDirs: ReadonlyMap<string, string | null>): Promise<void> {
+async function killPredecessorChildren(store: SupervisorStore, log: Logger): Promise<void> {
   // Without a recorded start time a pid proves nothing (it may have been reused): leave it alone.
   const survivors = store.listChildren().filter((row) => row.pid !== null && row.pid_start_ticks !== null && !isGone(row.pid, row.pid_start_ticks));
   for (const row of survivors) {
@@ -258,16 +262,7 @@ async function killPredecessorChildren(store: SupervisorStore, log: Logger, lock
   for (const row of survivors) {
     while (!isGone(row.pid!, row.pid_start_ticks)) {
       if (Date.now() > deadline) throw new CustodyError('internal', `${row.name} pid ${row.pid} is still running after SIGKILL`);
-      await wait(20);
-    }
-    // Gone is the proof: its lock can go now instead of when it turns stale.
-    const dir = lockDirs.get(row.name);
-    if (dir) {
-      try {
-        clearDirLock(dir, row.pid!);
-      } catch (error) {
-        log.warn('lock_not_cleared', { child: row.name, ...errorFields(error) });
-      }
+      await wait(5);
     }
   }
 }

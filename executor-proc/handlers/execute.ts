@@ -65,7 +65,10 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
 async function validateArguments(context: ExecutorContext, descriptor: AdapterDescriptor, args: Record<string, unknown>): Promise<void> {
   const call = context.host.call({ type: 'validate', tool: descriptor.tool, arguments: args });
   const answer = await withinDeadline(call.answer, deadlineFor(context, descriptor));
-  if (answer === undefined) throw new CustodyError('deadline_exceeded', `adapter ${descriptor.tool} did not check its arguments in time; nothing was claimed`);
+  if (answer === undefined) {
+    // A refusal before any claim, with its own code: deadline_exceeded is the supervisor's watchdog's alone.
+    throw new CustodyError('argument_check_timeout', `adapter ${descriptor.tool} did not check its arguments within ${deadlineFor(context, descriptor)} ms; nothing was claimed, so the operation can be reconciled as never claimed`);
+  }
   if (!answer.ok) throw answer.error.code === 'indeterminate' ? new CustodyError('adapter_failed', answer.error.message) : answer.error;
 }
 

@@ -20,6 +20,7 @@ const sqliteCommits = measureSqliteCommits(2000);
 out(`\ndurable SQLite commits/s (WAL, synchronous=FULL): ${sqliteCommits.toFixed(0)}`);
 const e2e = await measureEndToEnd(scale);
 out(`\ncold start (custody start → API up, best of 3): ${e2e.cold_start_ms.toFixed(0)} ms`);
+out(`supervisor kill -9 → next custody start serving (best of 3): ${e2e.supervisor_kill_to_serving.best_ms.toFixed(0)} ms (trials ${e2e.supervisor_kill_to_serving.trials_ms.map((ms) => ms.toFixed(0)).join(', ')})`);
 for (const load of [e2e.sequential, e2e.concurrent]) {
   out(
     `governed ops, ${String(load.concurrency).padStart(2)} in flight: ${load.ops_per_s.toFixed(1)} ops/s, p50 ${load.p50_ms.toFixed(1)} ms, ` +

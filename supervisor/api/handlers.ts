@@ -9,6 +9,7 @@ import { nowMs } from '../../shared/clock.js';
 import { SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type Service } from '../service.js';
+import { type ChildHandle } from '../children/child-handle.js';
 import { type OperationState, type OperationView } from '../../shared/protocol/kernel-messages.js';
 import { type ResultOf } from '../../shared/protocol/messages.js';
 import { type authorizeBody, type executeBody, type grantAddBody, type invokeBody, type stepBody } from './bodies.js';
@@ -21,9 +22,8 @@ export function health(service: Service) {
   return { status: service.stopping ? 'stopping' : 'ok', pid: process.pid, uptime_ms: nowMs() - service.startedAt };
 }
 
-export function status(service: Service) {
-  const now = nowMs();
-  const children = [service.kernel, ...service.executors.values()].map((child) => ({
+function childView(child: ChildHandle, now: number) {
+  return {
     name: child.name,
     role: child.spec.role,
     state: child.state,
@@ -32,12 +32,24 @@ export function status(service: Service) {
     restarts: child.restarts,
     uptime_ms: child.session && child.startedAt ? now - child.startedAt : null,
     failure: child.failure?.message ?? null,
-  }));
+    /** A failed executor's automatic retry (restart.failed_cooldown_s), ms since the epoch. */
+    next_retry_at: child.nextRetryAt,
+  };
+}
+
+export function status(service: Service) {
+  const now = nowMs();
+  const children = [service.kernel, ...service.executors.values()].map((child) => childView(child, now));
   return {
     service: { pid: process.pid, port: service.port, state_dir: service.paths.root, started_at: service.startedAt, uptime_ms: now - service.startedAt, stopping: service.stopping },
     children,
     in_flight: service.driver.active,
   };
+}
+
+export async function restartChild(service: Service, name: string): Answer {
+  const child = await service.restartChild(name);
+  return { body: { child: childView(child, nowMs()) } };
 }
 
 /**

@@ -1,18 +1,19 @@
 // One configured child (the kernel, or one executor) across its processes.
 // Every process gets a fresh session; a replacement starts only after the old
 // process group is gone (the leader reaped, every member killed), which is
-// the proof that it can no longer act; then the supervisor clears the child's
-// directory lock at once instead of waiting for it to go stale (DESIGN §7).
+// the proof that it can no longer act. The child's directory lock is an OS
+// lock that went with the process (shared/store/dir-lock.ts): nothing to clear.
 // Crashes follow the OTP intensity; past it the child is failed. The
 // supervisor's own deliberate kills (the watchdog) restart at once and do not
-// count: they are not the child's failures.
+// count: they are not the child's failures. A failed child comes back on an
+// operator's restart, or (an executor) by itself after
+// restart.failed_cooldown_s, each time with a fresh intensity.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { type Logger, errorFields } from '../../shared/log.js';
 import { type ChildRole, type JsonObject } from '../../shared/protocol/common.js';
 import { type MessageKind, type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
 import { defineMachine, Machine } from '../../shared/state-machine.js';
-import { clearDirLock } from '../../shared/store/dir-lock.js';
 import { type ChildExit, type ChildSession, spawnChild } from '../../shared/child/spawn.js';
 import { type FrameLimits } from '../../shared/wire/frame-reader.js';
 import { type PinnedIdentity } from '../../shared/wire/hello.js';
@@ -35,7 +36,7 @@ export const CHILD_MACHINE = defineMachine<ChildState>('child', {
   running: ['backoff', 'failed', 'stopping'],
   backoff: ['starting', 'failed', 'stopping'],
   stopping: ['stopped'],
-  failed: ['stopping'],
+  failed: ['starting', 'stopping'],
 });
 
 export interface ChildSpec {
@@ -43,8 +44,6 @@ export interface ChildSpec {
   readonly role: ChildRole;
   readonly argv: readonly string[];
   readonly env?: NodeJS.ProcessEnv;
-  /** The child's local state directory, whose lock is cleared after reaping; null for a remote child. */
-  readonly lockDir: string | null;
   readonly settings: JsonObject;
   readonly pins: { readonly kernel: string | null };
   /** Operations in flight at once; control messages (ping, cancel, shutdown) come on top. */
@@ -81,13 +80,15 @@ export class ChildHandle {
   readonly #deps: ChildDeps;
   readonly #log: Logger;
   readonly #machine: Machine<ChildState>;
-  readonly #intensity: RestartIntensity;
+  #intensity: RestartIntensity;
   #session: ChildSession | null = null;
   #spawning: Promise<void> | null = null;
   #restarts = 0;
   #startedAt: number | null = null;
   #stopHeartbeat: (() => void) | null = null;
   #backoffTimer: NodeJS.Timeout | null = null;
+  #cooldownTimer: NodeJS.Timeout | null = null;
+  #nextRetryAt: number | null = null;
   readonly #waiters = new SessionWaiters();
   #failure: CustodyError | null = null;
   #lastExit: string | null = null;
@@ -127,6 +128,48 @@ export class ChildHandle {
 
   get failure(): CustodyError | null {
     return this.#failure;
+  }
+
+  /** When a failed executor is next retried by itself (ms since the epoch), or null. */
+  get nextRetryAt(): number | null {
+    return this.#nextRetryAt;
+  }
+
+  /**
+   * Restart on request: a failed child starts at once with a fresh restart
+   * intensity, one in backoff starts now, a running one stops gracefully
+   * (shutdown, then SIGKILL after `graceMs`) and starts again at once,
+   * uncounted. Resolves once the new session proved its identity.
+   */
+  async restart(reason: string, graceMs: number): Promise<ChildSession> {
+    if (this.#machine.is('stopping', 'stopped')) throw new CustodyError('shutting_down', `${this.name} is ${this.#machine.state}; it is not restarted`);
+    this.#deps.store.recordIncident({ child: this.name, kind: 'restart_requested', code: null, message: `${this.name} restart from ${this.#machine.state}: ${reason}` });
+    const waitMs = this.#deps.timing.hello_timeout_ms + graceMs;
+    switch (this.#machine.state) {
+      case 'failed':
+        this.#startAfresh(reason);
+        break;
+      case 'backoff':
+        if (this.#backoffTimer) clearTimeout(this.#backoffTimer);
+        this.#backoffTimer = null;
+        this.#machine.moveTo('starting', reason);
+        this.#spawnTracked().catch((error: unknown) => this.#log.warn('restart_failed', errorFields(error)));
+        break;
+      case 'running': {
+        const session = this.#session;
+        if (!session) break;
+        this.#kill ??= { reason, deliberate: true };
+        const answered = session.channel.request('shutdown', {}, { timeoutMs: graceMs }).catch(() => undefined);
+        const exited = await Promise.race([session.exited.then(() => true), answered.then(() => sleep(graceMs)).then(() => false)]);
+        if (!exited) session.kill('SIGKILL');
+        await session.exited;
+        break;
+      }
+      default:
+        // starting: a start is already under way.
+        break;
+    }
+    return this.waitForSession(waitMs);
   }
 
   /** Start the first process; resolves once its hello proved the pinned identity. */
@@ -215,7 +258,6 @@ export class ChildHandle {
       });
     } catch (error) {
       const reason = toCustodyError(error, 'peer_exited');
-      this.#clearLock(null);
       if (this.#machine.is('stopping', 'stopped')) throw reason;
       this.#deps.store.recordIncident({ child: spec.name, kind: 'start_failed', code: reason.code, message: reason.message });
       if (reason.code === 'identity_mismatch' || reason.code === 'hello_invalid') {
@@ -271,11 +313,10 @@ export class ChildHandle {
     this.#afterExit(this.#lastExit, intent.deliberate ? { counted: false, delayMs: 0 } : { counted: true });
   }
 
-  /** The leader is reaped; make sure nothing of its group is left, then free its lock. */
+  /** The leader is reaped; make sure nothing of its group is left. */
   async #reap(session: ChildSession): Promise<void> {
     const emptied = await killGroupAndWait(session.pid, GROUP_EXIT_WAIT_MS);
     if (!emptied) this.#log.error('process_group_survived', { pid: session.pid, waited_ms: GROUP_EXIT_WAIT_MS });
-    this.#clearLock(session.pid);
   }
 
   /** The process is gone or never came up: restart (with backoff, counted as a crash or not), or fail. */
@@ -307,9 +348,35 @@ export class ChildHandle {
     this.#failure = reason;
     this.#clearTimers();
     this.#deps.store.recordIncident({ child: this.name, kind: 'child_failed', code: reason.code, message: reason.message });
+    // An executor failed for good is tried again after a cool-down; a failed kernel stops the service instead.
+    if (this.spec.role === 'executor') {
+      const cooldownMs = this.#deps.restart.failed_cooldown_s * 1000;
+      this.#nextRetryAt = nowMs() + cooldownMs;
+      this.#cooldownTimer = setTimeout(() => {
+        this.#cooldownTimer = null;
+        if (!this.#machine.is('failed')) return;
+        this.#deps.store.recordIncident({
+          child: this.name,
+          kind: 'cooldown_restart',
+          code: this.#failure?.code ?? null,
+          message: `${this.name} restarted ${this.#deps.restart.failed_cooldown_s} s after it failed (restart.failed_cooldown_s); it failed with: ${this.#failure?.message ?? 'unknown'}`,
+        });
+        this.#startAfresh('restart.failed_cooldown_s passed');
+      }, cooldownMs);
+    }
     this.#machine.moveTo('failed', reason.message);
     this.#waiters.rejectAll(reason);
     this.#deps.onFailed(this, reason);
+  }
+
+  /** Out of `failed`: a fresh restart intensity, no failure, a new process. */
+  #startAfresh(reason: string): void {
+    this.#clearTimers();
+    this.#intensity = new RestartIntensity(this.#deps.restart);
+    this.#failure = null;
+    this.#restarts++;
+    this.#machine.moveTo('starting', reason);
+    this.#spawnTracked().catch((error: unknown) => this.#log.warn('restart_failed', errorFields(error)));
   }
 
   #clearTimers(): void {
@@ -317,16 +384,9 @@ export class ChildHandle {
     this.#stopHeartbeat = null;
     if (this.#backoffTimer) clearTimeout(this.#backoffTimer);
     this.#backoffTimer = null;
-  }
-
-  /** Free the child's lock: its process is reaped (`pid`), or a start failed and whatever it spawned is gone (null). */
-  #clearLock(pid: number | null): void {
-    if (!this.spec.lockDir) return;
-    try {
-      clearDirLock(this.spec.lockDir, pid ?? undefined);
-    } catch (error) {
-      this.#log.warn('lock_not_cleared', { pid, ...errorFields(error) });
-    }
+    if (this.#cooldownTimer) clearTimeout(this.#cooldownTimer);
+    this.#cooldownTimer = null;
+    this.#nextRetryAt = null;
   }
 
   #forwardStderr(line: string): void {

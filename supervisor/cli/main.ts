@@ -11,7 +11,7 @@ import { connect } from './client.js';
 import { EXIT_CODES, exitCodeForError } from './exit-codes.js';
 import { createOutput } from './output.js';
 import { authorizeCommand, executeCommand, invokeCommand, opsCommand, reportCommand, traceCommand } from './commands/operations.js';
-import { archiveCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
+import { archiveCommand, restartCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
 import { initCommand, startCommand } from './commands/service.js';
 
 let exitCode: number = EXIT_CODES.done;
@@ -47,6 +47,13 @@ program
   .action(async (options: { state?: string; port?: number }) => {
     setExit(await startCommand(resolveStateDir(options.state ?? program.opts<{ state?: string }>().state), options.port));
   });
+
+program
+  .command('restart')
+  .description('restart a child now: a failed one at once (fresh restart intensity), a running one gracefully')
+  .argument('<child>', 'the child name: kernel, or an executor name from custody status')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, options: { json?: boolean }) => setExit(await restartCommand(client(), json(options), name)));
 
 program
   .command('status')

@@ -1,7 +1,7 @@
 // How the CLI talks to people and scripts: human text by default, one JSON
 // document with --json, and a progress line on stderr for anything that
-// waits more than a second (only on a terminal).
-import ora from 'ora';
+// waits more than a second (only on a terminal). The spinner library is
+// loaded only then: `custody start` after a crash should not pay for it.
 
 export interface Output {
   readonly json: boolean;
@@ -20,6 +20,7 @@ export function createOutput(json: boolean): Output {
     async progress(label, work) {
       if (json || !process.stderr.isTTY) return work;
       const started = Date.now();
+      const { default: ora } = await import('ora');
       const spinner = ora({ text: label, stream: process.stderr });
       const timer = setTimeout(() => spinner.start(), 1000);
       const tick = setInterval(() => (spinner.text = `${label} (${Math.round((Date.now() - started) / 1000)} s)`), 1000);

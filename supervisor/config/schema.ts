@@ -14,6 +14,8 @@ export const restartPolicySchema = z.strictObject({
   /** First backoff; doubles with each restart inside the period, capped at backoff_max_ms. */
   backoff_initial_ms: millis(60_000).default(200),
   backoff_max_ms: millis(600_000).default(10_000),
+  /** A failed executor is started again (with a fresh intensity) this long after it failed; `custody restart` does it at once. */
+  failed_cooldown_s: z.number().int().min(1).max(86_400).default(300),
 });
 
 export const executorSchema = z.strictObject({
@@ -67,7 +69,7 @@ export const timingSchema = z.strictObject({
   hello_timeout_ms: millis(600_000).default(15_000),
   /** Deadline of each kernel request. */
   kernel_request_ms: millis(600_000).default(30_000),
-  /** Deadline of one reconciliation exchange with an executor. */
+  /** Least deadline of one reconciliation exchange with an executor (the tool's deadline + 10 s when larger). */
   reconcile_exchange_ms: millis(600_000).default(15_000),
   /** Grace after a `cancel` before the watchdog kills. */
   cancel_grace_ms: millis(600_000).default(2_000),

@@ -5,6 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common.js';
+import { type Invocation } from '../../shared/protocol/artifacts.js';
 import { authorizationBody } from '../../shared/protocol/artifacts.js';
 import { nowMs } from '../../shared/clock.js';
 import { type ChildSession } from '../../shared/child/spawn.js';
@@ -12,7 +13,7 @@ import { type ChildHandle } from '../children/child-handle.js';
 import { ADAPTER_DEADLINE_MARGIN_MS } from '../children/specs.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel, isTransportFailure, reconcileBackoff } from './context.js';
-import { expectedOf } from './kernel-steps.js';
+import { executorIdOf, expectedOf } from './kernel-steps.js';
 
 /** The drill's exit status: the executor retained its report and deliberately did not answer. */
 export const DROP_REPLY_EXIT = 75;
@@ -36,8 +37,8 @@ function reconcileDeadlineFor(ctx: OperationContext, executor: ChildHandle, tool
 function usableExecutor(ctx: OperationContext, row: RequestRow): ChildHandle {
   if (!row.executor) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no executor`);
   const executor = ctx.executorById(row.executor);
-  // A failed executor answers nothing until an operator restarts the service; asking
-  // again would only add incidents.
+  // A failed executor answers nothing until it is restarted (custody restart CHILD, or
+  // after restart.failed_cooldown_s); asking again would only add incidents.
   if (executor.state === 'failed') throw executor.failure ?? new CustodyError('child_failed', `${executor.name} is failed`);
   return executor;
 }
@@ -64,11 +65,13 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
   for (;;) {
     const release = await executor.slots.acquire(ctx.signal);
     let frameId = '';
+    let sentAt = 0;
     let session: ChildSession | null = null;
     try {
       session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
       row = ctx.store.startAttempt(row.request_id);
       frameId = `exec-${row.operation_id.slice(0, 16)}-${row.attempts}`;
+      sentAt = performance.now();
       const result = await session.channel.request(
         'execute',
         { authorization, expected: expectedOf(row), arguments: JSON.parse(row.arguments) as JsonObject, drop_reply: options.dropReply },
@@ -85,7 +88,9 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
         await (failure.code === 'window_not_open' ? untilWindowOpens(authorization) : backoff.wait());
         continue;
       }
-      return await afterExecuteFailure(ctx, executor, row, { failure, frameId, deadline, dropReply: options.dropReply, session });
+      // Only this channel's own timeout, after the whole deadline, is the watchdog's: a deadline_exceeded in the answer is the peer's.
+      const ownDeadline = failure.code === 'deadline_exceeded' && performance.now() - sentAt >= deadline;
+      return await afterExecuteFailure(ctx, executor, row, { failure, frameId, deadline, ownDeadline, dropReply: options.dropReply, session });
     } finally {
       release();
     }
@@ -96,6 +101,8 @@ interface FailureContext {
   readonly failure: CustodyError;
   readonly frameId: string;
   readonly deadline: number;
+  /** This supervisor's deadline passed (not an error the executor answered with). */
+  readonly ownDeadline: boolean;
   readonly dropReply: boolean;
   /** The session the execute was sent on. */
   readonly session: ChildSession | null;
@@ -103,8 +110,10 @@ interface FailureContext {
 
 async function afterExecuteFailure(ctx: OperationContext, executor: ChildHandle, row: RequestRow, f: FailureContext): Promise<RequestRow> {
   // Our deadline passed, or the executor's own did first and the adapter is still running:
-  // either way something may still be acting, and the watchdog stops it.
-  if (f.failure.code === 'deadline_exceeded' || f.failure.code === 'adapter_still_running') {
+  // either way something may still be acting, and the watchdog stops it. An executor's
+  // argument_check_timeout is a refusal before any claim: nothing acts, nothing is killed,
+  // and reconciliation closes the operation as never claimed.
+  if (f.ownDeadline || f.failure.code === 'adapter_still_running') {
     await fireWatchdog(ctx, executor, row, f.frameId, f.deadline);
   } else if (f.dropReply && isTransportFailure(f.failure)) {
     const exit = await Promise.race([f.session?.exited ?? Promise.resolve(null), sleep(5_000).then(() => null)]);
@@ -150,39 +159,72 @@ async function fireWatchdog(ctx: OperationContext, executor: ChildHandle, row: R
   ctx.store.recordIncident({ child: executor.name, kind: 'watchdog_kill', code: null, message: `killed and reaped ${executor.name} for ${row.request_id}`, operation_id: row.operation_id });
 }
 
+/** What a reconcile asks about: one authorized operation, whether or not a request of this supervisor carries it. */
+export interface ReconcileTarget {
+  /** The client's request id (the operation name), for logs and incidents. */
+  readonly requestId: string;
+  readonly operationId: string;
+  readonly tool: string;
+  readonly authorization: string;
+  readonly expected: Invocation;
+}
+
 /**
- * Ask the executor what became of the operation, one exchange at a time on
- * a live session, until a signed report comes back. An answer that proves
- * nothing marks the operation unknown at the kernel (listed for the
- * operator) and is asked again with backoff: asking never re-runs an effect
- * (the model's H4: giving up after one exchange leaves holds stuck).
+ * Reconcile a request this supervisor carries: ask until a signed report
+ * comes back (reconcileOperation), then record it for the kernel.
  */
 export async function reconcileStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
   const { authorization } = row;
   if (!authorization) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no authorization to reconcile`);
   const executor = usableExecutor(ctx, row);
+  const report = await reconcileOperation(ctx, executor, { requestId: row.request_id, operationId: row.operation_id, tool: row.tool, authorization, expected: expectedOf(row) });
+  return ctx.store.movePhase(row.request_id, 'reported', { report });
+}
+
+/**
+ * The one reconcile_operation step, for the driver and the recovery sweep
+ * alike: ask the executor what became of the operation, one exchange at a
+ * time, each in a slot of the executor and on a live session, each bounded
+ * by the tool's reconcile deadline; a hung exchange (this supervisor's own
+ * deadline passed) kills the executor so the next attempt gets a fresh
+ * session. An answer that proves nothing marks the operation unknown at the
+ * kernel (listed for the operator) and is asked again with backoff until a
+ * signed report comes back: asking never re-runs an effect (the model's H4:
+ * giving up after one exchange leaves holds stuck). Throws only when the
+ * executor is failed or the service stops.
+ */
+export async function reconcileOperation(ctx: OperationContext, executor: ChildHandle, target: ReconcileTarget): Promise<string> {
   const backoff = reconcileBackoff(ctx);
-  const exchangeMs = reconcileDeadlineFor(ctx, executor, row.tool);
+  const exchangeMs = reconcileDeadlineFor(ctx, executor, target.tool);
   let markedUnknown = false;
   for (;;) {
     const release = await executor.slots.acquire(ctx.signal);
+    let sentAt: number | null = null;
     try {
       const session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
-      const result = await session.channel.request('reconcile_operation', { authorization, expected: expectedOf(row) }, { timeoutMs: exchangeMs });
-      ctx.store.recordIncident({ child: executor.name, kind: 'reconciled', code: null, message: `reconcile_operation: ${result.status}${result.replayed ? ' (retained report)' : ''}`, operation_id: row.operation_id });
-      return ctx.store.movePhase(row.request_id, 'reported', { report: result.report });
+      sentAt = performance.now();
+      const result = await session.channel.request('reconcile_operation', { authorization: target.authorization, expected: target.expected }, { timeoutMs: exchangeMs });
+      ctx.store.recordIncident({ child: executor.name, kind: 'reconciled', code: null, message: `reconcile_operation: ${result.status}${result.replayed ? ' (retained report)' : ''}`, operation_id: target.operationId });
+      return result.report;
     } catch (error) {
       const failure = toCustodyError(error);
-      ctx.log.warn('reconcile_unanswered', { request_id: row.request_id, code: failure.code, attempt: backoff.attempts + 1 });
+      ctx.log.warn('reconcile_unanswered', { request_id: target.requestId, code: failure.code, attempt: backoff.attempts + 1 });
       if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
-      if (failure.code === 'deadline_exceeded') {
+      if (failure.code === 'deadline_exceeded' && sentAt !== null && performance.now() - sentAt >= exchangeMs) {
         // A hung exchange: the next attempt gets a fresh session.
-        await executor.killAndReap(`reconcile_operation for ${row.request_id} unanswered within ${exchangeMs} ms`, { deliberate: true });
+        ctx.store.recordIncident({
+          child: executor.name,
+          kind: 'reconcile_kill',
+          code: 'deadline_exceeded',
+          message: `reconcile_operation for ${target.requestId} unanswered within ${exchangeMs} ms; killing ${executor.name}`,
+          operation_id: target.operationId,
+        });
+        await executor.killAndReap(`reconcile_operation for ${target.requestId} unanswered within ${exchangeMs} ms`, { deliberate: true });
       } else if (!isTransportFailure(failure) && failure.code !== 'reconcile_budget_exhausted' && !markedUnknown) {
         if (failure.code !== 'indeterminate') {
-          ctx.store.recordIncident({ child: executor.name, kind: 'reconcile_refused', code: failure.code, message: failure.message, operation_id: row.operation_id });
+          ctx.store.recordIncident({ child: executor.name, kind: 'reconcile_refused', code: failure.code, message: failure.message, operation_id: target.operationId });
         }
-        markedUnknown = await markUnknown(ctx, row, failure);
+        markedUnknown = await markUnknown(ctx, target, failure);
       }
     } finally {
       release();
@@ -192,13 +234,13 @@ export async function reconcileStep(ctx: OperationContext, row: RequestRow): Pro
 }
 
 /** Tell the kernel the outcome is unknown (its hold stays); true once the kernel has it. */
-async function markUnknown(ctx: OperationContext, row: RequestRow, cause: CustodyError): Promise<boolean> {
+async function markUnknown(ctx: OperationContext, target: ReconcileTarget, cause: CustodyError): Promise<boolean> {
   try {
-    await askKernel(ctx, 'mark_unknown', { operation_id: row.operation_id, reason: `${cause.code}: ${cause.message}`.slice(0, 512) });
+    await askKernel(ctx, 'mark_unknown', { operation_id: target.operationId, reason: `${cause.code}: ${cause.message}`.slice(0, 512) });
   } catch (error) {
-    ctx.log.warn('mark_unknown_failed', { request_id: row.request_id, code: toCustodyError(error).code });
+    ctx.log.warn('mark_unknown_failed', { request_id: target.requestId, code: toCustodyError(error).code });
     return false;
   }
-  ctx.store.recordIncident({ child: row.executor, kind: 'outcome_unknown', code: cause.code, message: `operator attention: ${cause.message}`, operation_id: row.operation_id });
+  ctx.store.recordIncident({ child: executorIdOf(target.authorization), kind: 'outcome_unknown', code: cause.code, message: `operator attention: ${cause.message}`, operation_id: target.operationId });
   return true;
 }

@@ -12,6 +12,7 @@ import { nowMs } from '../../shared/clock.js';
 import { type Backoff } from './backoff.js';
 import { type OperationContext, askKernel, reconcileBackoff } from './context.js';
 import { type OperationDriver } from './driver.js';
+import { reconcileOperation } from './executor-steps.js';
 import { executorIdOf } from './kernel-steps.js';
 
 /** An operation the sweep will not touch again before `due` (its last attempt failed). */
@@ -30,6 +31,8 @@ export class RecoverySweeper {
   readonly #pending = new Map<string, Pending>();
   /** Operations whose executor is failed, already reported once. */
   readonly #parked = new Set<string>();
+  /** Orphans being reconciled now (each until a report comes back). */
+  readonly #orphans = new Set<string>();
   #timer: NodeJS.Timeout | null = null;
   #sweeping: Promise<void> | null = null;
 
@@ -86,8 +89,8 @@ export class RecoverySweeper {
             ctx.log.warn('sweep_drive_failed', { request_id: row.request_id, ...errorFields(error) });
           },
         );
-      } else if (windowPassed || op.state === 'unknown') {
-        await this.#settleOrphan(op);
+      } else if ((windowPassed || op.state === 'unknown') && !this.#orphans.has(op.operation_id)) {
+        this.#settleOrphan(op);
       }
     }
   }
@@ -118,40 +121,51 @@ export class RecoverySweeper {
   #executorFailed(op: OperationView): boolean {
     if (!op.executor_id) return false;
     let failed: boolean;
+    let name = op.executor_id;
     try {
-      failed = this.#ctx.executorById(op.executor_id).state === 'failed';
+      const executor = this.#ctx.executorById(op.executor_id);
+      failed = executor.state === 'failed';
+      name = executor.name;
     } catch {
       failed = true;
     }
     if (failed && !this.#parked.has(op.operation_id)) {
       this.#parked.add(op.operation_id);
-      this.#ctx.store.recordIncident({ child: op.executor_id, kind: 'waiting_for_executor', code: 'child_failed', message: `${op.request_id} waits for executor ${op.executor_id}, which is failed; restart the service once it is fixed`, operation_id: op.operation_id });
+      this.#ctx.store.recordIncident({
+        child: op.executor_id,
+        kind: 'waiting_for_executor',
+        code: 'child_failed',
+        message: `${op.request_id} waits for executor ${name}, which is failed; it is retried after restart.failed_cooldown_s, or now with: custody restart ${name}`,
+        operation_id: op.operation_id,
+      });
     }
     return failed;
   }
 
   /**
    * An operation the kernel committed but this supervisor has no record of
-   * (its request log was lost, or another client started it): ask the
-   * executor once per sweep, with backoff, and give any report to the kernel.
+   * (its request log was lost, or another client started it): reconcile it
+   * through the same step as a carried request (a slot, the tool's reconcile
+   * deadline, a hung exchange killed, backoff until a signed report), in the
+   * background, and give the report to the kernel.
    */
-  async #settleOrphan(op: OperationView): Promise<void> {
+  #settleOrphan(op: OperationView): void {
     const ctx = this.#ctx;
-    if (!op.authorization || !op.expected) return;
-    try {
-      const executor = ctx.executorById(executorIdOf(op.authorization));
-      const session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
-      const { report } = await session.channel.request(
-        'reconcile_operation',
-        { authorization: op.authorization, expected: op.expected },
-        { timeoutMs: ctx.config.timing.reconcile_exchange_ms },
-      );
-      await askKernel(ctx, 'reconcile', { authorization: op.authorization, report });
+    const { authorization, expected } = op;
+    if (!authorization || !expected) return;
+    this.#orphans.add(op.operation_id);
+    const settle = async () => {
+      const executor = ctx.executorById(executorIdOf(authorization));
+      const report = await reconcileOperation(ctx, executor, { requestId: op.request_id, operationId: op.operation_id, tool: op.tool, authorization, expected });
+      await askKernel(ctx, 'reconcile', { authorization, report });
       ctx.store.recordIncident({ child: executor.name, kind: 'orphan_settled', code: null, message: `settled ${op.request_id}, which no request of this supervisor carried`, operation_id: op.operation_id });
       this.#pending.delete(op.operation_id);
-    } catch (error) {
-      this.#postpone(op.operation_id, nowMs());
-      ctx.log.warn('orphan_unsettled', { operation_id: op.operation_id, code: toCustodyError(error).code });
-    }
+    };
+    settle()
+      .catch((error: unknown) => {
+        this.#postpone(op.operation_id, nowMs());
+        ctx.log.warn('orphan_unsettled', { operation_id: op.operation_id, code: toCustodyError(error).code });
+      })
+      .finally(() => this.#orphans.delete(op.operation_id));
   }
 }

@@ -14,7 +14,6 @@ import { Signer } from '../../shared/crypto/ed25519.js';
 import { type Invocation } from '../../shared/protocol/artifacts.js';
 import { operationIdFor, parametersDigest } from '../../shared/protocol/binding.js';
 import { type JsonObject } from '../../shared/protocol/common.js';
-import { clearDirLock } from '../../shared/store/dir-lock.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
 import { collectingLogger, distPath } from '../helpers/children.js';
 
@@ -107,10 +106,9 @@ export async function stopExecutor(executor: Executor): Promise<{ code: number |
   return executor.exited;
 }
 
-/** After a kill -9, the supervisor's proof that the holder is gone lets the next one start at once. */
-export async function reapKilled(home: Home, executor: Executor): Promise<void> {
+/** After a kill -9: once the process is gone, its OS-held directory lock is too, and the next one starts at once. */
+export async function reapKilled(_home: Home, executor: Executor): Promise<void> {
   await executor.exited;
-  clearDirLock(home.dir, executor.pid);
 }
 
 export interface Authorization {

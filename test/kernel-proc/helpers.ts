@@ -15,7 +15,6 @@ import { readPublicKeyFile } from '../../shared/crypto/key-files.js';
 import { type ReportBody } from '../../shared/protocol/artifacts.js';
 import { type JsonObject } from '../../shared/protocol/common.js';
 import { type MessageKind, type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
-import { clearDirLock, readLockHolder } from '../../shared/store/dir-lock.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
 import { collectingLogger, distPath } from '../helpers/children.js';
 
@@ -103,15 +102,9 @@ export class KernelProcess {
     throw new Error('the kernel served when it should have refused');
   }
 
-  /**
-   * Start a kernel armed to die before its hello (a startup cutpoint). spawnChild has reaped it when it
-   * rejects, so its lock is cleared here, as the supervisor clears a reaped child's lock.
-   */
+  /** Start a kernel armed to die before its hello (a startup cutpoint); spawnChild has reaped it, and its OS-held lock with it, when it rejects. */
   static async diesBeforeHello(root: KernelRoot, options: KernelOptions): Promise<CustodyError> {
-    const refusal = await KernelProcess.refusal(root, options);
-    const holder = readLockHolder(root.dir);
-    if (holder !== undefined) clearDirLock(root.dir, holder);
-    return refusal;
+    return KernelProcess.refusal(root, options);
   }
 
   static async start(root: KernelRoot, options: KernelOptions = {}): Promise<KernelProcess> {
@@ -156,17 +149,16 @@ export class KernelProcess {
     await this.session.drained;
   }
 
-  /** kill -9, reap, and clear the dead holder's lock as the supervisor does after reaping. */
+  /** kill -9 and reap (its directory lock goes with it). */
   async kill(): Promise<void> {
     this.session.kill('SIGKILL');
     await this.reaped();
   }
 
-  /** Wait for the process to be gone (after a fault cutpoint killed it) and clear its lock. */
+  /** Wait for the process to be gone (after a fault cutpoint killed it). */
   async reaped(): Promise<void> {
     await this.session.exited;
     await this.session.drained;
-    clearDirLock(this.root.dir, this.session.pid);
   }
 }
 

@@ -51,7 +51,6 @@ describe('child handle over the wire fixture', function () {
       name: 'fixture',
       role: 'kernel',
       argv: [process.execPath, distPath('test', 'fixtures', 'wire-child.js')],
-      lockDir: null,
       settings: { seed: Buffer.from(seed).toString('hex'), ...options.settings },
       pins: { kernel: null },
       maxInFlight: 8,

@@ -10,15 +10,38 @@ import { type Output, formatDuration, formatTime, table } from '../output.js';
 export async function statusCommand(client: ServiceClient, out: Output): Promise<number> {
   const { body } = await client.get('/v1/status');
   const service = body.service as { pid: number; port: number; state_dir: string; uptime_ms: number };
-  const children = body.children as Array<{ name: string; role: string; state: string; pid: number | null; restarts: number; uptime_ms: number | null; failure: string | null }>;
+  const children = body.children as ChildView[];
+  const now = Date.now();
   out.result(body, () =>
     [
       `custody pid ${service.pid} on 127.0.0.1:${service.port}, state ${service.state_dir}, up ${formatDuration(service.uptime_ms)}, ${String(body.in_flight)} in flight`,
-      table(['CHILD', 'ROLE', 'STATE', 'PID', 'RESTARTS', 'UPTIME'], children.map((c) => [c.name, c.role, c.state, c.pid, c.restarts, formatDuration(c.uptime_ms)])),
-      ...children.filter((c) => c.failure).map((c) => `${c.name}: ${c.failure}`),
+      table(
+        ['CHILD', 'ROLE', 'STATE', 'PID', 'RESTARTS', 'UPTIME', 'NEXT RETRY'],
+        children.map((c) => [c.name, c.role, c.state, c.pid, c.restarts, formatDuration(c.uptime_ms), c.next_retry_at === null ? null : `${formatTime(c.next_retry_at)} (in ${formatDuration(Math.max(0, c.next_retry_at - now))})`]),
+      ),
+      ...children.filter((c) => c.failure).map((c) => `${c.name}: ${c.failure} (custody restart ${c.name} starts it now)`),
     ].join('\n'),
   );
   return children.some((c) => c.state === 'failed') ? 4 : 0;
+}
+
+interface ChildView {
+  name: string;
+  role: string;
+  state: string;
+  pid: number | null;
+  restarts: number;
+  uptime_ms: number | null;
+  failure: string | null;
+  next_retry_at: number | null;
+}
+
+/** custody restart CHILD: a failed child at once, a running one gracefully; answers once it serves again. */
+export async function restartCommand(client: ServiceClient, out: Output, name: string): Promise<number> {
+  const { body } = await out.progress(`restarting ${name}`, client.post(`/v1/children/${encodeURIComponent(name)}/restart`, {}));
+  const child = body.child as ChildView;
+  out.result(body, () => `Restarted ${child.name}: ${child.state}, pid ${String(child.pid)}, ${child.restarts} restarts`);
+  return 0;
 }
 
 interface GrantView {

@@ -19,7 +19,7 @@ export class LockHolderProcess {
   #events: HolderEvent[] = [];
   #waiters: Array<() => void> = [];
 
-  constructor(mode: 'hold' | 'hold-default' | 'try', dir: string) {
+  constructor(mode: 'hold' | 'try', dir: string) {
     this.child = spawn(process.execPath, [HOLDER_SCRIPT, mode, dir], { stdio: ['pipe', 'pipe', 'pipe'] });
     // 'close' rather than 'exit': it comes after stdout is drained, so no event is lost.
     this.exited = new Promise((resolve) => this.child.once('close', (code) => resolve(code)));
@@ -56,8 +56,8 @@ export class LockHolderProcess {
   }
 }
 
-export async function startHolder(dir: string, mode: 'hold' | 'hold-default' = 'hold'): Promise<LockHolderProcess> {
-  const holder = new LockHolderProcess(mode, dir);
+export async function startHolder(dir: string): Promise<LockHolderProcess> {
+  const holder = new LockHolderProcess('hold', dir);
   const event = await holder.nextEvent();
   if (event.locked !== true) throw new Error(`lock holder did not lock: ${JSON.stringify(event)}`);
   return holder;

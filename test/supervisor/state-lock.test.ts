@@ -1,0 +1,99 @@
+// The state lock across supervisors (shared/store/dir-lock.ts): a stopped
+// supervisor is never displaced, not even after it has been stopped longer
+// than any staleness rule would wait; a killed one is replaced at once by
+// the next `custody start`, which kills its children and resumes its work.
+import { expect } from 'chai';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { isCustodyError } from '../../shared/errors.js';
+import { acquireDirLock } from '../../shared/store/dir-lock.js';
+import { isGone } from '../../supervisor/children/proc-stat.js';
+import { type TestService, FIXTURE_ADAPTERS, custody, sqlite, startService } from '../helpers/service.js';
+
+/** proper-lockfile's staleness that this lock replaced: a stop longer than it used to cost the holder its lock. */
+const OLD_STALE_MS = 5000;
+
+async function childPid(service: TestService, role: 'kernel' | 'executor'): Promise<number> {
+  const { body } = await service.http('GET', '/v1/status');
+  const child = (body.children as Array<{ role: string; pid: number | null }>).find((c) => c.role === role);
+  if (!child?.pid) throw new Error(`no running ${role}`);
+  return child.pid;
+}
+
+const config = {
+  executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS], deadlines_ms: { '*': 30_000 } }],
+  // Long enough that the stopped executor is not the heartbeat's business here.
+  timing: { heartbeat_interval_ms: 1000, heartbeat_timeout_ms: 30_000 },
+};
+
+describe('the state lock across supervisors', function () {
+  this.timeout(90_000);
+  let service: TestService;
+
+  beforeEach(async () => {
+    service = await startService({ config });
+  });
+
+  afterEach(async () => {
+    await service.stop();
+    service.cleanup();
+  });
+
+  it('refuses a second custody start beside a supervisor stopped longer than the old staleness, naming its pid; after SIGCONT the first serves on', async function () {
+    this.slow(15_000);
+    const supervisor = service.process.pid!;
+    const executor = await childPid(service, 'executor');
+    process.kill(executor, 'SIGSTOP');
+    process.kill(supervisor, 'SIGSTOP');
+    try {
+      await sleep(OLD_STALE_MS + 1000);
+      const second = await custody(['start', '--state', service.dir, '--port', '0']);
+      expect(second.code, second.stderr).to.equal(3);
+      expect(second.stderr).to.contain('store_locked').and.to.contain(`locked by pid ${supervisor}`);
+      // The stopped executor keeps its own directory too.
+      try {
+        const stolen = await acquireDirLock(service.paths.executorDir('default'));
+        await stolen.release();
+        expect.fail('the stopped executor lost its directory lock');
+      } catch (error) {
+        expect(isCustodyError(error, 'store_locked'), String(error)).to.equal(true);
+        expect((error as Error).message).to.contain(`locked by pid ${executor}`);
+      }
+    } finally {
+      process.kill(supervisor, 'SIGCONT');
+      process.kill(executor, 'SIGCONT');
+    }
+    const answer = await service.cli(['invoke', 'review-notes/append', '--arg', 'note=after the stop']);
+    expect(answer.code, answer.stderr).to.equal(0);
+    expect(await childPid(service, 'executor'), 'the same executor serves').to.equal(executor);
+    const log = service.stderr.join('\n');
+    expect(log).to.not.contain('lock_lost');
+    expect(log).to.not.contain('predecessor_child_killed');
+  });
+
+  it('after kill -9 of the supervisor, the next custody start kills its children, serves at once and answers a retried request', async function () {
+    this.slow(20_000);
+    expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
+    const children = [await childPid(service, 'kernel'), await childPid(service, 'executor')];
+    const request = { tool: 'fixture/sleep', request_id: 'across-the-kill', arguments: { ms: 3000 } };
+    const first = await service.http('POST', '/v1/invoke', { ...request, wait_ms: 50 }, 'agent');
+    expect(first.status).to.equal(202);
+    const db = path.join(service.paths.supervisorDir, 'supervisor.db');
+    const phase = async () => (await sqlite(db, "SELECT phase FROM requests WHERE request_id = 'across-the-kill'"))[0]?.phase;
+    while ((await phase()) !== 'executing') await sleep(20);
+    service.process.kill('SIGKILL');
+    await new Promise((resolve) => service.process.once('close', resolve));
+    expect(await phase(), 'the kill hit the request in flight').to.equal('executing');
+    const killedAt = Date.now();
+    service = await service.restart();
+    const tookMs = Date.now() - killedAt;
+    process.stderr.write(`      (kill -9 → next start serving: ${tookMs} ms, on this machine under test load)\n`);
+    for (const pid of children) expect(isGone(pid, null), `old child ${pid} is gone`).to.equal(true);
+    expect(service.stderr.join('\n')).to.contain('predecessor_child_killed').and.not.contain('state_lock_waiting');
+    const retried = await service.http('POST', '/v1/invoke', { ...request, wait_ms: 60_000 }, 'agent');
+    expect(retried.status, JSON.stringify(retried.body)).to.equal(200);
+    expect(retried.body).to.include({ final: true });
+    const again = await service.http('POST', '/v1/invoke', { ...request, wait_ms: 60_000 }, 'agent');
+    expect(again.body, 'the same answer again').to.deep.equal(retried.body);
+  });
+});
