@@ -7,8 +7,9 @@
 //   - `shutdown`: the same, after answering it;
 //   - a protocol fault: the channel is poisoned; what runs may finish, then
 //     exit 70 — the supervisor replaces the process with a fresh session.
-// A preamble that cannot be read exits 65 before any frame; a setup the child
-// refuses is reported in a `fatal` frame and exits 78.
+// A bad command line exits 64 before reading anything; a preamble that cannot
+// be read exits 65 before any frame; a setup the child refuses is reported in
+// a `fatal` frame and exits 78 (docs/PROTOCOL.md §10).
 import { type Signer } from '../crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../errors.js';
 import { type Logger, createLogger, errorFields } from '../log.js';
@@ -24,6 +25,7 @@ import { takeFrameOutput } from './frame-output.js';
 
 export const EXIT = {
   ok: 0,
+  usage: 64, //   EX_USAGE: a bad command line; nothing is read or written on the channel
   preamble: 65, //  EX_DATAERR: no usable preamble
   software: 70, //  EX_SOFTWARE: the channel was poisoned
   dropReply: 75, // EX_TEMPFAIL: the lost-reply drill
