@@ -365,7 +365,13 @@ export function renderGenerated(name: string, vectors: Vectors): string {
   }
 }
 
-const BLOCK = /<!-- generated:([a-z_.]+) -->\n[\s\S]*?<!-- \/generated -->/g;
+const BLOCK = /<!-- generated:([a-z0-9_.]+) -->\n[\s\S]*?<!-- \/generated -->/g;
+
+/** Every `generated:` marker of the document must open a block this script renders; none may be skipped silently. */
+export function unrenderedMarkers(doc: string): string[] {
+  const rendered = new Set([...doc.matchAll(BLOCK)].map((match) => match.index));
+  return [...doc.matchAll(/<!-- generated:([^ ]*) -->/g)].filter((match) => !rendered.has(match.index)).map((match) => match[1]!);
+}
 
 /** The protocol document with every generated block rendered from the code. */
 export function renderProtocolDoc(current: string, vectors: Vectors): string {

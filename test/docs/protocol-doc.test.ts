@@ -6,7 +6,7 @@ import { expect } from 'chai';
 import { createHash, createHmac, createPublicKey, hkdfSync, verify } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { decodeArtifact } from '../../shared/artifacts/artifact.js';
-import { PROTOCOL_FILE, VECTORS_FILE, buildVectors, renderProtocolDoc } from '../../scripts/protocol-vectors.js';
+import { PROTOCOL_FILE, VECTORS_FILE, buildVectors, renderProtocolDoc, unrenderedMarkers } from '../../scripts/protocol-vectors.js';
 
 const SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
 const publicKey = (hex: string) => createPublicKey({ key: Buffer.concat([SPKI_PREFIX, Buffer.from(hex, 'hex')]), format: 'der', type: 'spki' });
@@ -18,6 +18,7 @@ describe('docs/PROTOCOL.md', () => {
     expect(JSON.parse(readFileSync(VECTORS_FILE, 'utf8'))).to.deep.equal(vectors);
     const doc = readFileSync(PROTOCOL_FILE, 'utf8');
     expect(renderProtocolDoc(doc, vectors) === doc, 'a generated block of PROTOCOL.md is stale').to.equal(true);
+    expect(unrenderedMarkers(doc), 'generated markers the script cannot render').to.deep.equal([]);
   });
 
   it('derives the directional keys as documented, checked with node:crypto HKDF', () => {
