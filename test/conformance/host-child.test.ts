@@ -1,8 +1,8 @@
 // An outsider hosts the real kernel from docs/PROTOCOL.md alone: a Python 3
 // script (standard library only, its own HKDF, HMAC framing and RFC 8032
-// Ed25519) provisions and serves the built kernel-proc, checks hello, ping,
-// shutdown, two poisonings and a fatal refusal, and replays the published
-// vector chains. Skipped, loudly, when python3 is absent, except under CI.
+// Ed25519) provisions and serves the built kernel-proc and an executor-proc,
+// checks hello, ping, shutdown, two poisonings and a fatal refusal, and
+// replays the published vector chains. Skipped, loudly, when python3 is absent, except under CI.
 import { expect } from 'chai';
 import { spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
@@ -27,9 +27,9 @@ describe('a host written from docs/PROTOCOL.md in another language (Python 3)', 
     this.skip();
   });
 
-  it('provisions and serves the real kernel, sees every documented refusal, and replays both vector chains', async () => {
+  it('provisions and serves the real kernel and an executor, sees every documented refusal, and replays both vector chains', async () => {
     const { status, stdout, stderr } = await new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-      const child = spawn('python3', [SCRIPT, '--node', process.execPath, '--kernel', distPath('kernel-proc', 'main.js'), '--vectors', VECTORS]);
+      const child = spawn('python3', [SCRIPT, '--node', process.execPath, '--kernel', distPath('kernel-proc', 'main.js'), '--executor', distPath('executor-proc', 'main.js'), '--vectors', VECTORS]);
       let out = '';
       let err = '';
       child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString('utf8')));
@@ -39,7 +39,7 @@ describe('a host written from docs/PROTOCOL.md in another language (Python 3)', 
     });
     expect(status, `${stdout}\n${stderr}`).to.equal(0);
     const passed = stdout.split('\n').filter((line) => line.startsWith('ok '));
-    expect(passed, stdout).to.have.length(9);
+    expect(passed, stdout).to.have.length(10);
     expect(stdout).not.to.include('FAIL');
   });
 });

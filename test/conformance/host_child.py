@@ -14,13 +14,17 @@ directory, provisions it, serves it, and checks what the document promises:
      the child exits 0;
   3. serve: a correctly MAC'd frame whose envelope members are out of order
      is `frame_malformed`: nothing more on stdout, exit 70, logged;
-  4. provision again: refused with one `fatal` frame (store_exists), exit 78.
+  4. provision again: refused with one `fatal` frame (store_exists), exit 78;
+  5. with --executor: provision an executor pinning that kernel (its hello id
+     is its preamble name), ping it, end it by closing stdin (exit 0), then
+     serve it and check its hello against the pin.
 
 Before hosting, it checks its own Ed25519 against RFC 8032's test 1 and, with
 --vectors, replays each role's chain of docs/vectors/protocol.json (preamble ->
 hello -> ping -> pong under one session) with these same functions.
 
-Usage: host_child.py --node NODE --kernel PATH/TO/kernel-proc/main.js [--vectors docs/vectors/protocol.json]
+Usage: host_child.py --node NODE --kernel PATH/TO/kernel-proc/main.js
+                     [--executor PATH/TO/executor-proc/main.js] [--vectors docs/vectors/protocol.json]
 Prints one line per check; exits 0 when all pass, 1 on the first failure.
 """
 import argparse
@@ -318,6 +322,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument('--node', required=True)
     parser.add_argument('--kernel', required=True)
+    parser.add_argument('--executor')
     parser.add_argument('--vectors')
     options = parser.parse_args()
     home = tempfile.mkdtemp(prefix='custody-conformance-')
@@ -376,6 +381,26 @@ def main():
         check(status == 78 and rest == b'', f'after a fatal frame the child exits 78 (got {status})')
         check(any(r['event'] == 'setup_refused' and r.get('code') == 'store_exists' for r in records), 'the refusal is logged as setup_refused')
         passed.append('provision again: one fatal frame (store_exists), exit 78, logged')
+
+        # 5. an executor pinning that kernel
+        if options.executor:
+            executor_argv = [options.node, options.executor, '--dir', os.path.join(home, 'executors', 'default'),
+                             '--resources', os.path.join(home, 'resources')]
+            pins = {'kernel': pin['public_key']}
+            session = Session(executor_argv, 'executor', 'default', 'provision', pins=pins)
+            executor_pin = session.hello()
+            check(executor_pin['id'] == 'default' and executor_pin['key_epoch'] == 1, 'the executor proves its preamble name as id, epoch 1')
+            with open(os.path.join(home, 'executors', 'default', 'executor.pub'), 'rb') as pub:
+                check(pub.read() == executor_pin['public_key'].encode() + b'\n', 'executor.pub holds the key the hello proved')
+            pong = session.request('ping', 'p1', {})
+            check(pong['kind'] == 'result' and isinstance(pong['body'].get('now'), int), 'the executor answers ping')
+            status, rest, _ = session.finish()
+            check(status == 0 and rest == b'', f'an executor whose stdin ends exits 0 (got {status})')
+            session = Session(executor_argv, 'executor', 'default', 'serve', pins=pins)
+            session.hello(executor_pin)
+            status, _, _ = session.finish()
+            check(status == 0, f'the served executor leaves with exit 0 (got {status})')
+            passed.append('executor: provisioned pinning the kernel, id = its name, ping, stdin end exits 0, served under its pin')
     except Failure as failure:
         for line in passed:
             print(f'ok   {line}')
