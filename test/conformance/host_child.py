@@ -12,8 +12,10 @@ directory, provisions it, serves it, and checks what the document promises:
      stderr log (`channel_poisoned`);
   2. serve: the hello proves the pinned identity; shutdown answers {} and
      the child exits 0;
-  3. serve: a correctly MAC'd frame whose envelope members are out of order
-     is `frame_malformed`: nothing more on stdout, exit 70, logged;
+  3. serve with a 1024-byte frame bound: a result too large for it is
+     answered `error` `frame_too_large` and the channel stays open; then a
+     correctly MAC'd frame whose envelope members are out of order is
+     `frame_malformed`: nothing more on stdout, exit 70, logged;
   4. provision again: refused with one `fatal` frame (store_exists), exit 78;
   5. with --executor: provision an executor pinning that kernel (its hello id
      is its preamble name), ping it, end it by closing stdin (exit 0), then
@@ -165,7 +167,7 @@ def check(condition, what):
 class Session:
     """The supervisor's end of one channel: PROTOCOL.md §4 and §5."""
 
-    def __init__(self, argv, role, name, mode, settings=None, pins=None):
+    def __init__(self, argv, role, name, mode, settings=None, pins=None, max_frame_bytes=1048576):
         self.sid = secrets.token_bytes(16)
         self.key = secrets.token_bytes(32)
         self.challenge = secrets.token_bytes(32)
@@ -184,7 +186,7 @@ class Session:
             'challenge': self.challenge.hex(),
             'mode': mode,
             'pins': pins or {'kernel': None},
-            'limits': {'max_frame_bytes': 1048576, 'max_depth': 32},
+            'limits': {'max_frame_bytes': max_frame_bytes, 'max_depth': 32},
             'settings': settings or {},
         }
         line = json.dumps(preamble, separators=(',', ':')).encode('utf-8')
@@ -362,9 +364,16 @@ def main():
         check(status == 0 and rest == b'', f'after shutdown the child exits 0 (got {status})')
         passed.append('serve: the hello proves the pin; shutdown answers {} and exits 0')
 
-        # 3. serve, then an envelope out of order (its MAC is right)
-        session = Session(argv, 'kernel', 'kernel', 'serve')
+        # 3. serve under the least frame bound: an answer too large, then an envelope out of order (its MAC is right)
+        session = Session(argv, 'kernel', 'kernel', 'serve', max_frame_bytes=1024)
         session.hello(pin)
+        added = session.request('grant.add', 'g1', {'tool': 'review-notes/*', 'subject': '*', 'max_invocations': 1,
+                                                    'max_cost_units': None, 'not_before': None, 'ttl_ms': 60000})
+        check(added['kind'] == 'result' and added['body']['capability_id'], 'grant.add is answered with the grant')
+        too_large = session.request('grant.list', 'g2', {})
+        check(too_large['kind'] == 'error' and too_large['body']['code'] == 'frame_too_large', 'a result over the bound is answered error frame_too_large')
+        check(session.request('ping', 'q0', {})['kind'] == 'result', 'the channel stays open after frame_too_large')
+        passed.append('serve under 1024 bytes: a result too large is answered error frame_too_large; the channel stays open')
         covered = session.seal('ping', 'q1', {})
         reordered = covered.replace(b'{"v":1,"sid":"' + session.sid.hex().encode() + b'"', b'{"sid":"' + session.sid.hex().encode() + b'","v":1', 1)
         check(reordered != covered, 'the reordered envelope differs')
