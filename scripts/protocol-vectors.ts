@@ -310,20 +310,23 @@ const KERNEL_SETTING_DOCS: Record<string, SettingDoc> = {
   default_grant: { meaning: 'provision mode only: the grant created with the store, or null for none (ignored when serving)' },
 };
 
+/** A default as the tables write it: its JSON, as code. */
+const code = (value: unknown) => `\`${JSON.stringify(value)}\``;
+
 const EXECUTOR_SETTING_DOCS: Record<string, SettingDoc> = {
   executor_id: { fallback: "the preamble's `name`", meaning: 'provision: the identity to create (its hello `id`); serve: if given, must equal the ledger\'s (`ledger_identity`)' },
-  key_epoch: { fallback: '1', meaning: 'provision: the key epoch to record; serve: if given, must equal the ledger\'s' },
-  claim_capacity: { fallback: String(EXECUTOR_DEFAULTS.claimCapacity), meaning: 'provision: claims the ledger holds, fixed for its life; serve: if given, must equal the ledger\'s' },
+  key_epoch: { fallback: code(1), meaning: 'provision: the key epoch to record; serve: if given, must equal the ledger\'s' },
+  claim_capacity: { fallback: code(EXECUTOR_DEFAULTS.claimCapacity), meaning: 'provision: claims the ledger holds, fixed for its life; serve: if given, must equal the ledger\'s' },
   refusal_reserve: { fallback: `min(${EXECUTOR_DEFAULTS.refusalReserve}, max(1, ⌊claim_capacity / 8⌋))`, meaning: 'provision: the part of the capacity only refusals may use; must be below `claim_capacity`; serve: if given, must equal the ledger\'s' },
-  max_in_flight: { fallback: String(EXECUTOR_DEFAULTS.maxInFlight), meaning: 'requests handled at once; past it a request is answered `too_many_in_flight` (ping, cancel and shutdown are always taken)' },
-  reconcile_per_tool: { fallback: String(EXECUTOR_DEFAULTS.reconcilePerTool), meaning: 'adapter reconciliations per tool within `reconcile_window_ms` (`reconcile_budget_exhausted` past it)' },
-  reconcile_per_session: { fallback: String(EXECUTOR_DEFAULTS.reconcilePerSession), meaning: 'adapter reconciliations per session within `reconcile_window_ms`' },
-  reconcile_window_ms: { fallback: String(EXECUTOR_DEFAULTS.reconcileWindowMs), meaning: 'the sliding window the two reconciliation bounds count in' },
-  adapter_deadline_ms: { fallback: String(EXECUTOR_DEFAULTS.adapterDeadlineMs), meaning: "an adapter's deadline when neither `adapter_deadlines` nor the adapter names one" },
-  adapter_deadlines: { fallback: '{}', meaning: "per-tool deadlines, overriding the adapter's own and the default" },
-  cancel_wait_ms: { fallback: String(EXECUTOR_DEFAULTS.cancelWaitMs), meaning: 'how long `cancel` waits for a cancelled adapter to stop' },
+  max_in_flight: { fallback: code(EXECUTOR_DEFAULTS.maxInFlight), meaning: 'requests handled at once; past it a request is answered `too_many_in_flight` (ping, cancel and shutdown are always taken)' },
+  reconcile_per_tool: { fallback: code(EXECUTOR_DEFAULTS.reconcilePerTool), meaning: 'adapter reconciliations per tool within `reconcile_window_ms` (`reconcile_budget_exhausted` past it)' },
+  reconcile_per_session: { fallback: code(EXECUTOR_DEFAULTS.reconcilePerSession), meaning: 'adapter reconciliations per session within `reconcile_window_ms`' },
+  reconcile_window_ms: { fallback: code(EXECUTOR_DEFAULTS.reconcileWindowMs), meaning: 'the sliding window the two reconciliation bounds count in' },
+  adapter_deadline_ms: { fallback: code(EXECUTOR_DEFAULTS.adapterDeadlineMs), meaning: "an adapter's deadline when neither `adapter_deadlines` nor the adapter names one" },
+  adapter_deadlines: { fallback: code({}), meaning: "per-tool deadlines, overriding the adapter's own and the default" },
+  cancel_wait_ms: { fallback: code(EXECUTOR_DEFAULTS.cancelWaitMs), meaning: 'how long `cancel` waits for a cancelled adapter to stop' },
   drain_timeout_ms: { fallback: 'the longest adapter deadline + 5000', meaning: 'how long a leaving executor lets effects in flight finish' },
-  note_max_bytes: { fallback: String(EXECUTOR_DEFAULTS.noteMaxBytes), meaning: 'bytes of a `review-notes/append` note' },
+  note_max_bytes: { fallback: code(EXECUTOR_DEFAULTS.noteMaxBytes), meaning: 'bytes of a `review-notes/append` note' },
 };
 
 /** One row per key of a closed settings schema; a key without its documentation line is an error, so neither can drift. */
@@ -335,7 +338,7 @@ export function renderSettingsTable(schema: z.ZodType, docs: Record<string, Sett
   if (missing.length > 0 || stale.length > 0) throw new Error(`${role} settings docs: undocumented ${missing.join(', ') || '-'}; stale ${stale.join(', ') || '-'}`);
   const rows = Object.entries(properties).map(([key, node]) => {
     const doc = docs[key]!;
-    const fallback = node.default !== undefined ? `\`${JSON.stringify(node.default)}\`` : doc.fallback ?? '(none)';
+    const fallback = node.default !== undefined ? code(node.default) : doc.fallback ?? '(none)';
     return `| \`${key}\` | ${summarize(node)} | ${fallback} | ${doc.meaning} |`;
   });
   return ['| key | type and bounds | default | meaning |', '| --- | --- | --- | --- |', ...rows].join('\n');
