@@ -6,10 +6,8 @@
 // never on the wire. Everything else (session, mode, kernel pin, settings)
 // arrives in the preamble on stdin. Exit codes: shared/child/runtime.ts EXIT.
 import { Command, CommanderError } from 'commander';
-import { runChild } from '../shared/child/runtime.js';
+import { EXIT, runChild } from '../shared/child/runtime.js';
 import { setupExecutor } from './service.js';
-
-const EXIT_USAGE = 64;
 
 function parseArgs(argv: string[]): { dir: string; resources: string; adapters: string[] } {
   const program = new Command()
@@ -29,7 +27,7 @@ let args: ReturnType<typeof parseArgs>;
 try {
   args = parseArgs(process.argv);
 } catch (error) {
-  process.exit(error instanceof CommanderError && error.exitCode === 0 ? 0 : EXIT_USAGE);
+  process.exit(error instanceof CommanderError && error.exitCode === 0 ? 0 : EXIT.usage);
 }
 
 const code = await runChild({

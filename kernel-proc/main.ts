@@ -10,7 +10,7 @@ const program = new Command()
   .description('custody kernel: grants, budgets, nonces, operations and signed receipts, served on stdio')
   .requiredOption('--dir <path>', 'the kernel state directory (kernel.key, kernel.pub, kernel.db)')
   .configureOutput({ writeOut: (text) => process.stderr.write(text), writeErr: (text) => process.stderr.write(text) })
-  .exitOverride((error) => process.exit(error.exitCode === 0 ? 0 : EXIT.config))
+  .exitOverride((error) => process.exit(error.exitCode === 0 ? 0 : EXIT.usage))
   .parse(process.argv);
 
 const { dir } = program.opts<{ dir: string }>();

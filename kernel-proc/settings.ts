@@ -38,7 +38,8 @@ export const DEFAULT_GRANT: DefaultGrant = {
   ttl_ms: HOUR_MS,
 };
 
-const settingsSchema = z.strictObject({
+/** The preamble `settings` of a kernel (docs/PROTOCOL.md renders its table from this schema). */
+export const kernelSettingsSchema = z.strictObject({
   /** How long a reservation's execution nonce lives before the sweep expires it. */
   nonce_ttl_ms: bounded(1, NONCE_TTL_MS_DEFAULT, NONCE_TTL_MS_DEFAULT),
   /** Live (unused, unexpired) nonces at once; when full, reserve refuses, never evicts. */
@@ -62,11 +63,11 @@ const settingsSchema = z.strictObject({
 });
 
 type Resolved = 'execution_window_ms' | 'argument_bytes_default';
-export type KernelSettings = Readonly<Omit<z.infer<typeof settingsSchema>, Resolved> & Record<Resolved, number>>;
+export type KernelSettings = Readonly<Omit<z.infer<typeof kernelSettingsSchema>, Resolved> & Record<Resolved, number>>;
 
 /** Validate the preamble's settings; refuses unknown keys and values outside their bounds (config_invalid). */
 export function parseKernelSettings(raw: unknown): KernelSettings {
-  const parsed = settingsSchema.safeParse(raw);
+  const parsed = kernelSettingsSchema.safeParse(raw);
   if (!parsed.success) throw new CustodyError('config_invalid', `kernel settings: ${describeIssues(parsed.error)}`);
   const settings = {
     ...parsed.data,

@@ -11,15 +11,20 @@ import { z } from 'zod';
 import { canonicalDigest, sha256Hex } from '../shared/canonical/digest.js';
 import { Signer } from '../shared/crypto/ed25519.js';
 import { signArtifact } from '../shared/artifacts/artifact.js';
-import { ARTIFACT_BODIES, ARTIFACT_MAX_BYTES, ARTIFACT_SCHEMAS, type ArtifactKind } from '../shared/protocol/artifacts.js';
+import { ARTIFACT_BODIES, ARTIFACT_MAX_BYTES, ARTIFACT_SCHEMAS, type ArtifactKind, holdRecord, invocation, receiptBody } from '../shared/protocol/artifacts.js';
+import { claimView } from '../shared/protocol/executor-messages.js';
+import { grantView, holdView, operationView } from '../shared/protocol/kernel-messages.js';
+import { ARGUMENT_BYTES_DEFAULT, kernelSettingsSchema } from '../kernel-proc/settings.js';
+import { DEFAULTS as EXECUTOR_DEFAULTS, executorSettingsSchema } from '../executor-proc/settings.js';
 import { operationIdFor, parametersDigest, requestBindingHash } from '../shared/protocol/binding.js';
-import { identifier, toolName, toolPattern } from '../shared/protocol/common.js';
 import { MESSAGES, helloBody } from '../shared/protocol/messages.js';
 import { ERROR_CODES, classOf, summaryOf } from '../shared/errors.js';
 import { PREAMBLE_TAG } from '../shared/protocol/preamble.js';
 import { computeMac, encodeCovered, sealFrame } from '../shared/wire/frame-codec.js';
 import { helloMessage, signHello } from '../shared/wire/hello.js';
 import { encodePreamble } from '../shared/wire/preamble.js';
+import { canonicalBytes } from '../shared/canonical/jcs.js';
+import { type ChildRole, identifier, toolName, toolPattern } from '../shared/protocol/common.js';
 import { HKDF_INFO, deriveDirectionKey } from '../shared/wire/session-keys.js';
 
 const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -29,6 +34,40 @@ export const PROTOCOL_FILE = path.join(REPO_ROOT, 'docs', 'PROTOCOL.md');
 const reasonCode = z.string().regex(/^[a-z][a-z0-9_]{0,63}$/);
 
 const seedOf = (label: string) => Buffer.from(sha256Hex(`custody vector seed: ${label}`), 'hex');
+
+const T0 = 1_767_225_600_000;
+
+/** A session walked end to end with one child: preamble → hello → ping → pong, all under one sid. */
+function chainFor(
+  role: ChildRole,
+  name: string,
+  signer: Signer,
+  pins: { kernel: string | null },
+  secrets: { sid: string; key: Buffer },
+  challenge: string,
+) {
+  const toChild = deriveDirectionKey(secrets, 'to-child');
+  const toSupervisor = deriveDirectionKey(secrets, 'to-supervisor');
+  const claim = { role, id: name, keyEpoch: 1 };
+  const hello = signHello(signer, secrets.sid, challenge, claim);
+  const preamble = encodePreamble({
+    custody: PREAMBLE_TAG, sid: secrets.sid, key: secrets.key.toString('hex'), role, name, challenge,
+    mode: 'serve', pins, limits: { max_frame_bytes: 1_048_576, max_depth: 32 }, settings: {},
+  });
+  const helloFrame = { sid: secrets.sid, seq: 0, from: role, kind: 'hello', id: 'hello', body: hello as unknown as Record<string, unknown> };
+  const ping = { sid: secrets.sid, seq: 0, from: 'supervisor' as const, kind: 'ping', id: 'q1', body: {} };
+  const pong = { sid: secrets.sid, seq: 1, from: role, kind: 'result', id: 'q1', body: { now: T0 } };
+  return {
+    preamble_line: preamble.toString('utf8').trimEnd(),
+    hello_signed_message: helloMessage(secrets.sid, challenge, claim).toString('utf8'),
+    hello_line: sealFrame(helloFrame, toSupervisor).toString('utf8').trimEnd(),
+    ping_line: sealFrame(ping, toChild).toString('utf8').trimEnd(),
+    pong_line: sealFrame(pong, toSupervisor).toString('utf8').trimEnd(),
+  };
+}
+
+/** The exact text a digest is taken over, and the digest. */
+const digestOf = (value: unknown) => ({ input: canonicalBytes(value).toString('utf8'), sha256: canonicalDigest(value) });
 
 export function buildVectors() {
   const secrets = { sid: '000102030405060708090a0b0c0d0e0f', key: Buffer.from(sha256Hex('custody vector session key'), 'hex') };
@@ -40,11 +79,8 @@ export function buildVectors() {
 
   const ping = { sid: secrets.sid, seq: 0, from: 'supervisor' as const, kind: 'ping', id: 'q1', body: {} };
   const pingCovered = encodeCovered(ping);
-  const hello = signHello(kernel, secrets.sid, challenge, { role: 'kernel', id: 'kernel', keyEpoch: 1 });
-  const helloFrame = { sid: secrets.sid, seq: 0, from: 'kernel' as const, kind: 'hello', id: 'hello', body: hello as unknown as Record<string, unknown> };
-  const pong = { sid: secrets.sid, seq: 1, from: 'kernel' as const, kind: 'result', id: 'q1', body: { now: 1_767_225_600_000 } };
 
-  const t0 = 1_767_225_600_000;
+  const t0 = T0;
   const args = { note: 'Reviewed PR #421: do not merge.\n' };
   const requestId = 'note-1';
   const operationId = operationIdFor(requestId);
@@ -78,35 +114,33 @@ export function buildVectors() {
     issued_at: t0 + 2_100,
   }, kernel);
 
-  const preamble = encodePreamble({
-    custody: PREAMBLE_TAG, sid: secrets.sid, key: secrets.key.toString('hex'), role: 'executor', name: 'default', challenge,
-    mode: 'serve', pins: { kernel: kernel.publicKeyHex }, limits: { max_frame_bytes: 1_048_576, max_depth: 32 }, settings: {},
-  });
-
   return {
     session: {
       sid: secrets.sid,
       session_key: secrets.key.toString('hex'),
+      challenge,
       hkdf_info_to_child: HKDF_INFO['to-child'],
       hkdf_info_to_supervisor: HKDF_INFO['to-supervisor'],
       key_to_child: toChild.toString('hex'),
       key_to_supervisor: toSupervisor.toString('hex'),
     },
-    preamble_line: preamble.toString('utf8').trimEnd(),
+    identities: {
+      kernel: { seed: seedOf('kernel').toString('hex'), public_key: kernel.publicKeyHex },
+      executor: { seed: seedOf('executor').toString('hex'), public_key: executor.publicKeyHex },
+    },
     ping_covered: pingCovered.toString('utf8'),
     ping_mac: computeMac(toChild, pingCovered).toString('hex'),
-    ping_line: sealFrame(ping, toChild).toString('utf8').trimEnd(),
-    hello: {
-      kernel_seed: seedOf('kernel').toString('hex'),
-      kernel_public_key: kernel.publicKeyHex,
-      challenge,
-      signed_message: helloMessage(secrets.sid, challenge, { role: 'kernel', id: 'kernel', keyEpoch: 1 }).toString('utf8'),
-      line: sealFrame(helloFrame, toSupervisor).toString('utf8').trimEnd(),
+    chains: {
+      kernel: chainFor('kernel', 'kernel', kernel, { kernel: null }, secrets, challenge),
+      executor: chainFor('executor', 'default', executor, { kernel: kernel.publicKeyHex }, secrets, challenge),
     },
-    pong_line: sealFrame(pong, toSupervisor).toString('utf8').trimEnd(),
+    digests: {
+      parameters_digest: digestOf(args),
+      operation_id: digestOf({ custody: 'custody.operation.v1', request_id: requestId }),
+      request_binding_hash: digestOf({ custody: 'custody.request.v1', ...binding }),
+      output_digest: digestOf(output),
+    },
     artifacts: {
-      executor_seed: seedOf('executor').toString('hex'),
-      executor_public_key: executor.publicKeyHex,
       capability: { text: capability.text, digest: capability.digest },
       authorization: { text: authorization.text, digest: authorization.digest },
       report: { text: report.text, digest: report.digest },
@@ -124,8 +158,26 @@ const PATTERN_NAMES: ReadonlyArray<readonly [z.ZodType, string]> = [
   [identifier, 'identifier'],
   [toolName, 'tool name'],
   [toolPattern, 'tool pattern'],
-  [reasonCode, 'error code'],
+  // A decision's `reason`: `ok` for an allowed decision, else the error code naming why (§9).
+  [reasonCode, '"ok" \\| error code'],
+  [receiptBody.shape.state, 'operation state'],
 ];
+
+/**
+ * Nested objects that appear in more than one place, rendered by name in the
+ * tables and member by member in the "nested objects" table; every other
+ * nested object is spelled out where it stands.
+ */
+const NESTED_NAMES: ReadonlyArray<readonly [z.ZodType, string, string]> = [
+  [invocation, 'invocation', 'what an authorization binds: `expected` in start results, execute and reconcile_operation requests, and `invocation` in an authorization'],
+  [holdRecord, 'hold', 'a budget hold as a receipt records it: `id` is null for a decision that placed none'],
+  [holdView, 'operation hold', 'the hold of an operation, always with an id'],
+  [operationView, 'operation', 'an operation as the kernel reports it (mark_unknown, operation.get, ops.list, recover)'],
+  [grantView, 'grant', 'a capability and its budget use (grant.add, grant.list, grant.revoke)'],
+  [claimView, 'claim', "an executor ledger's entry for an operation (claims.get)"],
+];
+
+const jsonSchemaOf = (schema: z.ZodType) => z.toJSONSchema(schema, { unrepresentable: 'any', io: 'input' }) as Record<string, unknown>;
 
 function patternName(pattern: string): string | undefined {
   for (const [schema, name] of PATTERN_NAMES) {
@@ -133,6 +185,32 @@ function patternName(pattern: string): string | undefined {
     if (json.pattern === pattern) return name;
   }
   return undefined;
+}
+
+/** A JSON Schema node without what depends on where it stands: `$schema`, `$defs`, and the targets of `$ref`. */
+function placeless(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(placeless);
+  if (node === null || typeof node !== 'object') return node;
+  if ('$ref' in node) return { $ref: true };
+  return Object.fromEntries(Object.entries(node).filter(([key]) => key !== '$schema' && key !== '$defs').map(([key, value]) => [key, placeless(value)]));
+}
+
+function nestedName(node: Record<string, unknown>): string | undefined {
+  const text = JSON.stringify(placeless(node));
+  for (const [schema, name] of NESTED_NAMES) {
+    if (JSON.stringify(placeless(jsonSchemaOf(schema))) === text) return name;
+  }
+  return undefined;
+}
+
+const MAX_SAFE = Number.MAX_SAFE_INTEGER;
+
+function integerText(node: Record<string, unknown>): string {
+  const min = typeof node.minimum === 'number' ? node.minimum : undefined;
+  const max = typeof node.maximum === 'number' && node.maximum < MAX_SAFE ? node.maximum : undefined;
+  if (min !== undefined && max !== undefined) return `integer ${min}–${max}`;
+  if (min !== undefined) return `integer ≥ ${min}`;
+  return 'integer';
 }
 
 function summarize(node: Record<string, unknown>): string {
@@ -144,27 +222,40 @@ function summarize(node: Record<string, unknown>): string {
       if (typeof node.pattern === 'string') {
         const hex = /^\^\[0-9a-f\]\{(\d+)\}\$$/.exec(node.pattern);
         if (hex) return `hex${hex[1]}`;
-        return patternName(node.pattern) ?? 'string (pattern)';
+        return patternName(node.pattern) ?? `string matching \`${node.pattern}\``;
       }
       return typeof node.maxLength === 'number' ? `string ≤ ${node.maxLength}` : 'string';
     case 'integer':
-      return node.minimum === 1 ? 'integer ≥ 1' : node.minimum === 0 ? 'integer ≥ 0' : 'integer';
+      return integerText(node);
     case 'boolean':
       return 'boolean';
     case 'null':
       return 'null';
-    case 'array':
-      return `array of ${node.items ? summarize(node.items as Record<string, unknown>) : 'any'}`;
-    case 'object':
-      if (node.properties) return `{${Object.keys(node.properties).join(', ')}}`;
+    case 'array': {
+      const item = node.items ? summarize(node.items as Record<string, unknown>) : 'any';
+      const items = item.includes(' \\| ') ? `(${item})` : item;
+      return typeof node.maxItems === 'number' ? `array (≤ ${node.maxItems}) of ${items}` : `array of ${items}`;
+    }
+    case 'object': {
+      const name = nestedName(node);
+      if (name) return `*${name}*`;
+      if (node.properties) {
+        const properties = node.properties as Record<string, Record<string, unknown>>;
+        return `{${Object.entries(properties).map(([key, value]) => `${key}: ${summarize(value)}`).join(', ')}}`;
+      }
+      if (node.propertyNames && node.additionalProperties && typeof node.additionalProperties === 'object') {
+        const keys = summarize({ type: 'string', ...(node.propertyNames as Record<string, unknown>) });
+        return `object: ${keys} → ${summarize(node.additionalProperties as Record<string, unknown>)}`;
+      }
       return 'object';
+    }
     default:
       return 'JSON value';
   }
 }
 
 function fieldRows(schema: z.ZodType): string {
-  const json = z.toJSONSchema(schema, { unrepresentable: 'any', io: 'input' }) as Record<string, unknown>;
+  const json = jsonSchemaOf(schema);
   const properties = (json.properties ?? {}) as Record<string, Record<string, unknown>>;
   const names = Object.keys(properties);
   if (names.length === 0) return json.additionalProperties === false ? '{}' : 'any object';
@@ -178,6 +269,11 @@ export function renderMessageTable(): string {
   return ['| kind | served by | request body | result body |', '| --- | --- | --- | --- |', ...rows].join('\n');
 }
 
+export function renderNestedTable(): string {
+  const rows = NESTED_NAMES.map(([schema, name, what]) => `| *${name}* | ${what} | ${fieldRows(schema)} |`);
+  return ['| object | where | members (all present, none other) |', '| --- | --- | --- |', ...rows].join('\n');
+}
+
 export function renderArtifactTable(): string {
   const rows = (Object.keys(ARTIFACT_SCHEMAS) as ArtifactKind[]).map(
     (kind) => `| ${kind} | \`${ARTIFACT_SCHEMAS[kind]}\` | ${ARTIFACT_MAX_BYTES[kind]} | ${fieldRows(ARTIFACT_BODIES[kind])} |`,
@@ -185,9 +281,67 @@ export function renderArtifactTable(): string {
   return ['| kind | schema | cap (bytes) | body members |', '| --- | --- | --- | --- |', ...rows, '', `hello body: ${fieldRows(helloBody)}`].join('\n');
 }
 
+/** `ok` is no error: it is the `reason` of every allowed decision (receipts; reserve, start and settlement results). */
+const REASON_OK_ROW = '| `ok` | (none) | not an error: the `reason` of an allowed decision, in receipts and in reserve, start and report-settling results |';
+
 export function renderErrorTable(): string {
   const rows = ERROR_CODES.map((code) => `| \`${code}\` | ${classOf(code)} | ${summaryOf(code)} |`);
-  return ['| code | class | meaning |', '| --- | --- | --- |', ...rows].join('\n');
+  return ['| code | class | meaning |', '| --- | --- | --- |', REASON_OK_ROW, ...rows].join('\n');
+}
+
+// ------------------------------------------------------------ settings tables
+
+interface SettingDoc {
+  /** The default when the key is absent, when the schema does not carry it itself. */
+  readonly fallback?: string;
+  readonly meaning: string;
+}
+
+const KERNEL_SETTING_DOCS: Record<string, SettingDoc> = {
+  nonce_ttl_ms: { meaning: "how long a reservation's execution nonce lives before the expiry sweep expires it" },
+  nonce_capacity: { meaning: 'live (unused, unexpired) nonces at once; when full, `reserve` is refused (`nonce_store_full`), nothing is evicted' },
+  max_request_bytes: { meaning: 'UTF-8 bytes of the JCS form of a reserve or start request body' },
+  argument_bytes_default: { fallback: `min(${ARGUMENT_BYTES_DEFAULT}, \`max_request_bytes\`)`, meaning: "UTF-8 bytes of the JCS form of a tool's arguments, for tools without their own entry; at most `max_request_bytes`" },
+  argument_bytes_per_tool: { meaning: 'per-tool argument bounds, each at most `max_request_bytes`' },
+  history_per_operation: { meaning: 'receipts retained per operation (`history_full` past it)' },
+  sweep_interval_ms: { meaning: 'how often the expiry sweep runs (it also runs before every batch of requests)' },
+  execution_window_ms: { fallback: '`nonce_ttl_ms`', meaning: "length of an authorization's execution window; never past the grant's expiry" },
+  commit_batch_max: { meaning: 'requests whose writes share one transaction (group commit)' },
+  default_grant: { meaning: 'provision mode only: the grant created with the store, or null for none (ignored when serving)' },
+};
+
+/** A default as the tables write it: its JSON, as code. */
+const code = (value: unknown) => `\`${JSON.stringify(value)}\``;
+
+const EXECUTOR_SETTING_DOCS: Record<string, SettingDoc> = {
+  executor_id: { fallback: "the preamble's `name`", meaning: 'provision: the identity to create (its hello `id`); serve: if given, must equal the ledger\'s (`ledger_identity`)' },
+  key_epoch: { fallback: code(1), meaning: 'provision: the key epoch to record; serve: if given, must equal the ledger\'s' },
+  claim_capacity: { fallback: code(EXECUTOR_DEFAULTS.claimCapacity), meaning: 'provision: claims the ledger holds, fixed for its life; serve: if given, must equal the ledger\'s' },
+  refusal_reserve: { fallback: `min(${EXECUTOR_DEFAULTS.refusalReserve}, max(1, ⌊claim_capacity / 8⌋))`, meaning: 'provision: the part of the capacity only refusals may use; must be below `claim_capacity`; serve: if given, must equal the ledger\'s' },
+  max_in_flight: { fallback: code(EXECUTOR_DEFAULTS.maxInFlight), meaning: 'requests handled at once; past it a request is answered `too_many_in_flight` (ping, cancel and shutdown are always taken)' },
+  reconcile_per_tool: { fallback: code(EXECUTOR_DEFAULTS.reconcilePerTool), meaning: 'adapter reconciliations per tool within `reconcile_window_ms` (`reconcile_budget_exhausted` past it)' },
+  reconcile_per_session: { fallback: code(EXECUTOR_DEFAULTS.reconcilePerSession), meaning: 'adapter reconciliations per session within `reconcile_window_ms`' },
+  reconcile_window_ms: { fallback: code(EXECUTOR_DEFAULTS.reconcileWindowMs), meaning: 'the sliding window the two reconciliation bounds count in' },
+  adapter_deadline_ms: { fallback: code(EXECUTOR_DEFAULTS.adapterDeadlineMs), meaning: "an adapter's deadline when neither `adapter_deadlines` nor the adapter names one" },
+  adapter_deadlines: { fallback: code({}), meaning: "per-tool deadlines, overriding the adapter's own and the default" },
+  cancel_wait_ms: { fallback: code(EXECUTOR_DEFAULTS.cancelWaitMs), meaning: 'how long `cancel` waits for a cancelled adapter to stop' },
+  drain_timeout_ms: { fallback: 'the longest adapter deadline + 5000', meaning: 'how long a leaving executor lets effects in flight finish' },
+  note_max_bytes: { fallback: code(EXECUTOR_DEFAULTS.noteMaxBytes), meaning: 'bytes of a `review-notes/append` note' },
+};
+
+/** One row per key of a closed settings schema; a key without its documentation line is an error, so neither can drift. */
+export function renderSettingsTable(schema: z.ZodType, docs: Record<string, SettingDoc>, role: string): string {
+  const json = jsonSchemaOf(schema);
+  const properties = (json.properties ?? {}) as Record<string, Record<string, unknown>>;
+  const missing = Object.keys(properties).filter((key) => !docs[key]);
+  const stale = Object.keys(docs).filter((key) => !properties[key]);
+  if (missing.length > 0 || stale.length > 0) throw new Error(`${role} settings docs: undocumented ${missing.join(', ') || '-'}; stale ${stale.join(', ') || '-'}`);
+  const rows = Object.entries(properties).map(([key, node]) => {
+    const doc = docs[key]!;
+    const fallback = node.default !== undefined ? code(node.default) : doc.fallback ?? '(none)';
+    return `| \`${key}\` | ${summarize(node)} | ${fallback} | ${doc.meaning} |`;
+  });
+  return ['| key | type and bounds | default | meaning |', '| --- | --- | --- | --- |', ...rows].join('\n');
 }
 
 // --------------------------------------------------------- generated doc blocks
@@ -200,6 +354,12 @@ export function renderGenerated(name: string, vectors: Vectors): string {
       return renderArtifactTable();
     case 'errors':
       return renderErrorTable();
+    case 'nested':
+      return renderNestedTable();
+    case 'settings.kernel':
+      return renderSettingsTable(kernelSettingsSchema, KERNEL_SETTING_DOCS, 'kernel');
+    case 'settings.executor':
+      return renderSettingsTable(executorSettingsSchema, EXECUTOR_SETTING_DOCS, 'executor');
     default: {
       const value = name.split('.').reduce<unknown>((node, key) => (node as Record<string, unknown>)[key], vectors);
       if (typeof value !== 'string') throw new Error(`no vector named ${name}`);
@@ -208,7 +368,13 @@ export function renderGenerated(name: string, vectors: Vectors): string {
   }
 }
 
-const BLOCK = /<!-- generated:([a-z_.]+) -->\n[\s\S]*?<!-- \/generated -->/g;
+const BLOCK = /<!-- generated:([a-z0-9_.]+) -->\n[\s\S]*?<!-- \/generated -->/g;
+
+/** Every `generated:` marker of the document must open a block this script renders; none may be skipped silently. */
+export function unrenderedMarkers(doc: string): string[] {
+  const rendered = new Set([...doc.matchAll(BLOCK)].map((match) => match.index));
+  return [...doc.matchAll(/<!-- generated:([^ ]*) -->/g)].filter((match) => !rendered.has(match.index)).map((match) => match[1]!);
+}
 
 /** The protocol document with every generated block rendered from the code. */
 export function renderProtocolDoc(current: string, vectors: Vectors): string {

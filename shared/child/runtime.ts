@@ -7,8 +7,9 @@
 //   - `shutdown`: the same, after answering it;
 //   - a protocol fault: the channel is poisoned; what runs may finish, then
 //     exit 70 — the supervisor replaces the process with a fresh session.
-// A preamble that cannot be read exits 65 before any frame; a setup the child
-// refuses is reported in a `fatal` frame and exits 78.
+// A bad command line exits 64 before reading anything; a preamble that cannot
+// be read exits 65 before any frame; a setup the child refuses is reported in
+// a `fatal` frame and exits 78 (docs/PROTOCOL.md §10).
 import { type Signer } from '../crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../errors.js';
 import { type Logger, createLogger, errorFields } from '../log.js';
@@ -24,6 +25,7 @@ import { takeFrameOutput } from './frame-output.js';
 
 export const EXIT = {
   ok: 0,
+  usage: 64, //   EX_USAGE: a bad command line; nothing is read or written on the channel
   preamble: 65, //  EX_DATAERR: no usable preamble
   software: 70, //  EX_SOFTWARE: the channel was poisoned
   dropReply: 75, // EX_TEMPFAIL: the lost-reply drill
@@ -62,13 +64,27 @@ export interface ChildProgram {
   setup(preamble: Preamble, log: Logger, limits: FrameLimits): Promise<ChildService>;
 }
 
-/** Frame limits from the preamble, accepted only at or below this build's defaults. */
+/**
+ * The least a session may set: room for the hello (under 600 bytes, two
+ * levels deep), so a child never provisions a store and then finds it cannot
+ * say so. docs/PROTOCOL.md §11.5.
+ */
+export const SESSION_MIN_FRAME_BYTES = 1024;
+export const SESSION_MIN_DEPTH = 2;
+
+/** Frame limits from the preamble, accepted from the session minimum up to this build's defaults. */
 function sessionLimits(preamble: Preamble): FrameLimits {
   const { max_frame_bytes: maxFrameBytes, max_depth: maxDepth } = preamble.limits;
   if (maxFrameBytes > DEFAULT_FRAME_LIMITS.maxFrameBytes || maxDepth > DEFAULT_FRAME_LIMITS.maxDepth) {
     throw new CustodyError(
       'preamble_malformed',
-      `preamble limits ${maxFrameBytes} bytes / depth ${maxDepth} exceed this build's ${DEFAULT_FRAME_LIMITS.maxFrameBytes} / ${DEFAULT_FRAME_LIMITS.maxDepth}`,
+      `preamble limits ${maxFrameBytes} bytes / depth ${maxDepth} exceed this build's ${DEFAULT_FRAME_LIMITS.maxFrameBytes} / ${DEFAULT_FRAME_LIMITS.maxDepth}; lower them`,
+    );
+  }
+  if (maxFrameBytes < SESSION_MIN_FRAME_BYTES || maxDepth < SESSION_MIN_DEPTH) {
+    throw new CustodyError(
+      'preamble_malformed',
+      `preamble limits ${maxFrameBytes} bytes / depth ${maxDepth} leave no room for the hello; a session needs at least ${SESSION_MIN_FRAME_BYTES} bytes / depth ${SESSION_MIN_DEPTH}`,
     );
   }
   return { maxFrameBytes, maxDepth };
