@@ -51,20 +51,22 @@ export function sendError(response: ServerResponse, error: unknown): void {
   sendJson(response, statusOf(failure), body);
 }
 
+/** What Node's HTTP parser refuses, by its error code: status line and fixed body. Anything else is a 400 bad_request. */
+const PARSER_REFUSALS: Record<string, { status: number; reason: string; error: CustodyError }> = {
+  HPE_INVALID_METHOD: { status: 405, reason: 'Method Not Allowed', error: new CustodyError('method_not_allowed', 'the request method is not served; the API serves GET, POST, DELETE') },
+  HPE_INVALID_URL: { status: 400, reason: 'Bad Request', error: new CustodyError('target_invalid', 'the request target holds bytes a request line may not hold; send an origin-form target such as /v1/operations/NAME') },
+  HPE_HEADER_OVERFLOW: { status: 431, reason: 'Request Header Fields Too Large', error: new CustodyError('bad_request', 'the request headers exceed their bound') },
+  ERR_HTTP_REQUEST_TIMEOUT: { status: 408, reason: 'Request Timeout', error: new CustodyError('bad_request', 'the request was not received in time') },
+};
+const PARSER_DEFAULT = { status: 400, reason: 'Bad Request', error: new CustodyError('bad_request', 'the request is not valid HTTP/1.1 (request line, headers or framing)') };
+
 /** Node's HTTP parser refused the request itself: answer with a fixed body and close. */
 export function sendClientError(socket: Duplex, parserCode: string | undefined): void {
   if (!socket.writable) {
     socket.destroy();
     return;
   }
-  const [status, reason, error] =
-    parserCode === 'HPE_INVALID_METHOD'
-      ? [405, 'Method Not Allowed', new CustodyError('method_not_allowed', 'the request method is not served; the API serves GET, POST, DELETE')]
-      : parserCode === 'HPE_HEADER_OVERFLOW'
-        ? [431, 'Request Header Fields Too Large', new CustodyError('bad_request', 'the request headers exceed their bound')]
-        : parserCode === 'ERR_HTTP_REQUEST_TIMEOUT'
-          ? [408, 'Request Timeout', new CustodyError('bad_request', 'the request was not received in time')]
-          : [400, 'Bad Request', new CustodyError('bad_request', 'the request is not valid HTTP/1.1 (request line, headers or framing)')];
+  const { status, reason, error } = (parserCode !== undefined && Object.hasOwn(PARSER_REFUSALS, parserCode) ? PARSER_REFUSALS[parserCode] : undefined) ?? PARSER_DEFAULT;
   const text = JSON.stringify(error.toWire());
   socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n${text}`);
 }
