@@ -9,6 +9,7 @@
 // refuse (docs/SECURITY.md "The control API").
 import { randomBytes } from 'node:crypto';
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http';
+import { type Duplex } from 'node:stream';
 import { type z } from 'zod';
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
@@ -181,6 +182,12 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
   server.on('clientError', (error: Error & { code?: string }, socket) => {
     log.info('api_client_error', { code: error.code ?? null, message: error.message });
     sendClientError(socket, error.code);
+  });
+  // CONNECT is handed to a 'connect' listener, not to the router; Node would just close the socket.
+  server.on('connect', (_request: IncomingMessage, socket: Duplex) => sendClientError(socket, 'HPE_INVALID_METHOD'));
+  // An Expect header other than 100-continue: Node would answer 417 with no body.
+  server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
+    sendError(response, new CustodyError('bad_request', `Expect: ${String(request.headers.expect).slice(0, 40)} is not supported; only 100-continue is`));
   });
   // Receiving a request (not answering it: an invoke may wait minutes) is bounded.
   server.requestTimeout = 30_000;
