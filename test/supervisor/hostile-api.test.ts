@@ -30,10 +30,10 @@ describe('hostile input at the control API', function () {
   const requestCount = async () => Number((await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), 'SELECT count(*) AS n FROM requests'))[0]!.n);
   const openCount = async () => Number((await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT count(*) AS n FROM requests WHERE phase NOT IN ('settled', 'refused')"))[0]!.n);
 
+  /** Every child's pid, restarts and state: a frame a child refused would restart it. */
   const kernelStatus = async () => {
     const { body } = await service.http('GET', '/v1/status', undefined, 'agent');
-    const kernel = (body.children as Array<{ role: string; pid: number | null; restarts: number; state: string }>).find((c) => c.role === 'kernel')!;
-    return { pid: kernel.pid, restarts: kernel.restarts, state: kernel.state };
+    return (body.children as Array<{ name: string; pid: number | null; restarts: number; state: string }>).map((c) => ({ name: c.name, pid: c.pid, restarts: c.restarts, state: c.state }));
   };
 
   const invokeRaw = (body: string, token = agent) => rawHttp(service.port, { method: 'POST', target: '/v1/invoke', token, headers: { 'content-type': 'application/json' }, body: Buffer.from(body, 'utf8') });
@@ -68,7 +68,7 @@ describe('hostile input at the control API', function () {
   });
 
   describe('depth (reproduction 1)', () => {
-    it('carries arguments nested exactly at the budget (30 levels, a 32-level frame) to the end, and the kernel is not restarted', async () => {
+    it('carries arguments nested exactly at the budget (30 levels, a 32-level frame) to the end, and no child is restarted', async () => {
       const before = await kernelStatus();
       const answer = await invokeRaw(`{"tool":"review-notes/append","request_id":"depth-at-bound","arguments":${argumentsOfDepth(30)}}`);
       expect(answer.status, answer.text).to.equal(200);
@@ -76,7 +76,7 @@ describe('hostile input at the control API', function () {
       expect(await kernelStatus()).to.deep.equal(before);
     });
 
-    it('refuses arguments one level past the budget with 400 body_too_deep, records nothing, and leaves the kernel as it was', async () => {
+    it('refuses arguments one level past the budget with 400 body_too_deep, records nothing, and leaves the children as they were', async () => {
       const before = await kernelStatus();
       const rows = await requestCount();
       const answer = await invokeRaw(`{"tool":"review-notes/append","request_id":"depth-past-bound","arguments":${argumentsOfDepth(31)}}`);
@@ -107,7 +107,7 @@ describe('hostile input at the control API', function () {
       expect((await service.http('GET', '/v1/health', undefined, null)).status).to.equal(200);
       expect(await openCount(), 'no request is open to be resumed').to.equal(0);
       await realInvoke('after-repro-1-restart');
-      expect((await kernelStatus()).restarts).to.equal(0);
+      expect((await kernelStatus()).map((c) => c.restarts)).to.deep.equal([0, 0]);
       agent = readFileSync(service.paths.agentToken, 'utf8').trim();
     });
 
