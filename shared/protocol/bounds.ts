@@ -35,18 +35,31 @@ interface ArgumentSettings {
 const positive = (value: unknown): number | undefined => (typeof value === 'number' && Number.isSafeInteger(value) && value > 0 ? value : undefined);
 
 /**
- * The kernel's argument bound for a tool, resolved from the kernel settings
- * the way the kernel resolves it: the tool's own entry, else
- * `argument_bytes_default`, else 32 KiB or `max_request_bytes` if lower.
- * Bytes of the RFC 8785 form of the arguments.
+ * RFC 8785 bytes a `reserve` body holds besides its arguments, at the
+ * longest every field may be (names of 128 characters, the largest cost):
+ * the kernel bounds the whole body by `max_request_bytes`, so arguments may
+ * have at most that much less. (`start` carries less around them.)
+ */
+export const RESERVE_ENVELOPE_BYTES =
+  canonicalBytes({ request_id: 'x'.repeat(128), subject: 'x'.repeat(128), tool: 'x'.repeat(128), arguments: {}, capability_id: 'x'.repeat(128), cost_units: Number.MAX_SAFE_INTEGER }).length - 2;
+
+/**
+ * The argument bound for a tool, resolved from the kernel settings the way
+ * the kernel resolves it: the tool's own entry, else
+ * `argument_bytes_default`, else 32 KiB or `max_request_bytes` if lower —
+ * and never more than fits a `reserve` body of `max_request_bytes`, so
+ * arguments the API takes are never refused by the kernel as a whole
+ * request. Bytes of the RFC 8785 form of the arguments.
  */
 export function argumentBytesBound(settings: ArgumentSettings, tool: string | null): number {
+  const maxRequest = positive(settings.max_request_bytes) ?? MAX_REQUEST_BYTES_DEFAULT;
   const perTool = settings.argument_bytes_per_tool;
+  let bound: number | undefined;
   if (tool !== null && perTool && typeof perTool === 'object' && Object.hasOwn(perTool, tool)) {
-    const own = positive((perTool as Record<string, unknown>)[tool]);
-    if (own !== undefined) return own;
+    bound = positive((perTool as Record<string, unknown>)[tool]);
   }
-  return positive(settings.argument_bytes_default) ?? Math.min(ARGUMENT_BYTES_DEFAULT, positive(settings.max_request_bytes) ?? MAX_REQUEST_BYTES_DEFAULT);
+  bound ??= positive(settings.argument_bytes_default) ?? Math.min(ARGUMENT_BYTES_DEFAULT, maxRequest);
+  return Math.max(2, Math.min(bound, maxRequest - RESERVE_ENVELOPE_BYTES));
 }
 
 /** Refuse arguments whose RFC 8785 bytes exceed `bound` with `arguments_too_large`, naming the tool, the size and the bound. */
