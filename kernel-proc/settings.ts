@@ -6,11 +6,12 @@ import { CustodyError } from '../shared/errors.js';
 import { identifier, nonNegativeInt, toolName, toolPattern } from '../shared/protocol/common.js';
 import { describeIssues } from '../shared/wire/session.js';
 import { DEFAULT_MAX_FRAME_BYTES } from '../shared/wire/frame-reader.js';
+import { ARGUMENT_BYTES_DEFAULT, MAX_REQUEST_BYTES_DEFAULT } from '../shared/protocol/bounds.js';
 
 export const NONCE_TTL_MS_DEFAULT = 120_000;
 export const NONCE_CAPACITY_DEFAULT = 1024;
-export const MAX_REQUEST_BYTES_DEFAULT = 64 * 1024;
-export const ARGUMENT_BYTES_DEFAULT = 32 * 1024;
+// Defined in shared: the supervisor's API and the CLI refuse arguments past the kernel's bound before sending.
+export { ARGUMENT_BYTES_DEFAULT, MAX_REQUEST_BYTES_DEFAULT };
 export const HISTORY_PER_OPERATION_DEFAULT = 16;
 /** Room for the reserve receipt, an `unknown` mark, a settlement and one refusal that changes nothing. */
 export const HISTORY_PER_OPERATION_MIN = 4;

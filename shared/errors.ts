@@ -118,6 +118,13 @@ const CODES = {
   internal: { class: 'internal', summary: 'an internal error; see the log' },
   // issue 9, locks and restarts: the executor's own argument-check timeout, distinct from the supervisor's deadline
   argument_check_timeout: { class: 'refused', summary: "the adapter did not check the arguments within the tool's deadline; nothing was claimed" },
+  // hostile input at the API and CLI boundary (issue 8: bounds, names, strict bytes)
+  method_not_allowed: { class: 'usage', summary: 'the HTTP method is not served on this path (HTTP 405)' },
+  target_invalid: { class: 'usage', summary: 'the HTTP request target is malformed (bytes, percent-encoding or form)' },
+  name_invalid: { class: 'usage', summary: 'a request id or operation name is outside its charset or length (letters, digits, - _ . :, at most 128, no leading dot)' },
+  encoding_invalid: { class: 'usage', summary: 'bytes that must be UTF-8 are not; the message gives the byte offset' },
+  body_too_deep: { class: 'usage', summary: 'the request body nests deeper than its bound' },
+  file_too_large: { class: 'usage', summary: 'a file named on the command line exceeds its bound; nothing past the bound was read' },
 } as const satisfies Record<string, { class: ErrorClass; summary: string }>;
 
 export type ErrorCode = keyof typeof CODES;

@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { CustodyError } from '../errors.js';
 import { MAX_TIMESTAMP_MS, type Role, role } from '../protocol/common.js';
-import { decodeJsonObject } from './decode.js';
+import { decodeJsonObject, measureDepth } from './decode.js';
 import { type Frame, FRAME_VERSION, macMatches, sealCovered, sealFrame, splitTrailer } from './frame-codec.js';
 import { type FrameLimits } from './frame-reader.js';
 import { type SessionSecrets, deriveDirectionKey } from './session-keys.js';
@@ -92,8 +92,9 @@ export class SessionEndpoint {
   }
 
   /**
-   * Seal a frame. A frame over the bound is refused here, before it is
-   * written, so a sender never poisons its peer with its own oversized frame;
+   * Seal a frame. A frame over the size or depth bound is refused here,
+   * before it is written, so a sender never poisons its peer with its own
+   * oversized or too deep frame;
    * the sequence number is consumed only by a frame that is sent.
    */
   seal(kind: string, id: string, body: Record<string, unknown>): Buffer {
@@ -101,6 +102,12 @@ export class SessionEndpoint {
     const size = line.length - 1;
     if (size > this.limits.maxFrameBytes) {
       throw new CustodyError('frame_too_large', `outgoing ${kind} frame of ${size} bytes exceeds the bound of ${this.limits.maxFrameBytes} bytes`);
+    }
+    // The same scan the peer runs on every line: a frame it would refuse as
+    // too deep is refused here instead, unsent, and the channel stays open.
+    const depth = measureDepth(line, this.limits.maxDepth);
+    if (depth > this.limits.maxDepth) {
+      throw new CustodyError('frame_too_deep', `outgoing ${kind} frame nests ${depth} levels deep; the session bound is ${this.limits.maxDepth}; nothing was sent`);
     }
     this.#sendSeq++;
     return line;

@@ -1,13 +1,14 @@
 // Closed schemas of the control API's request bodies.
 import { z } from 'zod';
 import { identifier, jsonObject, toolName, toolPattern } from '../../shared/protocol/common.js';
+import { operationName } from '../../shared/protocol/names.js';
 
 const wait = z.number().int().min(0).max(3_600_000).optional();
 
 export const invokeBody = z.strictObject({
   tool: toolName,
   arguments: jsonObject.default({}),
-  request_id: identifier.optional(),
+  request_id: operationName.optional(),
   subject: identifier.default('agent'),
   cost_units: z.number().int().min(0).default(0),
   /** How long to wait for the end before answering 202 with the state so far. */
@@ -17,7 +18,7 @@ export const invokeBody = z.strictObject({
 export const authorizeBody = z.strictObject({
   tool: toolName,
   arguments: jsonObject.default({}),
-  operation: identifier,
+  operation: operationName,
   subject: identifier.default('operator'),
   cost_units: z.number().int().min(0).default(0),
   wait_ms: wait,
@@ -38,3 +39,6 @@ export const grantAddBody = z.strictObject({
   subject: identifier.or(z.literal('*')).default('*'),
   not_before: z.number().int().min(1).nullable().default(null),
 });
+
+/** `POST /v1/archive` takes no parameters: an empty body or `{}`. */
+export const archiveBody = z.strictObject({});

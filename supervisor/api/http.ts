@@ -3,6 +3,9 @@
 // and fixed JSON error bodies {code, message} that carry nothing internal.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { type IncomingMessage, type ServerResponse } from 'node:http';
+import { type Duplex } from 'node:stream';
+import { decodeUtf8OrRefuse } from '../../shared/text/utf8.js';
+import { measureDepth } from '../../shared/wire/decode.js';
 import { CustodyError, type ErrorClass, toCustodyError } from '../../shared/errors.js';
 
 export type Access = 'open' | 'agent' | 'control';
@@ -20,7 +23,8 @@ const STATUS: Record<ErrorClass, number> = {
 
 export function statusOf(error: CustodyError): number {
   if (error.code === 'forbidden') return 403;
-  if (error.code === 'body_too_large') return 413;
+  if (error.code === 'body_too_large' || error.code === 'arguments_too_large') return 413;
+  if (error.code === 'method_not_allowed') return 405;
   return STATUS[error.errorClass];
 }
 
@@ -33,12 +37,38 @@ export function sendJson(response: ServerResponse, status: number, body: unknown
 /**
  * The error body a client sees: the code and message of a CustodyError.
  * Anything of the internal class (store paths, modes, states) is logged, and
- * the client learns only its code (DESIGN §11).
+ * the client learns only its code (DESIGN §11); so is a protocol fault
+ * between the supervisor and a child, whose message names internal calls.
  */
 export function sendError(response: ServerResponse, error: unknown): void {
   const failure = toCustodyError(error);
-  const body = failure.errorClass === 'internal' ? { code: failure.code, message: 'internal error; see the service log' } : failure.toWire();
+  const body =
+    failure.errorClass === 'internal'
+      ? { code: failure.code, message: 'internal error; see the service log' }
+      : failure.errorClass === 'protocol'
+        ? { code: failure.code, message: 'a child process answered outside the protocol; see the service log' }
+        : failure.toWire();
   sendJson(response, statusOf(failure), body);
+}
+
+/** What Node's HTTP parser refuses, by its error code: status line and fixed body. Anything else is a 400 bad_request. */
+const PARSER_REFUSALS: Record<string, { status: number; reason: string; error: CustodyError }> = {
+  HPE_INVALID_METHOD: { status: 405, reason: 'Method Not Allowed', error: new CustodyError('method_not_allowed', 'the request method is not served; the API serves GET, POST, DELETE') },
+  HPE_INVALID_URL: { status: 400, reason: 'Bad Request', error: new CustodyError('target_invalid', 'the request target holds bytes a request line may not hold; send an origin-form target such as /v1/operations/NAME') },
+  HPE_HEADER_OVERFLOW: { status: 431, reason: 'Request Header Fields Too Large', error: new CustodyError('bad_request', 'the request headers exceed their bound') },
+  ERR_HTTP_REQUEST_TIMEOUT: { status: 408, reason: 'Request Timeout', error: new CustodyError('bad_request', 'the request was not received in time') },
+};
+const PARSER_DEFAULT = { status: 400, reason: 'Bad Request', error: new CustodyError('bad_request', 'the request is not valid HTTP/1.1 (request line, headers or framing)') };
+
+/** Node's HTTP parser refused the request itself: answer with a fixed body and close. */
+export function sendClientError(socket: Duplex, parserCode: string | undefined): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const { status, reason, error } = (parserCode !== undefined && Object.hasOwn(PARSER_REFUSALS, parserCode) ? PARSER_REFUSALS[parserCode] : undefined) ?? PARSER_DEFAULT;
+  const text = JSON.stringify(error.toWire());
+  socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n${text}`);
 }
 
 const digest = (token: string) => createHash('sha256').update(token, 'utf8').digest();
@@ -74,24 +104,46 @@ export class TokenGate {
   }
 }
 
-/** Read a JSON object body of at most `limit` bytes; refuses at the bound before buffering more. */
-export async function readJsonBody(request: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
+export interface BodyLimits {
+  /** Bytes of the body (bounds.max_body_bytes). */
+  readonly maxBytes: number;
+  /** Nesting of the body, the body object being level 1: one more than the arguments' depth budget. */
+  readonly maxDepth: number;
+}
+
+/**
+ * Read a JSON object body: at most `maxBytes` (refused at the bound before
+ * buffering more), strict UTF-8 (refused with the byte offset), nesting
+ * measured on the raw bytes before JSON.parse builds anything, so neither
+ * the parser nor schema validation ever recurses on unbounded input.
+ */
+export async function readJsonBody(request: IncomingMessage, limits: BodyLimits): Promise<Record<string, unknown>> {
+  const limit = limits.maxBytes;
   const declared = Number(request.headers['content-length'] ?? '0');
-  if (declared > limit) throw new CustodyError('body_too_large', `request body of ${declared} bytes exceeds ${limit} bytes`);
+  if (declared > limit) throw new CustodyError('body_too_large', `request body of ${declared} bytes exceeds ${limit} bytes (bounds.max_body_bytes)`);
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of request as AsyncIterable<Buffer>) {
     size += chunk.length;
     if (size > limit) {
       request.destroy();
-      throw new CustodyError('body_too_large', `request body exceeds ${limit} bytes`);
+      throw new CustodyError('body_too_large', `request body exceeds ${limit} bytes (bounds.max_body_bytes)`);
     }
     chunks.push(chunk);
   }
   if (size === 0) return {};
+  const bytes = Buffer.concat(chunks);
+  const text = decodeUtf8OrRefuse(bytes, 'request body');
+  const depth = measureDepth(bytes, limits.maxDepth);
+  if (depth > limits.maxDepth) {
+    throw new CustodyError(
+      'body_too_deep',
+      `request body nests deeper than ${limits.maxDepth} levels: arguments may nest at most ${limits.maxDepth - 1} levels (the arguments object is level 1), the frame bound bounds.max_depth less the frame envelope`,
+    );
+  }
   let value: unknown;
   try {
-    value = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    value = JSON.parse(text);
   } catch {
     throw new CustodyError('bad_request', 'request body is not valid JSON');
   }

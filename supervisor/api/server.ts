@@ -1,16 +1,27 @@
-// The control API on 127.0.0.1 (DESIGN §8). A route table maps method and
-// path to the access it needs and its handler; the token gate runs before
-// the body is read or any handler is called.
+// The control API on 127.0.0.1 (DESIGN §8). One router parses every request
+// in a fixed order, each step with its own answer: the target byte by byte
+// (400), the method (405), the token (401), the path (404) and the method on
+// it (405), the token's access (403), path parameters and query with the
+// children's own schemas (400), then the body: its size (413), strict UTF-8
+// (400), its depth on the raw bytes before JSON.parse (400), its closed
+// schema (400), the kernel's argument bound (413). Only then a handler runs,
+// so nothing a caller sends reaches a child as a frame the child would
+// refuse (docs/SECURITY.md "The control API").
 import { randomBytes } from 'node:crypto';
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http';
+import { type Duplex } from 'node:stream';
 import { type z } from 'zod';
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
 import { describeIssues } from '../../shared/wire/session.js';
 import { type Service } from '../service.js';
 import { readTokenFile } from '../tokens.js';
-import { type Access, TokenGate, readJsonBody, sendError, sendJson } from './http.js';
-import { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
+import { checkOperationName } from '../../shared/protocol/names.js';
+import { identifier } from '../../shared/protocol/common.js';
+import { argumentBytesBound, argumentsDepthBudget, checkArgumentBytes } from '../../shared/protocol/bounds.js';
+import { type Access, type BodyLimits, TokenGate, readJsonBody, sendClientError, sendError, sendJson } from './http.js';
+import { archiveBody, authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
+import { parseTarget } from './target.js';
 import * as handlers from './handlers.js';
 
 export interface ApiServer {
@@ -25,29 +36,37 @@ interface RouteContext {
   readonly service: Service;
   readonly params: Record<string, string>;
   readonly query: URLSearchParams;
-  body<S extends z.ZodType>(schema: S): Promise<z.infer<S>>;
+  /** Read, bound, decode and check the body; `names` are members that must be valid names (name_invalid). */
+  body<S extends z.ZodType>(schema: S, names?: readonly string[]): Promise<z.infer<S>>;
 }
 
+/** The methods the API serves; any other is 405 before the token is even looked at. */
+const METHODS = ['GET', 'POST', 'DELETE'] as const;
+type Method = (typeof METHODS)[number];
+
+/** What a path parameter must be: an operation name (shared/protocol/names.ts) or a grant id (the kernel's own schema). */
+type Param = 'name' | 'id';
+
 interface Route {
-  readonly method: 'GET' | 'POST' | 'DELETE';
-  readonly pattern: RegExp;
-  readonly names: readonly string[];
+  readonly method: Method;
+  /** Literal segments, or `:name` / `:id` parameters. */
+  readonly segments: readonly string[];
   readonly access: Access;
+  /** Query parameters the route reads; any other is refused. */
+  readonly query: readonly string[];
   readonly handle: (context: RouteContext) => Promise<{ status?: number; body: unknown }>;
 }
 
-function route(method: Route['method'], path: string, access: Access, handle: Route['handle']): Route {
-  const names: string[] = [];
-  const pattern = new RegExp('^' + path.replace(/:([a-z_]+)/g, (_m, name: string) => (names.push(name), '([^/]+)')) + '$');
-  return { method, pattern, names, access, handle };
+function route(method: Method, path: string, access: Access, handle: Route['handle'], query: readonly string[] = []): Route {
+  return { method, segments: path.slice(1).split('/'), access, query, handle };
 }
 
 const ROUTES: readonly Route[] = [
   route('GET', '/v1/health', 'open', ({ service }) => Promise.resolve({ body: handlers.health(service) })),
   route('GET', '/v1/status', 'agent', ({ service }) => Promise.resolve({ body: handlers.status(service) })),
-  route('POST', '/v1/invoke', 'agent', async (c) => handlers.invoke(c.service, await c.body(invokeBody))),
-  route('POST', '/v1/authorize', 'control', async (c) => handlers.authorize(c.service, await c.body(authorizeBody))),
-  route('GET', '/v1/operations', 'agent', (c) => handlers.listOperations(c.service, c.query)),
+  route('POST', '/v1/invoke', 'agent', async (c) => handlers.invoke(c.service, checkArguments(c.service, await c.body(invokeBody, ['request_id'])))),
+  route('POST', '/v1/authorize', 'control', async (c) => handlers.authorize(c.service, checkArguments(c.service, await c.body(authorizeBody, ['operation'])))),
+  route('GET', '/v1/operations', 'agent', (c) => handlers.listOperations(c.service, c.query), ['limit']),
   route('GET', '/v1/operations/:name', 'agent', (c) => handlers.showOperation(c.service, c.params.name!)),
   route('GET', '/v1/operations/:name/trace', 'agent', (c) => handlers.trace(c.service, c.params.name!)),
   route('GET', '/v1/operations/:name/artifacts', 'agent', (c) => handlers.artifacts(c.service, c.params.name!)),
@@ -57,59 +76,119 @@ const ROUTES: readonly Route[] = [
   route('GET', '/v1/grants', 'control', (c) => handlers.listGrants(c.service)),
   route('POST', '/v1/grants', 'control', async (c) => handlers.addGrant(c.service, await c.body(grantAddBody))),
   route('DELETE', '/v1/grants/:id', 'control', (c) => handlers.revokeGrant(c.service, c.params.id!)),
-  route('POST', '/v1/archive', 'control', (c) => handlers.archive(c.service)),
+  route('POST', '/v1/archive', 'control', async (c) => (await c.body(archiveBody), handlers.archive(c.service))),
   route('POST', '/v1/children/:name/restart', 'control', (c) => handlers.restartChild(c.service, c.params.name!)),
-  route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) })),
+  route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) }), ['limit']),
 ];
 
-function decodePathSegment(segment: string): string {
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    throw new CustodyError('bad_request', `malformed percent-encoding in ${JSON.stringify(segment)}`);
+/** The parameters of a route whose segments match the path, or null. */
+function matchPath(routeSegments: readonly string[], segments: readonly string[]): Array<[Param, string]> | null {
+  if (routeSegments.length !== segments.length) return null;
+  const params: Array<[Param, string]> = [];
+  for (let i = 0; i < segments.length; i++) {
+    const want = routeSegments[i]!;
+    if (want.startsWith(':')) params.push([want.slice(1) as Param, segments[i]!]);
+    else if (want !== segments[i]) return null;
   }
+  return params;
+}
+
+/** A path parameter, checked with the schema the children apply, so no caller value reaches a child it would refuse. */
+function checkParam(kind: Param, value: string): string {
+  if (kind === 'name') return checkOperationName(value, 'operation name');
+  if (!identifier.safeParse(value).success) {
+    throw new CustodyError('name_invalid', `grant id ${JSON.stringify(value.slice(0, 80))} is not a valid id: use 1-128 characters of letters, digits and _ . : @ / + -, starting with a letter or digit`);
+  }
+  return value;
+}
+
+function checkQuery(route: Route, query: ReadonlyMap<string, string>): URLSearchParams {
+  for (const [name, value] of query) {
+    if (!route.query.includes(name)) throw new CustodyError('target_invalid', `query parameter ${JSON.stringify(name.slice(0, 80))} is not read by this endpoint${route.query.length > 0 ? ` (it reads ${route.query.join(', ')})` : ''}`);
+    if (!/^[0-9]{1,7}$/.test(value)) throw new CustodyError('target_invalid', `query parameter ${name} must be a whole number of at most 7 digits, got ${JSON.stringify(value.slice(0, 80))}`);
+  }
+  return new URLSearchParams([...query]);
+}
+
+/** The kernel's argument bound (bytes of canonical JSON), applied before anything is logged or sent. */
+function checkArguments<T extends { tool: string; arguments: Record<string, unknown> }>(service: Service, body: T): T {
+  checkArgumentBytes(body.arguments, body.tool, argumentBytesBound(service.config.kernel.settings, body.tool));
+  return body;
 }
 
 export async function startApiServer(service: Service, port: number): Promise<ApiServer> {
   const gate = new TokenGate(readTokenFile(service.paths.agentToken), readTokenFile(service.paths.controlToken));
-  const limit = service.config.bounds.max_body_bytes;
+  const limits: BodyLimits = { maxBytes: service.config.bounds.max_body_bytes, maxDepth: argumentsDepthBudget(service.config.bounds.max_depth) + 1 };
   const log = service.log.child({ component: 'api' });
 
   const serve = async (request: IncomingMessage, response: ServerResponse) => {
-    const url = new URL(request.url ?? '/', 'http://127.0.0.1');
-    const candidates = ROUTES.filter((r) => r.pattern.test(url.pathname));
-    const match = candidates.find((r) => r.method === request.method);
-    // The token first: without one, nobody learns which endpoints exist.
-    gate.check(request, match?.access === 'open' ? 'open' : 'agent');
-    if (!match) {
-      if (candidates.length > 0) throw new CustodyError('bad_request', `${request.method} is not allowed on ${url.pathname}`);
-      throw new CustodyError('not_found', `no endpoint ${url.pathname}`);
+    // 1. The target, byte by byte (400): it tells nothing about the endpoints.
+    const target = parseTarget(request.url ?? '');
+    // 2. A method the API never serves (405), whatever the path.
+    const method = request.method ?? '';
+    if (!(METHODS as readonly string[]).includes(method)) {
+      response.setHeader('allow', METHODS.join(', '));
+      throw new CustodyError('method_not_allowed', `method ${JSON.stringify(method.slice(0, 32))} is not served; the API serves ${METHODS.join(', ')}`);
     }
-    gate.check(request, match.access);
-    if (service.stopping && match.access !== 'open') throw new CustodyError('shutting_down', 'the service is shutting down');
-    const values = match.pattern.exec(url.pathname)!.slice(1);
-    const params = Object.fromEntries(match.names.map((name, i) => [name, decodePathSegment(values[i]!)]));
+    const candidates = ROUTES.map((r) => ({ route: r, params: matchPath(r.segments, target.segments) })).filter((c) => c.params !== null);
+    const match = candidates.find((c) => c.route.method === method);
+    // 3. The token: without one, nobody learns which endpoints exist.
+    gate.check(request, match?.route.access === 'open' ? 'open' : 'agent');
+    // 4. The path (404) and the method on it (405).
+    if (!match) {
+      if (candidates.length > 0) {
+        const allowed = candidates.map((c) => c.route.method).join(', ');
+        response.setHeader('allow', allowed);
+        throw new CustodyError('method_not_allowed', `${method} is not allowed on ${target.rawPath}; use ${allowed}`);
+      }
+      throw new CustodyError('not_found', `no endpoint ${JSON.stringify(target.rawPath.slice(0, 200))}`);
+    }
+    gate.check(request, match.route.access);
+    // 5. Parameters and query, with the children's own schemas (400).
+    const params = Object.fromEntries(match.params!.map(([kind, value]) => [kind, checkParam(kind, value)]));
+    const query = checkQuery(match.route, target.query);
+    if (service.stopping && match.route.access !== 'open') throw new CustodyError('shutting_down', 'the service is shutting down');
     const context: RouteContext = {
       service,
       params,
-      query: url.searchParams,
-      body: async (schema) => {
-        const parsed = schema.safeParse(await readJsonBody(request, limit));
+      query,
+      body: async (schema, names = []) => {
+        const raw = await readJsonBody(request, limits);
+        for (const name of names) {
+          if (raw[name] === undefined) continue;
+          if (typeof raw[name] !== 'string') throw new CustodyError('name_invalid', `${name} must be a string name`);
+          checkOperationName(raw[name], name);
+        }
+        const parsed = schema.safeParse(raw);
         if (!parsed.success) throw new CustodyError('bad_request', describeIssues(parsed.error));
         return parsed.data;
       },
     };
-    const { status, body } = await match.handle(context);
+    const { status, body } = await match.route.handle(context);
     sendJson(response, status ?? 200, body);
   };
 
-  const server = createServer((request, response) => {
+  // No Host check: the API listens on 127.0.0.1 only, and Node's own 400
+  // for a missing Host would be a body without {code, message}.
+  const server = createServer({ requireHostHeader: false }, (request, response) => {
     const id = randomBytes(4).toString('hex');
     serve(request, response).catch((error: unknown) => {
       log.info('api_refused', { id, method: request.method, path: request.url, ...errorFields(error) });
       if (!response.headersSent) sendError(response, error);
       else response.end();
     });
+  });
+  // What Node's HTTP parser refuses (a method it does not know, bytes a
+  // request line may not hold, headers past its bound) gets a fixed body too.
+  server.on('clientError', (error: Error & { code?: string }, socket) => {
+    log.info('api_client_error', { code: error.code ?? null, message: error.message });
+    sendClientError(socket, error.code);
+  });
+  // CONNECT is handed to a 'connect' listener, not to the router; Node would just close the socket.
+  server.on('connect', (_request: IncomingMessage, socket: Duplex) => sendClientError(socket, 'HPE_INVALID_METHOD'));
+  // An Expect header other than 100-continue: Node would answer 417 with no body.
+  server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
+    sendError(response, new CustodyError('bad_request', `Expect: ${String(request.headers.expect).slice(0, 40)} is not supported; only 100-continue is`));
   });
   // Receiving a request (not answering it: an invoke may wait minutes) is bounded.
   server.requestTimeout = 30_000;

@@ -1,24 +1,84 @@
-// Parsing of the CLI's own value formats: --arg K=V / K=@FILE and durations.
-import { readFileSync } from 'node:fs';
+// Parsing of the CLI's own value formats: --arg K=V / K=@FILE, names,
+// ports and durations. Everything here is checked before anything is sent
+// or written (docs/SECURITY.md "The CLI").
+import { closeSync, existsSync, openSync, readSync } from 'node:fs';
 import { CustodyError } from '../../shared/errors.js';
+import { argumentBytesBound } from '../../shared/protocol/bounds.js';
+import { checkOperationName } from '../../shared/protocol/names.js';
+import { decodeUtf8OrRefuse } from '../../shared/text/utf8.js';
+import { loadConfig } from '../config/load.js';
+import { statePaths } from '../paths.js';
 
-/** `--arg note=text` or `--arg note=@review.txt` (the file's UTF-8 content), repeatable. */
-export function collectArg(value: string, previous: Record<string, string> = {}): Record<string, string> {
+/** One `--arg`: a value given inline, or a file to read once the bound is known. */
+export type ArgSource = { readonly value: string } | { readonly file: string };
+
+/** `--arg note=text` or `--arg note=@review.txt` (the file's UTF-8 content), repeatable. Files are read later, under the bound. */
+export function collectArg(value: string, previous: Record<string, ArgSource> = {}): Record<string, ArgSource> {
   const at = value.indexOf('=');
   if (at <= 0) throw new CustodyError('usage', `--arg expects KEY=VALUE or KEY=@FILE, got ${JSON.stringify(value)}`);
   const key = value.slice(0, at);
   const raw = value.slice(at + 1);
   if (Object.hasOwn(previous, key)) throw new CustodyError('usage', `--arg ${key} is given twice`);
-  let content = raw;
-  if (raw.startsWith('@')) {
-    const file = raw.slice(1);
-    try {
-      content = readFileSync(file, 'utf8');
-    } catch (cause) {
-      throw new CustodyError('usage', `--arg ${key}=@${file}: cannot read the file: ${(cause as Error).message}`, { cause });
-    }
+  return { ...previous, [key]: raw.startsWith('@') ? { file: raw.slice(1) } : { value: raw } };
+}
+
+/**
+ * The argument bound the service applies to a tool: the kernel's (32 KiB by
+ * default), or what custody.json's kernel.settings say. A state directory
+ * without a readable custody.json gets the default.
+ */
+export function argumentBoundFor(stateDir: string, tool: string): number {
+  const file = statePaths(stateDir).config;
+  if (!existsSync(file)) return argumentBytesBound({}, tool);
+  return argumentBytesBound(loadConfig(file).kernel.settings, tool);
+}
+
+const CHUNK = 64 * 1024;
+
+/**
+ * Read a file's bytes, at most `bound` of them: reading stops at bound + 1
+ * bytes and the file is refused (`file_too_large`) without reading more, so
+ * `@/dev/zero` answers at once. The content must be strict UTF-8
+ * (`encoding_invalid`, with the byte offset).
+ */
+export function readBoundedText(file: string, bound: number, what: string): string {
+  let fd: number;
+  try {
+    fd = openSync(file, 'r');
+  } catch (cause) {
+    throw new CustodyError('usage', `${what}: cannot read the file: ${(cause as Error).message}`, { cause });
   }
-  return { ...previous, [key]: content };
+  const buffer = Buffer.alloc(bound + 1);
+  let size = 0;
+  try {
+    while (size <= bound) {
+      const n = readSync(fd, buffer, size, Math.min(CHUNK, bound + 1 - size), null);
+      if (n === 0) break;
+      size += n;
+    }
+  } catch (cause) {
+    throw new CustodyError('usage', `${what}: cannot read the file: ${(cause as Error).message}`, { cause });
+  } finally {
+    closeSync(fd);
+  }
+  if (size > bound) {
+    throw new CustodyError('file_too_large', `${what}: the file is larger than ${bound} bytes, the argument bound of this tool (kernel.settings argument_bytes_default / argument_bytes_per_tool); nothing past the bound was read`);
+  }
+  return decodeUtf8OrRefuse(buffer.subarray(0, size), what);
+}
+
+/** Resolve every `--arg`: files are read under `bound` and must be UTF-8. */
+export function resolveArguments(specs: Record<string, ArgSource>, bound: number): Record<string, string> {
+  const args: Record<string, string> = {};
+  for (const [key, spec] of Object.entries(specs)) {
+    args[key] = 'file' in spec ? readBoundedText(spec.file, bound, `--arg ${key}=@${spec.file}`) : spec.value;
+  }
+  return args;
+}
+
+/** A request id or operation name given on the command line (shared/protocol/names.ts); name_invalid (exit 2) otherwise. */
+export function parseName(flag: string) {
+  return (value: string): string => checkOperationName(value, flag);
 }
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
@@ -35,7 +95,14 @@ export function parseDuration(value: string): number {
 export function parseCount(name: string, min: number) {
   return (value: string): number => {
     const n = Number(value);
-    if (!Number.isSafeInteger(n) || n < min) throw new CustodyError('usage', `${name} expects a whole number ≥ ${min}, got ${JSON.stringify(value)}`);
+    if (!/^[0-9]+$/.test(value) || !Number.isSafeInteger(n) || n < min) throw new CustodyError('usage', `${name} expects a whole number ≥ ${min}, got ${JSON.stringify(value)}`);
     return n;
   };
+}
+
+/** A TCP port: a whole number 0 to 65535 (0: any free port). */
+export function parsePort(value: string): number {
+  const n = Number(value);
+  if (!/^[0-9]{1,5}$/.test(value) || n > 65_535) throw new CustodyError('usage', `--port expects a whole number from 0 to 65535 (0: any free port), got ${JSON.stringify(value)}`);
+  return n;
 }

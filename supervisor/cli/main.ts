@@ -6,7 +6,7 @@
 import { Command, CommanderError, Option } from 'commander';
 import { toCustodyError } from '../../shared/errors.js';
 import { resolveStateDir } from '../paths.js';
-import { collectArg, parseCount, parseDuration } from './args.js';
+import { type ArgSource, argumentBoundFor, collectArg, parseCount, parseDuration, parseName, parsePort, resolveArguments } from './args.js';
 import { connect } from './client.js';
 import { EXIT_CODES, exitCodeForError } from './exit-codes.js';
 import { createOutput } from './output.js';
@@ -28,6 +28,8 @@ const program = new Command('custody')
 const state = () => resolveStateDir(program.opts<{ state?: string }>().state);
 const json = (options: { json?: boolean }) => createOutput(options.json === true);
 const client = () => connect(state());
+/** The --arg values, files read under the tool's argument bound, before anything is sent. */
+const argumentsOf = (tool: string, specs: Record<string, ArgSource>) => resolveArguments(specs, argumentBoundFor(state(), tool));
 
 program
   .command('init')
@@ -43,7 +45,7 @@ program
   .command('start')
   .description('run the service in the foreground (initializes a missing or empty state first)')
   .option('--state <dir>', 'state directory')
-  .option('--port <n>', 'control API port on 127.0.0.1 (overrides custody.json; 0 = any free port)', parseCount('--port', 0))
+  .option('--port <n>', 'control API port on 127.0.0.1 (overrides custody.json; 0 = any free port)', parsePort)
   .action(async (options: { state?: string; port?: number }) => {
     setExit(await startCommand(resolveStateDir(options.state ?? program.opts<{ state?: string }>().state), options.port));
   });
@@ -70,11 +72,11 @@ program
   .description('run a tool call end to end: reserve, start, execute, settle')
   .argument('<tool>', 'tool name, e.g. review-notes/append')
   .addOption(argOption())
-  .option('--request-id <id>', 'idempotency key: the same id and arguments get the same answer')
+  .addOption(new Option('--request-id <id>', 'idempotency key: the same id and arguments get the same answer').argParser(parseName('--request-id')))
   .addOption(waitOption())
   .option('--json', 'machine-readable output')
-  .action(async (tool: string, options: { arg: Record<string, string>; requestId?: string; wait?: number; json?: boolean }) =>
-    setExit(await invokeCommand(client(), json(options), tool, options.arg, options.requestId, options.wait)),
+  .action(async (tool: string, options: { arg: Record<string, ArgSource>; requestId?: string; wait?: number; json?: boolean }) =>
+    setExit(await invokeCommand(client(), json(options), tool, argumentsOf(tool, options.arg), options.requestId, options.wait)),
   );
 
 program
@@ -82,17 +84,17 @@ program
   .description('reserve and commit the start of an operation, without executing it')
   .argument('<tool>', 'tool name')
   .addOption(argOption())
-  .requiredOption('--operation <name>', 'the operation name (its request id)')
+  .addOption(new Option('--operation <name>', 'the operation name (its request id)').argParser(parseName('--operation')).makeOptionMandatory())
   .addOption(waitOption())
   .option('--json', 'machine-readable output')
-  .action(async (tool: string, options: { arg: Record<string, string>; operation: string; wait?: number; json?: boolean }) =>
-    setExit(await authorizeCommand(client(), json(options), tool, options.arg, options.operation, options.wait)),
+  .action(async (tool: string, options: { arg: Record<string, ArgSource>; operation: string; wait?: number; json?: boolean }) =>
+    setExit(await authorizeCommand(client(), json(options), tool, argumentsOf(tool, options.arg), options.operation, options.wait)),
   );
 
 program
   .command('execute')
   .description('execute an authorized operation; repeating it replays the retained report')
-  .argument('<name>', 'operation name')
+  .argument('<name>', 'operation name', parseName('NAME'))
   .option('--drop-reply', 'lost-reply drill: the executor retains its report, then exits 75 without replying')
   .addOption(waitOption())
   .option('--json', 'machine-readable output')
@@ -103,7 +105,7 @@ program
 program
   .command('report')
   .description("give the executor's signed report to the kernel; prints the output after a completed, verified reconcile")
-  .argument('<name>', 'operation name')
+  .argument('<name>', 'operation name', parseName('NAME'))
   .addOption(waitOption())
   .option('--json', 'machine-readable output')
   .action(async (name: string, options: { wait?: number; json?: boolean }) => setExit(await reportCommand(client(), json(options), name, 'report', options.wait)));
@@ -111,7 +113,7 @@ program
 program
   .command('reconcile')
   .description('ask the executor what became of an operation and settle it (never re-runs an effect)')
-  .argument('<name>', 'operation name')
+  .argument('<name>', 'operation name', parseName('NAME'))
   .addOption(waitOption())
   .option('--json', 'machine-readable output')
   .action(async (name: string, options: { wait?: number; json?: boolean }) => setExit(await reportCommand(client(), json(options), name, 'reconcile', options.wait)));
@@ -125,7 +127,7 @@ program
 program
   .command('trace')
   .description("an operation's timeline across the three stores")
-  .argument('<name>', 'operation name')
+  .argument('<name>', 'operation name', parseName('NAME'))
   .option('--json', 'machine-readable output')
   .action(async (name: string, options: { json?: boolean }) => setExit(await traceCommand(client(), json(options), name)));
 
@@ -159,7 +161,7 @@ grant
 const receipt = program.command('receipt').description('export and verify signed artifacts');
 receipt
   .command('export')
-  .argument('<name>', 'operation name')
+  .argument('<name>', 'operation name', parseName('NAME'))
   .option('--out <dir>', 'directory to write to (default ./<name>-artifacts)')
   .option('--json', 'machine-readable output')
   .action(async (name: string, options: { out?: string; json?: boolean }) => setExit(await receiptExportCommand(client(), json(options), name, options.out)));

@@ -1,7 +1,8 @@
 // status, grant add|list|revoke, receipt export|verify.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, constants as fsConstants, existsSync, lstatSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { CustodyError } from '../../../shared/errors.js';
+import { checkOperationName } from '../../../shared/protocol/names.js';
 import { decodeArtifact, readEnvelope } from '../../../shared/artifacts/artifact.js';
 import { readPublicKeyFile } from '../../../shared/crypto/key-files.js';
 import { type ServiceClient } from '../client.js';
@@ -78,18 +79,63 @@ export async function grantRevokeCommand(client: ServiceClient, out: Output, id:
   return 0;
 }
 
-/** Write each retained artifact's exact bytes to its own file. */
+/** File names an export may write: the service proposes them, but only these shapes are written. */
+const EXPORT_FILE = /^[a-z0-9][a-z0-9-]{0,63}\.(json|pub)$/;
+
+/**
+ * The export directory: created if missing, refused if it (the last
+ * component the operator named) is a symlink or not a directory, so nothing
+ * is written anywhere but inside it.
+ */
+function exportDirectory(dir: string): string {
+  const target = path.resolve(dir);
+  let stat = lstatOrNull(target);
+  if (stat === null) {
+    mkdirSync(target, { recursive: true });
+    stat = lstatOrNull(target);
+  }
+  if (stat?.isSymbolicLink()) throw new CustodyError('usage', `--out ${dir} is a symbolic link; name a real directory (export writes only inside the directory it names)`);
+  if (!stat?.isDirectory()) throw new CustodyError('usage', `--out ${dir} is not a directory`);
+  return target;
+}
+
+function lstatOrNull(file: string) {
+  try {
+    return lstatSync(file);
+  } catch {
+    return null;
+  }
+}
+
+/** Write one file inside `dir`, never through a symlink (O_NOFOLLOW), never outside it. */
+function writeInside(dir: string, name: string, text: string): string {
+  if (!EXPORT_FILE.test(name)) throw new CustodyError('usage', `refusing to write ${JSON.stringify(name)}: not a file name an export writes`);
+  const file = path.join(dir, name);
+  if (path.dirname(file) !== dir) throw new CustodyError('usage', `refusing to write ${JSON.stringify(name)} outside ${dir}`);
+  let fd: number;
+  try {
+    fd = openSync(file, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_TRUNC | fsConstants.O_NOFOLLOW, 0o600);
+  } catch (cause) {
+    const code = (cause as NodeJS.ErrnoException).code;
+    if (code === 'ELOOP') throw new CustodyError('usage', `refusing to write ${file}: it is a symbolic link`, { cause });
+    throw new CustodyError('usage', `cannot write ${file}: ${(cause as Error).message}`, { cause });
+  }
+  try {
+    writeSync(fd, text);
+  } finally {
+    closeSync(fd);
+  }
+  return file;
+}
+
+/** Write each retained artifact's exact bytes to its own file, inside the directory named and nowhere else. */
 export async function receiptExportCommand(client: ServiceClient, out: Output, name: string, dir: string | undefined): Promise<number> {
+  checkOperationName(name, 'NAME');
   const { body } = await client.get(`/v1/operations/${encodeURIComponent(name)}/artifacts`);
-  const target = path.resolve(dir ?? `${name}-artifacts`);
-  mkdirSync(target, { recursive: true });
+  const target = exportDirectory(dir ?? `${name}-artifacts`);
   const artifacts = body.artifacts as Array<{ file: string; kind: string; text: string }>;
-  const written = artifacts.map((artifact) => {
-    const file = path.join(target, artifact.file);
-    writeFileSync(file, artifact.text);
-    return { file, kind: artifact.kind, bytes: Buffer.byteLength(artifact.text) };
-  });
-  if (typeof body.kernel_public_key === 'string') writeFileSync(path.join(target, 'kernel.pub'), `${body.kernel_public_key}\n`);
+  const written = artifacts.map((artifact) => ({ file: writeInside(target, artifact.file, artifact.text), kind: artifact.kind, bytes: Buffer.byteLength(artifact.text) }));
+  if (typeof body.kernel_public_key === 'string') writeInside(target, 'kernel.pub', `${body.kernel_public_key}\n`);
   out.result({ name, dir: target, files: written }, () => [`Exported ${written.length} artifacts of ${name} to ${target}`, ...written.map((w) => `  ${path.basename(w.file)}  ${w.kind}, ${w.bytes} bytes`)].join('\n'));
   return 0;
 }
