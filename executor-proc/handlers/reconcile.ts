@@ -9,16 +9,19 @@
 //                              not (H4b, FIX_TOMB), so no claim can follow and
 //                              the kernel can release the hold.
 import { CustodyError } from '../../shared/errors.js';
+import { crashPoint } from '../../shared/fault.js';
 import { type RequestOf } from '../../shared/protocol/messages.js';
 import { AdapterHost } from '../adapters/host-client.js';
 import { type VerifiedAuthorization, verifyAuthorization } from '../authorization.js';
 import { type ExecutorContext, deadlineFor, effectRunning, withinDeadline } from '../context.js';
+import { pausePoint } from '../fault-pause.js';
 import { type OperationRecord } from '../ledger/records.js';
 import { reportSigner } from '../report.js';
 import { type ReportAnswer, replayable, retainObservation } from './answers.js';
 
 export async function reconcileOperation(context: ExecutorContext, body: RequestOf<'reconcile_operation'>): Promise<ReportAnswer> {
   const verified = verifyAuthorization(body.authorization, body.expected, context.ledger.config);
+  await pausePoint('pause_before_reconcile');
   const known = context.ledger.records.find(verified.subject.operationId);
   if (known) return replayable(known, verified) ?? askAdapter(context, verified, known);
 
@@ -35,6 +38,7 @@ export async function reconcileOperation(context: ExecutorContext, body: Request
       const report = refusal.record.report;
       if (!report) throw new CustodyError('store_corrupt', `refusal of ${verified.subject.operationId} has no report`);
       context.log.info('never_claimed', { operation_id: verified.subject.operationId, refusal_id: refusal.record.claimId });
+      crashPoint('executor', 'after_never_claimed_commit');
       return { report: report.text, status: report.status, replayed: false };
     }
     case 'existing':

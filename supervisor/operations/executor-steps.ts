@@ -4,6 +4,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { crashPoint } from '../../shared/fault.js';
 import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common.js';
 import { authorizationBody } from '../../shared/protocol/artifacts.js';
 import { nowMs } from '../../shared/clock.js';
@@ -195,6 +196,7 @@ export async function reconcileStep(ctx: OperationContext, row: RequestRow): Pro
 async function markUnknown(ctx: OperationContext, row: RequestRow, cause: CustodyError): Promise<boolean> {
   try {
     await askKernel(ctx, 'mark_unknown', { operation_id: row.operation_id, reason: `${cause.code}: ${cause.message}`.slice(0, 512) });
+    crashPoint('supervisor', 'after_mark_unknown_sent');
   } catch (error) {
     ctx.log.warn('mark_unknown_failed', { request_id: row.request_id, code: toCustodyError(error).code });
     return false;
