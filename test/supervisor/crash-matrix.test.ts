@@ -79,13 +79,6 @@ const MATRIX: readonly Row[] = [
   { fault: 'supervisor:after_mark_unknown_sent', walk: 'invoke', tool: 'fixture/unsure', ends: ['unknown'], effects: 0 },
 ];
 
-const FIXTURE_CONFIG = {
-  restart: { max_restarts: 20, period_s: 60, backoff_initial_ms: 20, backoff_max_ms: 200 },
-  executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }],
-  // Short windows let the archive rows pass an operation's window without a long wait.
-  kernel: { settings: { execution_window_ms: 3_000 } },
-};
-
 const FINAL_KERNEL_STATES = new Set(['completed', 'released', 'denied', 'start_denied', 'expired', 'finalization_denied', 'unknown']);
 
 function firedMarkers(faultDir: string, fault: string): string[] {
@@ -140,76 +133,123 @@ async function untilFinal(start: TestService, requestId: string, send: (service:
   }
 }
 
-const invokeBody = (requestId: string, tool: string) => ({ tool, request_id: requestId, arguments: tool === NOTE ? { note: `matrix ${requestId}` } : {}, wait_ms: 20_000 });
+const invokeBody = (requestId: string, tool: string, waitMs: number) => ({ tool, request_id: requestId, arguments: tool === NOTE ? { note: `matrix ${requestId}` } : {}, wait_ms: waitMs });
+
+/** Rows run this many at a time: they spend most of their time waiting for processes, not computing. */
+const CONCURRENCY = 3;
+
+function configFor(row: Row): Record<string, unknown> {
+  return {
+    restart: { max_restarts: 20, period_s: 60, backoff_initial_ms: 20, backoff_max_ms: 200 },
+    executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }],
+    // A short window lets an archive row pass its operation's window without a long wait.
+    ...(row.walk === 'archive' ? { kernel: { settings: { execution_window_ms: 3_000 } } } : {}),
+  };
+}
+
+async function runRow(row: Row, cleanups: Array<() => void>): Promise<void> {
+  const faultDir = mkdtempSync(path.join(tmpdir(), 'custody-matrix-fault-'));
+  cleanups.push(() => rmSync(faultDir, { recursive: true, force: true }));
+  const env = { CUSTODY_FAULT: row.fault, CUSTODY_FAULT_DIR: faultDir };
+  if (row.walk === 'init') return initRow(row, env, faultDir, cleanups);
+
+  const root = await initTestState(configFor(row));
+  let service = await startService({ dir: root, env });
+  cleanups.push(() => service.cleanup());
+  const tool = row.tool ?? NOTE;
+  if (tool.startsWith('fixture/') && row.walk !== 'refused') {
+    expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
+  }
+  const requestId = `m-${row.fault.replace(/[^a-z]+/g, '-')}`.slice(0, 60);
+  const operationId = operationIdFor(requestId);
+  // An operation that ends unknown is never final for the supervisor (it keeps asking): do not wait long on it.
+  const waitMs = row.ends.includes('unknown') ? 1_000 : 20_000;
+
+  let driven: Driven;
+  switch (row.walk) {
+    case 'invoke':
+    case 'refused':
+    case 'archive':
+      driven = await untilFinal(service, requestId, (s) => s.http('POST', '/v1/invoke', invokeBody(requestId, tool, waitMs), 'agent'));
+      break;
+    case 'never_claimed': {
+      const authorized = await service.http('POST', '/v1/authorize', { tool, arguments: { note: `matrix ${requestId}` }, operation: requestId });
+      expect(authorized.status, JSON.stringify(authorized.body)).to.equal(200);
+      driven = await untilFinal(service, requestId, (s) => s.http('POST', `/v1/operations/${requestId}/reconcile`, {}));
+      break;
+    }
+  }
+  service = driven.service;
+
+  if (row.walk === 'archive') {
+    // Ask again until the settled operation has left the live ledger for the archive.
+    await eventuallyAsync(async () => {
+      service = await serving(service);
+      await service.http('POST', '/v1/archive', {}).catch(() => null);
+      const counts = ledgerCounts(service, operationId);
+      return counts.live === 0 && counts.archived === 1;
+    }, 30_000, `${requestId} archived`);
+    // Archived, its report still replays: the retry answers the same.
+    const again = await service.http('POST', '/v1/invoke', invokeBody(requestId, tool, waitMs), 'agent');
+    expect(again.body.receipt).to.equal(driven.answer.receipt);
+  }
+
+  expect(firedMarkers(faultDir, row.fault), 'cutpoints armed but never reached').to.deep.equal([]);
+  const kernel = kernelState(service, requestId);
+  expect(row.ends, `kernel state ${kernel?.state}`).to.include(kernel?.state);
+  if (kernel!.state !== 'unknown') expect(driven.answer.outcome, 'the answer is what kernel.db holds').to.equal(kernel!.state);
+  else expect(kernel!.flag, 'unknown names its reason').to.be.a('string').and.not.equal('');
+  const effects = effectsPerOperation(path.join(service.paths.resourcesDir, 'review-notes.jsonl')).get(operationId) ?? 0;
+  if (row.ends.length > 1) expect(effects).to.equal(kernel!.state === 'completed' ? 1 : 0);
+  else expect(effects, 'journal lines of the operation').to.equal(row.effects);
+
+  await service.stop();
+  const checked = checkInvariants({ root: service.dir, mustBeFinal: [requestId] });
+  expect(checked.violations, JSON.stringify(checked.violations)).to.deep.equal([]);
+}
 
 describe('crash matrix: every cutpoint, through the whole service', function () {
-  // Each row is seconds (a supervisor row waits for its predecessor's lock).
-  this.timeout(120_000);
+  // Rows run CONCURRENCY at a time from `before`; each test waits for its own row.
+  this.timeout(240_000);
   const cleanups: Array<() => void> = [];
+  const runs = new Map<Row, Promise<void>>();
 
-  afterEach(() => {
+  before(() => {
+    // Provisioning rows arm their cutpoint through this process's environment, which
+    // any init running beside them would inherit: they run first, one at a time.
+    const serial = MATRIX.filter((row) => row.walk === 'init');
+    const queue = MATRIX.filter((row) => row.walk !== 'init');
+    let chain: Promise<unknown> = Promise.resolve();
+    for (const row of serial) {
+      const run = chain.then(() => runRow(row, cleanups));
+      runs.set(row, run);
+      chain = run.catch(() => undefined);
+    }
+    const waiters: Array<() => void> = [];
+    let running = 0;
+    const slot = async () => {
+      await chain;
+      while (running >= CONCURRENCY) await new Promise<void>((resolve) => waiters.push(resolve));
+      running += 1;
+    };
+    const free = () => {
+      running -= 1;
+      waiters.shift()?.();
+    };
+    for (const row of queue) {
+      const run = slot().then(() => runRow(row, cleanups).finally(free));
+      run.catch(() => undefined); // reported by its own test
+      runs.set(row, run);
+    }
+  });
+
+  after(async () => {
+    await Promise.allSettled(runs.values());
     for (const cleanup of cleanups.splice(0)) cleanup();
   });
 
   for (const row of MATRIX) {
-    it(`killed at ${row.fault}: ${row.walk} ends ${row.ends.join(' or ') || 'refused by init'} with ${row.effects} effect${row.effects === 1 ? '' : 's'}`, async () => {
-      const faultDir = mkdtempSync(path.join(tmpdir(), 'custody-matrix-fault-'));
-      cleanups.push(() => rmSync(faultDir, { recursive: true, force: true }));
-      const env = { CUSTODY_FAULT: row.fault, CUSTODY_FAULT_DIR: faultDir };
-      if (row.walk === 'init') return initRow(row, env, faultDir, cleanups);
-
-      const root = await initTestState(FIXTURE_CONFIG);
-      let service = await startService({ dir: root, env });
-      cleanups.push(() => service.cleanup());
-      const tool = row.tool ?? NOTE;
-      if (tool.startsWith('fixture/') && row.walk !== 'refused') {
-        expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
-      }
-      const requestId = `m-${row.fault.replace(/[^a-z]+/g, '-')}`.slice(0, 60);
-      const operationId = operationIdFor(requestId);
-
-      let driven: Driven;
-      switch (row.walk) {
-        case 'invoke':
-        case 'refused':
-        case 'archive':
-          driven = await untilFinal(service, requestId, (s) => s.http('POST', '/v1/invoke', invokeBody(requestId, tool), 'agent'));
-          break;
-        case 'never_claimed': {
-          const authorized = await service.http('POST', '/v1/authorize', { tool, arguments: { note: `matrix ${requestId}` }, operation: requestId });
-          expect(authorized.status, JSON.stringify(authorized.body)).to.equal(200);
-          driven = await untilFinal(service, requestId, (s) => s.http('POST', `/v1/operations/${requestId}/reconcile`, {}));
-          break;
-        }
-      }
-      service = driven.service;
-
-      if (row.walk === 'archive') {
-        // Ask again until the settled operation has left the live ledger for the archive.
-        await eventuallyAsync(async () => {
-          service = await serving(service);
-          await service.http('POST', '/v1/archive', {}).catch(() => null);
-          const counts = ledgerCounts(service, operationId);
-          return counts.live === 0 && counts.archived === 1;
-        }, 30_000, `${requestId} archived`);
-        // Archived, its report still replays: the retry answers the same.
-        const again = await service.http('POST', '/v1/invoke', invokeBody(requestId, tool), 'agent');
-        expect(again.body.receipt).to.equal(driven.answer.receipt);
-      }
-
-      expect(firedMarkers(faultDir, row.fault), 'cutpoints armed but never reached').to.deep.equal([]);
-      const kernel = kernelState(service, requestId);
-      expect(row.ends, `kernel state ${kernel?.state}`).to.include(kernel?.state);
-      if (kernel!.state !== 'unknown') expect(driven.answer.outcome, 'the answer is what kernel.db holds').to.equal(kernel!.state);
-      else expect(kernel!.flag, 'unknown names its reason').to.be.a('string').and.not.equal('');
-      const effects = effectsPerOperation(path.join(service.paths.resourcesDir, 'review-notes.jsonl')).get(operationId) ?? 0;
-      if (row.ends.length > 1) expect(effects).to.equal(kernel!.state === 'completed' ? 1 : 0);
-      else expect(effects, 'journal lines of the operation').to.equal(row.effects);
-
-      await service.stop();
-      const checked = checkInvariants({ root: service.dir, mustBeFinal: [requestId] });
-      expect(checked.violations, JSON.stringify(checked.violations)).to.deep.equal([]);
-    });
+    it(`killed at ${row.fault}: ${row.walk} ends ${row.ends.join(' or ') || 'refused by init'} with ${row.effects} effect${row.effects === 1 ? '' : 's'}`, () => runs.get(row)!);
   }
 });
 
