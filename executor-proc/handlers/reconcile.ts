@@ -14,14 +14,12 @@ import { type RequestOf } from '../../shared/protocol/messages.js';
 import { AdapterHost } from '../adapters/host-client.js';
 import { type VerifiedAuthorization, verifyAuthorization } from '../authorization.js';
 import { type ExecutorContext, deadlineFor, effectRunning, withinDeadline } from '../context.js';
-import { pausePoint } from '../fault-pause.js';
 import { type OperationRecord } from '../ledger/records.js';
 import { reportSigner } from '../report.js';
 import { type ReportAnswer, replayable, retainObservation } from './answers.js';
 
 export async function reconcileOperation(context: ExecutorContext, body: RequestOf<'reconcile_operation'>): Promise<ReportAnswer> {
   const verified = verifyAuthorization(body.authorization, body.expected, context.ledger.config);
-  await pausePoint('pause_before_reconcile');
   const known = context.ledger.records.find(verified.subject.operationId);
   if (known) return replayable(known, verified) ?? askAdapter(context, verified, known);
 

@@ -8,6 +8,8 @@
 // checker (scripts/chaos/invariants.ts) clean over the three stores. Each
 // row's armed cutpoints must all have fired, so a row that no longer reaches
 // its cutpoint fails instead of passing untested.
+// Slow by nature: about a minute and a half on 2 cores (rows run three at a
+// time; a supervisor row also waits for the restarted supervisor to take its lock).
 import { expect } from 'chai';
 import Database from 'better-sqlite3';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -39,6 +41,8 @@ interface Row {
   readonly ends: readonly string[];
   /** Journal lines of the operation at the end. */
   readonly effects: 0 | 1;
+  /** Kernel settings for the row (custody.json kernel.settings). */
+  readonly kernel?: Record<string, unknown>;
 }
 
 const NOTE = 'review-notes/append';
@@ -63,6 +67,8 @@ const MATRIX: readonly Row[] = [
   { fault: 'kernel:after_start_commit', walk: 'invoke', ends: ['completed'], effects: 1 },
   { fault: 'kernel:after_start_commit,kernel:after_recovery_commit', walk: 'invoke', ends: ['completed'], effects: 1 },
   { fault: 'kernel:after_reconcile_commit', walk: 'invoke', ends: ['completed'], effects: 1 },
+  // A nonce that expires at once: the sweep before the start's batch expires the reservation.
+  { fault: 'kernel:after_sweep_commit', walk: 'invoke', kernel: { nonce_ttl_ms: 1 }, ends: ['expired'], effects: 0 },
   { fault: 'kernel:after_mark_unknown_commit', walk: 'invoke', tool: 'fixture/unsure', ends: ['unknown'], effects: 0 },
   { fault: 'kernel:after_provision_commit', walk: 'init', ends: [], effects: 0 },
   { fault: 'kernel:after_pin_commit', walk: 'init', ends: [], effects: 0 },
@@ -143,7 +149,7 @@ function configFor(row: Row): Record<string, unknown> {
     restart: { max_restarts: 20, period_s: 60, backoff_initial_ms: 20, backoff_max_ms: 200 },
     executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }],
     // A short window lets an archive row pass its operation's window without a long wait.
-    ...(row.walk === 'archive' ? { kernel: { settings: { execution_window_ms: 3_000 } } } : {}),
+    kernel: { settings: { ...(row.walk === 'archive' ? { execution_window_ms: 3_000 } : {}), ...row.kernel } },
   };
 }
 
