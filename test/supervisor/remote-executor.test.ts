@@ -4,14 +4,16 @@
 // stdin open, its lock held and an effect in flight. The replacement the
 // supervisor starts must wait for the lock (the supervisor retries within its
 // restart intensity, each refusal an incident naming the holder), nothing may
-// run twice, and reconciliation must stay true while the old effect is still
-// about to happen: the built-in review-notes tool fences (executor-proc/ADAPTERS.md).
+// run twice, and reconciliation must stay true whether the old effect finishes
+// (its retained report is replayed) or not (the built-in review-notes tool
+// fences, so a late append is refused: executor-proc/ADAPTERS.md).
 import { expect } from 'chai';
 import Database from 'better-sqlite3';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { checkInvariants } from '../../scripts/chaos/invariants.js';
+import { reviewNotesAdapter } from '../../executor-proc/adapters/review-notes.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
 import { isGone } from '../../supervisor/children/proc-stat.js';
 import { distPath } from '../helpers/children.js';
@@ -87,8 +89,18 @@ describe('an executor behind a launcher that can die while the executor lives on
     rmSync(faultDir, { recursive: true, force: true });
   });
 
-  it('killing the launcher runs nothing twice: the replacement waits for the live executor\'s lock, and after it is gone reconciliation fences the effect still pending', async () => {
-    const requestId = 'remote-1';
+  interface Pinned {
+    readonly requestId: string;
+    readonly operationId: string;
+    readonly answer: Promise<{ status: number; body: Record<string, unknown> }>;
+    readonly adapterHost: number;
+    readonly executor: number;
+    claim(): unknown;
+    close(): void;
+  }
+
+  /** An invoke paused before its effect on the remote executor; its launcher killed; the replacement refused. */
+  async function launcherKilledMidOperation(requestId: string): Promise<Pinned> {
     const operationId = operationIdFor(requestId);
     const answer = service.http('POST', '/v1/invoke', { tool: 'review-notes/append', request_id: requestId, arguments: { note: 'across a partition' }, wait_ms: 90_000 }, 'agent');
     answer.catch(() => undefined);
@@ -117,11 +129,11 @@ describe('an executor behind a launcher that can die while the executor lives on
 
     // The launcher dies; the executor lives on, holding its lock.
     process.kill(launcher, 'SIGKILL');
-    const incidents = async () => ((await service.http('GET', '/v1/incidents?limit=500')).body.incidents as Incident[]) ?? [];
     let refusals: Incident[] = [];
     const deadline = Date.now() + 30_000;
     while (refusals.length < 1 && Date.now() < deadline) {
-      refusals = (await incidents()).filter((i) => i.code === 'store_locked' && i.message.includes(`pid ${executor}`));
+      const incidents = ((await service.http('GET', '/v1/incidents?limit=500')).body.incidents as Incident[]) ?? [];
+      refusals = incidents.filter((i) => i.code === 'store_locked' && i.message.includes(`pid ${executor}`));
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     expect(refusals.length, 'the replacement is refused, naming the live holder').to.be.at.least(1);
@@ -130,26 +142,50 @@ describe('an executor behind a launcher that can die while the executor lives on
     expect(alive(executor), 'the executor outlives its launcher').to.equal(true);
     expect(journal(service).filter((line) => line.operation_id === operationId), 'no effect while the old executor holds on').to.deep.equal([]);
     expect(claim(), 'its claim stands, without a report').to.deep.equal({ kind: 'claim', status: null });
+    return { requestId, operationId, answer, adapterHost, executor, claim, close: () => ledger.close() };
+  }
 
-    // The old executor dies at last (its host noticed); its adapter host, with the effect pending, lives on.
-    process.kill(executor, 'SIGKILL');
-    await eventually(() => !alive(executor), 10_000, 'the old executor gone');
-    expect(alive(adapterHost), 'the old effect is still pending').to.equal(true);
-
-    // The replacement takes the lock and reconciles: the tool fences, so "not applied" is true.
-    const settled = await answer;
-    expect(settled.body).to.include({ final: true, outcome: 'released' });
-    expect(journal(service).filter((line) => line.fence === operationId), 'reconciliation fenced the operation').to.have.length(1);
-
-    // The old effect finishes now: the fence refuses it.
+  it('killing the launcher runs nothing twice: the old executor finishes its effect while the replacement waits, and reconciliation reports that effect', async () => {
+    const pinned = await launcherKilledMidOperation('remote-finish');
+    // The old effect goes on, on the "remote host": the note is appended, the report retained, the reply lost.
     writeFileSync(path.join(faultDir, 'executor.pause_before_effect.release'), '');
-    await eventually(() => !alive(adapterHost), 20_000, 'the old adapter host done');
-    expect(journal(service).filter((line) => line.operation_id === operationId), 'the late effect was refused by the fence').to.deep.equal([]);
-    expect(claim()).to.deep.equal({ kind: 'claim', status: 'reconciled_not_applied' });
-    ledger.close();
+    await eventually(() => (pinned.claim() as { status: string | null }).status === 'completed', 20_000, 'the old executor retained its report');
+    expect(journal(service).filter((line) => line.operation_id === pinned.operationId)).to.have.length(1);
+
+    // The old executor goes at last; the replacement takes the lock and reconciles: the retained report, not a second run.
+    process.kill(pinned.executor, 'SIGKILL');
+    const settled = await pinned.answer;
+    expect(settled.body).to.include({ final: true, outcome: 'completed' });
+    expect(journal(service).filter((line) => line.operation_id === pinned.operationId), 'exactly one effect').to.have.length(1);
+    pinned.close();
 
     await service.stop();
-    const checked = checkInvariants({ root: service.dir, mustBeFinal: [requestId] });
+    const checked = checkInvariants({ root: service.dir, mustBeFinal: [pinned.requestId] });
+    expect(checked.violations, JSON.stringify(checked.violations)).to.deep.equal([]);
+  });
+
+  it('killing the launcher runs nothing twice: when the old executor dies before its effect, reconciliation fences, and a late append is refused', async () => {
+    const pinned = await launcherKilledMidOperation('remote-fence');
+    // The old executor dies with its effect pending; its adapter host goes with it (it stops when its executor is gone).
+    process.kill(pinned.executor, 'SIGKILL');
+    await eventually(() => !alive(pinned.executor) && !alive(pinned.adapterHost), 10_000, 'the old executor and its adapter host gone');
+
+    // The replacement takes the lock and reconciles: the tool fences, so "not applied" is and stays true.
+    const settled = await pinned.answer;
+    expect(settled.body).to.include({ final: true, outcome: 'released' });
+    expect(journal(service).filter((line) => line.fence === pinned.operationId), 'reconciliation fenced the operation').to.have.length(1);
+    expect(pinned.claim()).to.deep.equal({ kind: 'claim', status: 'reconciled_not_applied' });
+    pinned.close();
+
+    // A writer that escaped (a detached grandchild, a process on the old host) appends late: the fence refuses it.
+    const late = reviewNotesAdapter(service.paths.resourcesDir, 4096, () => undefined);
+    const outcome = await late.execute({ operationKey: pinned.operationId, arguments: { note: 'too late' }, signal: new AbortController().signal, log: () => undefined });
+    late.close();
+    expect(outcome).to.have.property('outcome', 'not_applied');
+    expect(journal(service).filter((line) => line.operation_id === pinned.operationId), 'no effect, ever').to.deep.equal([]);
+
+    await service.stop();
+    const checked = checkInvariants({ root: service.dir, mustBeFinal: [pinned.requestId] });
     expect(checked.violations, JSON.stringify(checked.violations)).to.deep.equal([]);
   });
 });
