@@ -9,6 +9,7 @@ import { nowMs } from '../shared/clock.js';
 import { createKeyPair, loadSigner } from '../shared/crypto/key-files.js';
 import { type Signer, publicKeyFromHex } from '../shared/crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../shared/errors.js';
+import { crashPoint } from '../shared/fault.js';
 import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
 import { ensurePrivateDir, isPathPresent } from '../shared/store/private-fs.js';
 import { ARCHIVE_FILE, type ExecutorStores, LEDGER_FILE, openStores, provisionStores } from './ledger/stores.js';
@@ -80,6 +81,7 @@ function provision(request: StateRequest, kernelPublicKey: string): { stores: Ex
       refusalReserve: reserve,
     },
   });
+  crashPoint('executor', 'after_provision_commit');
   return { stores, signer };
 }
 

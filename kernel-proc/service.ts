@@ -85,7 +85,11 @@ export class KernelService implements ChildService {
       case 'grant.revoke':
         return submit((context) => grantView(kernel, revokeGrant(kernel, (body as RequestOf<'grant.revoke'>).capability_id, context.now)));
       case 'executor.pin':
-        return submit((context) => pinExecutor(kernel, body as RequestOf<'executor.pin'>, context.now));
+        return submit((context) => {
+          const pinned = pinExecutor(kernel, body as RequestOf<'executor.pin'>, context.now);
+          context.afterCommit('after_pin_commit');
+          return pinned;
+        });
       default: {
         const unhandled: never = kind;
         return Promise.reject(new CustodyError('unexpected_message', `the kernel has no handler for ${String(unhandled)}`));

@@ -1,11 +1,15 @@
-// Fault injection for the crash matrix (DESIGN §12). Inert unless the
-// environment names a cutpoint: CUSTODY_FAULT="<role>:<cutpoint>[,…]". At a
-// named cutpoint the process kills itself with SIGKILL, exactly as an
-// operator's `kill -9` would: no handlers, no flush, no goodbye.
+// Fault injection for the crash matrix (docs/RELIABILITY.md lists every
+// cutpoint). Inert unless the environment names a cutpoint:
+// CUSTODY_FAULT="<role>:<cutpoint>[,…]". At a named crash cutpoint the
+// process kills itself with SIGKILL, exactly as an operator's `kill -9` would:
+// no handlers, no flush, no goodbye. At a named pause point it waits (see
+// pausePoint) so that a test can kill it, or another process, while the work
+// is pinned in flight.
 // With CUSTODY_FAULT_DIR set, each cutpoint fires once: a marker file created
 // there (O_EXCL) before the kill keeps the restarted process from dying again.
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, existsSync, openSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 function armed(role: string, cutpoint: string): boolean {
   const spec = process.env.CUSTODY_FAULT;
@@ -34,4 +38,21 @@ export function crashPoint(role: string, cutpoint: string): void {
 /** Whether a cutpoint is armed, for faults that are not crashes (a hang, a slow step). */
 export function faultArmed(role: string, cutpoint: string): boolean {
   return armed(role, cutpoint) && claimOnce(role, cutpoint);
+}
+
+const PAUSE_POLL_MS = 10;
+
+/**
+ * A pause point: inert unless CUSTODY_FAULT names `<role>:<cutpoint>` and
+ * CUSTODY_FAULT_DIR is set; then, once, the process writes
+ * `<dir>/<role>.<cutpoint>.reached` (its pid) and waits, without blocking its
+ * event loop, until `<dir>/<role>.<cutpoint>.release` exists. Other requests
+ * are served meanwhile: that is the interleaving under test.
+ */
+export async function pausePoint(role: string, cutpoint: string): Promise<void> {
+  const dir = process.env.CUSTODY_FAULT_DIR;
+  if (!dir || !faultArmed(role, cutpoint)) return;
+  writeFileSync(path.join(dir, `${role}.${cutpoint}.reached`), `${process.pid}\n`);
+  const release = path.join(dir, `${role}.${cutpoint}.release`);
+  while (!existsSync(release)) await sleep(PAUSE_POLL_MS);
 }

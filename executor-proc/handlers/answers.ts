@@ -2,6 +2,7 @@
 // its exact bytes (never re-signed), a refusal, an unknown outcome; and the
 // retention of a new observation, where an earlier report, if any, stands.
 import { CustodyError } from '../../shared/errors.js';
+import { crashPoint } from '../../shared/fault.js';
 import { type ReportStatus } from '../../shared/protocol/artifacts.js';
 import { type JsonValue } from '../../shared/protocol/common.js';
 import { type ResultOf } from '../../shared/protocol/messages.js';
@@ -60,6 +61,7 @@ export function retainObservation(
   if (!report) throw new CustodyError('store_corrupt', `operation ${operationId} has no report right after retaining one`);
   if (outcome.kind === 'retained') {
     context.log.info('report_retained', { operation_id: operationId, status, source });
+    if (source === 'reconcile') crashPoint('executor', 'after_reconciled_report_commit');
     return { report: report.text, status: report.status, replayed: false };
   }
   // Insert-once: the first report stands; a second terminal move is refused.

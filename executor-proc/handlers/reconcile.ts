@@ -9,6 +9,7 @@
 //                              not (H4b, FIX_TOMB), so no claim can follow and
 //                              the kernel can release the hold.
 import { CustodyError } from '../../shared/errors.js';
+import { crashPoint } from '../../shared/fault.js';
 import { type RequestOf } from '../../shared/protocol/messages.js';
 import { AdapterHost } from '../adapters/host-client.js';
 import { type VerifiedAuthorization, verifyAuthorization } from '../authorization.js';
@@ -35,6 +36,7 @@ export async function reconcileOperation(context: ExecutorContext, body: Request
       const report = refusal.record.report;
       if (!report) throw new CustodyError('store_corrupt', `refusal of ${verified.subject.operationId} has no report`);
       context.log.info('never_claimed', { operation_id: verified.subject.operationId, refusal_id: refusal.record.claimId });
+      crashPoint('executor', 'after_never_claimed_commit');
       return { report: report.text, status: report.status, replayed: false };
     }
     case 'existing':

@@ -10,6 +10,7 @@
 // too, so an archived operation still replays its report.
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
+import { crashPoint } from '../../shared/fault.js';
 import { type NOT_ARCHIVED_REASONS } from '../../shared/protocol/executor-messages.js';
 import { type Ledger } from './ledger.js';
 
@@ -110,8 +111,11 @@ export class Archiver {
           }
           this.#copy.run({ ...row, archived_at: now });
         }
+        // Copied, not committed: a crash here rolls the copy back.
+        crashPoint('executor', 'inside_archive_copy');
       })
       .immediate();
+    crashPoint('executor', 'after_archive_copy_commit');
   }
 
   #removeFromLive(rows: readonly LiveRow[]): void {
@@ -131,6 +135,7 @@ export class Archiver {
         }
       })
       .immediate();
+    crashPoint('executor', 'after_archive_delete_commit');
   }
 
   #assertSameCopy(row: LiveRow, copy: { claim_id: string; report_digest: string }): void {

@@ -4,6 +4,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { crashPoint } from '../../shared/fault.js';
 import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common.js';
 import { type Invocation } from '../../shared/protocol/artifacts.js';
 import { authorizationBody } from '../../shared/protocol/artifacts.js';
@@ -237,6 +238,7 @@ export async function reconcileOperation(ctx: OperationContext, executor: ChildH
 async function markUnknown(ctx: OperationContext, target: ReconcileTarget, cause: CustodyError): Promise<boolean> {
   try {
     await askKernel(ctx, 'mark_unknown', { operation_id: target.operationId, reason: `${cause.code}: ${cause.message}`.slice(0, 512) });
+    crashPoint('supervisor', 'after_mark_unknown_sent');
   } catch (error) {
     ctx.log.warn('mark_unknown_failed', { request_id: target.requestId, code: toCustodyError(error).code });
     return false;

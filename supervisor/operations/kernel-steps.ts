@@ -3,6 +3,7 @@
 // that died anywhere in a step repeats it and gets the retained answer.
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError } from '../../shared/errors.js';
+import { crashPoint } from '../../shared/fault.js';
 import { type Invocation, authorizationBody } from '../../shared/protocol/artifacts.js';
 import { parametersDigest } from '../../shared/protocol/binding.js';
 import { type JsonObject } from '../../shared/protocol/common.js';
@@ -46,6 +47,8 @@ export async function startStep(ctx: OperationContext, row: RequestRow): Promise
 export async function settleStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
   if (!row.authorization || !row.report) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no authorization or report to settle`);
   const result = await askKernel(ctx, 'reconcile', { authorization: row.authorization, report: row.report });
+  // The kernel settled it; this supervisor has not recorded that yet.
+  crashPoint('supervisor', 'after_report_forwarded');
   return ctx.store.movePhase(row.request_id, 'settled', {
     outcome: result.state,
     reason: result.reason,

@@ -2,6 +2,7 @@
 import type Database from 'better-sqlite3';
 import { nowMs } from '../../shared/clock.js';
 import { CustodyError } from '../../shared/errors.js';
+import { crashPoint } from '../../shared/fault.js';
 import { openStore, provisionStore, type StoreSpec } from '../../shared/store/sqlite-store.js';
 import { type RequestPhase, REQUEST_MACHINE } from '../operations/phases.js';
 import { SUPERVISOR_MIGRATIONS } from './schema.js';
@@ -183,7 +184,8 @@ export class SupervisorStore {
 
   /** Log a request before the first kernel call; an existing row with the same id is returned as it is. */
   logRequest(row: Pick<RequestRow, 'request_id' | 'operation_id' | 'kind' | 'tool' | 'subject' | 'arguments' | 'cost_units' | 'binding_hash'>): RequestRow {
-    this.#insertRequest.run({ ...row, now: nowMs() });
+    const inserted = this.#insertRequest.run({ ...row, now: nowMs() }).changes === 1;
+    if (inserted) crashPoint('supervisor', 'after_request_logged');
     const stored = this.#getRequest.get(row.request_id);
     if (!stored) throw new CustodyError('internal', `request ${row.request_id} was not logged`);
     return stored;
@@ -216,25 +218,33 @@ export class SupervisorStore {
 
   /** Move a request to a phase through the transition table; staying in place is a no-op. */
   movePhase(requestId: string, to: RequestPhase, patch: RequestPatch = {}): RequestRow {
+    let moved = false;
     const apply = this.db.transaction(() => {
       const current = this.#getRequest.get(requestId);
       if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
       if (current.phase !== to) {
         REQUEST_MACHINE.assertMove(current.phase, to, `request ${requestId}`);
         this.#setPhase.run(to, nowMs(), requestId, current.phase);
+        moved = true;
       }
       this.patchRequest(requestId, patch);
       return this.#getRequest.get(requestId)!;
     });
-    return apply.immediate();
+    const nested = this.db.inTransaction;
+    const row = apply.immediate();
+    // A cutpoint per phase reached, once its move has committed (startAttempt's has its own).
+    if (moved && !nested) crashPoint('supervisor', `after_phase_${to}`);
+    return row;
   }
 
   /** Move to `executing` and count the attempt, in one transaction: the row returned carries the new count. */
   startAttempt(requestId: string): RequestRow {
-    return this.db.transaction(() => {
+    const started = this.db.transaction(() => {
       this.movePhase(requestId, 'executing');
       this.#bumpAttempts.run(nowMs(), requestId);
       return this.#getRequest.get(requestId)!;
     }).immediate();
+    crashPoint('supervisor', 'after_attempt_started');
+    return started;
   }
 }

@@ -72,23 +72,40 @@ describe('executor-proc ledger', () => {
     ledger.retainReport(claimed.operationId, 'completed', signerFor(ledger, 'completed'));
     ledger.refuse(subject(), signerFor(ledger, 'never_claimed'));
     const file = path.join(dir, LEDGER_FILE);
-    const statements = [
-      "UPDATE claims SET claimed_at = 1 WHERE kind = 'claim'",
-      "DELETE FROM claims WHERE kind = 'claim'",
-      "DELETE FROM claims WHERE kind = 'refusal'",
-      "UPDATE reports SET status = 'reconciled_not_applied'",
-      'DELETE FROM reports',
-      "UPDATE config SET executor_id = 'mallory'",
-      'DELETE FROM config',
-      'UPDATE clock SET hwm_ms = 1',
-      'DELETE FROM clock',
-      "INSERT INTO config SELECT 2, executor_id, public_key, key_epoch, kernel_public_key, claim_capacity, refusal_reserve, file_dev, file_ino, provisioned_at FROM config",
+    // Each refusal is the guard's own: a trigger's RAISE message, or — for a
+    // delete — the archive permit function the delete triggers call, which
+    // exists on custody's own connection only, so no shell can prepare one.
+    const permitMissing = 'no such function: custody_archive_permit';
+    const statements: Array<readonly [string, string]> = [
+      ["UPDATE claims SET claimed_at = 1 WHERE kind = 'claim'", 'claims are insert-once: a claim or refusal is never changed'],
+      ["DELETE FROM claims WHERE kind = 'claim'", permitMissing],
+      ["DELETE FROM claims WHERE kind = 'refusal'", permitMissing],
+      ["UPDATE reports SET status = 'reconciled_not_applied'", 'reports are insert-once: a signed report is kept as signed'],
+      ['DELETE FROM reports', permitMissing],
+      ["UPDATE config SET executor_id = 'mallory'", 'ledger config is immutable: it fixes the executor identity, the kernel pin and the capacity'],
+      ['DELETE FROM config', 'ledger config is immutable: it fixes the executor identity, the kernel pin and the capacity'],
+      ['UPDATE clock SET hwm_ms = 1', 'the clock high-water mark never goes back'],
+      ['DELETE FROM clock', 'the clock high-water mark cannot be removed'],
+      [
+        'INSERT INTO config SELECT 2, executor_id, public_key, key_epoch, kernel_public_key, claim_capacity, refusal_reserve, file_dev, file_ino, provisioned_at FROM config',
+        'ledger config has exactly one row',
+      ],
     ];
     stores.ledger.close();
     stores.archive.close();
-    for (const sql of statements) {
-      expect(sqlite(file, sql).error, sql).to.be.a('string');
+    for (const [sql, message] of statements) {
+      expect(sqlite(file, sql).error, sql).to.be.a('string').that.includes(message);
     }
+    // A connection that defines the permit function (denying) meets the delete triggers' own messages.
+    const raw = new Database(file);
+    raw.function('custody_archive_permit', (_operationId: unknown) => 0);
+    for (const [sql, message] of [
+      ["DELETE FROM claims WHERE kind = 'claim'", 'claims are insert-once: only archival removes a claim, after copying it'],
+      ['DELETE FROM reports', 'reports are insert-once: only archival removes a report, after copying it'],
+    ] as const) {
+      expect(() => raw.prepare(sql).run(), sql).to.throw(message);
+    }
+    raw.close();
     const counts = sqlite(file, 'SELECT (SELECT count(*) FROM claims) AS claims, (SELECT count(*) FROM reports) AS reports, (SELECT count(*) FROM refusals) AS refusals').rows;
     expect(counts).to.deep.equal([{ claims: 2, reports: 2, refusals: 1 }]);
   });
@@ -204,8 +221,8 @@ describe('executor-proc ledger', () => {
     // The archive is append-only, from the shell as from custody.
     stores.archive.close();
     const archiveFile = path.join(dir, 'archive.db');
-    expect(sqlite(archiveFile, 'DELETE FROM archived_claims').error).to.be.a('string');
-    expect(sqlite(archiveFile, "UPDATE archived_claims SET status = 'x'").error).to.be.a('string');
+    expect(sqlite(archiveFile, 'DELETE FROM archived_claims').error).to.be.a('string').that.includes('the archive is append-only');
+    expect(sqlite(archiveFile, "UPDATE archived_claims SET status = 'x'").error).to.be.a('string').that.includes('the archive is append-only');
     expect(sqlite(archiveFile, 'SELECT operation_id, report_status FROM archived_claims_view').rows).to.deep.equal([
       { operation_id: expired.operationId, report_status: 'completed' },
     ]);

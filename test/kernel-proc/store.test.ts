@@ -94,34 +94,35 @@ describe('kernel-proc: kernel.db for operators', function () {
       return expect.fail(`the store accepted: ${sql}`);
     };
     const done = operationIdFor('v-done');
+    const FIXED = (table: string) => `store_corrupt: ${table}: a column that is fixed once written was changed`;
 
     it('refuse to move an operation out of a terminal state, or along any move the machine lacks', () => {
-      expect(refusal(`UPDATE operations SET state = 'reserved' WHERE operation_id = '${done}'`)).to.match(/^illegal_transition: operations/);
-      expect(refusal(`UPDATE operations SET state = 'completed' WHERE request_id = 'v-waiting'`)).to.match(/^illegal_transition/);
+      expect(refusal(`UPDATE operations SET state = 'reserved' WHERE operation_id = '${done}'`)).to.equal('illegal_transition: operations: a state change the operation machine does not allow');
+      expect(refusal(`UPDATE operations SET state = 'completed' WHERE request_id = 'v-waiting'`)).to.equal('illegal_transition: operations: a state change the operation machine does not allow');
     });
 
     it('refuse to create an operation in any state but reserved or denied', () => {
       expect(refusal(`INSERT INTO operations (operation_id, request_id, request_binding_hash, subject, tool, parameters_digest, cost_units, state, created_at, updated_at)
-                      VALUES ('x', 'x', 'x', 'x', 'x', 'x', 0, 'completed', 1, 1)`)).to.match(/^illegal_transition/);
+                      VALUES ('x', 'x', 'x', 'x', 'x', 'x', 0, 'completed', 1, 1)`)).to.equal('illegal_transition: operations: an operation starts as reserved or denied');
     });
 
     it('refuse to dispose of a hold twice', () => {
-      expect(refusal(`UPDATE holds SET state = 'released' WHERE operation_id = '${done}'`)).to.match(/^illegal_transition: holds/);
+      expect(refusal(`UPDATE holds SET state = 'released' WHERE operation_id = '${done}'`)).to.equal('illegal_transition: holds: a state change the hold machine does not allow');
     });
 
     it('keep receipts insert-once and every record undeleted', () => {
-      expect(refusal(`UPDATE receipts SET reason = 'ok'`)).to.match(/^store_corrupt: receipts are insert-once/);
+      expect(refusal(`UPDATE receipts SET reason = 'ok'`)).to.equal('store_corrupt: receipts are insert-once');
       for (const table of ['receipts', 'operations', 'holds', 'nonces', 'grants', 'executor_pins', 'kernel_identity']) {
-        expect(refusal(`DELETE FROM ${table}`)).to.match(/^store_corrupt/);
+        expect(refusal(`DELETE FROM ${table}`)).to.equal(`store_corrupt: ${table} rows are never deleted`);
       }
     });
 
     it('keep what identifies an operation, a grant and the kernel fixed', () => {
-      expect(refusal(`UPDATE operations SET request_binding_hash = 'x' WHERE operation_id = '${done}'`)).to.match(/^store_corrupt/);
-      expect(refusal(`UPDATE operations SET authorization = 'x' WHERE operation_id = '${done}'`)).to.match(/^store_corrupt/);
-      expect(refusal(`UPDATE grants SET max_invocations = 1000`)).to.match(/^store_corrupt/);
-      expect(refusal(`UPDATE kernel_identity SET key_epoch = 2`)).to.match(/^store_corrupt/);
-      expect(refusal(`UPDATE state_transitions SET to_state = 'reserved'`)).to.match(/^store_corrupt/);
+      expect(refusal(`UPDATE operations SET request_binding_hash = 'x' WHERE operation_id = '${done}'`)).to.equal(FIXED('operations'));
+      expect(refusal(`UPDATE operations SET authorization = 'x' WHERE operation_id = '${done}'`)).to.equal(FIXED('operations'));
+      expect(refusal(`UPDATE grants SET max_invocations = 1000`)).to.equal(FIXED('grants'));
+      expect(refusal(`UPDATE kernel_identity SET key_epoch = 2`)).to.equal('store_corrupt: the kernel identity never changes');
+      expect(refusal(`UPDATE state_transitions SET to_state = 'reserved'`)).to.equal('store_corrupt: state_transitions changes only through a schema migration');
     });
   });
 

@@ -9,12 +9,15 @@ interface ArchiveAnswer {
   executors: Array<{ executor: string; archived: number; live: number; kept: Record<string, number> }>;
 }
 
+const WINDOW_MS = 8_000;
+
 describe('custody archive', function () {
   this.timeout(60_000);
   let service: TestService;
 
   before(async () => {
-    service = await startService({ config: { kernel: { settings: { execution_window_ms: 1500 } } } });
+    // Long enough for the CLI calls before the first archive on a loaded machine; the test waits for the windows, not a fixed time.
+    service = await startService({ config: { kernel: { settings: { execution_window_ms: WINDOW_MS } } } });
   });
 
   after(async () => {
@@ -29,7 +32,9 @@ describe('custody archive', function () {
     const early = JSON.parse((await service.cli(['archive', '--json'])).stdout) as ArchiveAnswer;
     expect(early.executors[0]).to.deep.include({ executor: 'default', archived: 0, live: 2, kept: { window_open: 2 } });
 
-    await new Promise((resolve) => setTimeout(resolve, 1800));
+    // Wait until both windows have passed by the clock the executor judges with.
+    const [{ closes }] = (await sqlite(path.join(service.paths.kernelDir, 'kernel.db'), "SELECT max(window_expires_at) AS closes FROM operations WHERE request_id IN ('a-1', 'a-2')")) as [{ closes: number }];
+    while (Date.now() <= closes) await new Promise((resolve) => setTimeout(resolve, Math.min(200, closes - Date.now() + 1)));
     const late = await service.cli(['archive']);
     expect(late.code, late.stderr).to.equal(0);
     expect(late.stdout).to.match(/default\s+2\s+0/);
@@ -52,7 +57,7 @@ describe('custody archive', function () {
     expect((await service.cli(['authorize', 'review-notes/append', '--arg', 'note=abandoned', '--operation', 'walk-away'])).code).to.equal(0);
     const kernel = path.join(service.paths.kernelDir, 'kernel.db');
     expect(await sqlite(kernel, "SELECT state, hold FROM operations_view WHERE request_id = 'walk-away'")).to.deep.equal([{ state: 'dispatch_committed', hold: 'reserved' }]);
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + WINDOW_MS + 15_000;
     let state: Array<Record<string, unknown>> = [];
     while (Date.now() < deadline) {
       state = await sqlite(kernel, "SELECT state, hold FROM operations_view WHERE request_id = 'walk-away'");

@@ -60,13 +60,15 @@ describe('the control API', function () {
     }
   });
 
-  it('bounds the request body: at the bound it is read, one byte past it is refused with 413', async () => {
+  it('bounds the request body: at the bound it is read and served, one byte past it is refused with 413', async () => {
     const fill = (size: number) => {
       const skeleton = JSON.stringify({ tool: 'review-notes/append', arguments: { note: '' }, request_id: 'bound' });
       return { tool: 'review-notes/append', arguments: { note: 'x'.repeat(size - skeleton.length) }, request_id: 'bound' };
     };
     const atBound = await service.http('POST', '/v1/invoke', fill(2048), 'agent');
-    expect(atBound.status, JSON.stringify(atBound.body)).to.not.equal(413);
+    // Read, parsed and carried to its end: the note at the bound is appended.
+    expect(atBound.status, JSON.stringify(atBound.body)).to.equal(200);
+    expect(atBound.body).to.include({ request_id: 'bound', final: true, outcome: 'completed' });
     const past = await service.http('POST', '/v1/invoke', fill(2049), 'agent');
     expect(past.status).to.equal(413);
     expect(past.body).to.have.property('code', 'body_too_large');

@@ -5,6 +5,7 @@
 import { canonicalBytes } from '../../../shared/canonical/jcs.js';
 import { type ErrorCode, toCustodyError } from '../../../shared/errors.js';
 import { type JsonObject } from '../../../shared/protocol/common.js';
+import { crashPoint } from '../../../shared/fault.js';
 import { pausePoint } from '../../fault-pause.js';
 import { type AdapterLog, type CustodyAdapter, DEFAULT_MAX_ARGUMENT_BYTES } from '../contract.js';
 import { type HostRequest } from '../host-protocol.js';
@@ -61,12 +62,15 @@ export class HostServer {
         this.#running.set(request.id, controller);
         try {
           await pausePoint('pause_before_effect');
-          return await adapter.execute({
+          const ended = await adapter.execute({
             operationKey: request.operation_key,
             arguments: request.arguments as JsonObject,
             signal: controller.signal,
             log,
           });
+          // The effect happened; its answer has not left the host.
+          crashPoint('adapter_host', 'after_effect');
+          return ended;
         } catch (error) {
           throw new CallFailure('indeterminate', `${request.tool} threw during its effect: ${toCustodyError(error).message}`);
         } finally {
