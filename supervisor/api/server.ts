@@ -12,6 +12,7 @@ import { readTokenFile } from '../tokens.js';
 import { type Access, TokenGate, readJsonBody, sendError, sendJson } from './http.js';
 import { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 import * as handlers from './handlers.js';
+import { listTools } from './tools.js';
 
 export interface ApiServer {
   readonly port: number;
@@ -58,6 +59,7 @@ const ROUTES: readonly Route[] = [
   route('POST', '/v1/grants', 'control', async (c) => handlers.addGrant(c.service, await c.body(grantAddBody))),
   route('DELETE', '/v1/grants/:id', 'control', (c) => handlers.revokeGrant(c.service, c.params.id!)),
   route('POST', '/v1/archive', 'control', (c) => handlers.archive(c.service)),
+  route('GET', '/v1/tools', 'agent', (c) => listTools(c.service, c.query)),
   route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) })),
 ];
 
