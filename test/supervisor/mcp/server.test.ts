@@ -4,7 +4,7 @@
 // was lost is the same operation (one journal line), refusals are tool
 // errors with their cause, and a grant that runs out ends the listing.
 import { expect } from 'chai';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -17,13 +17,9 @@ import { CLI, type TestService, startService } from '../../helpers/service.js';
 const TOOL = 'review-notes__append';
 
 function journalLines(service: TestService): Array<Record<string, unknown>> {
-  let text = '';
-  try {
-    text = readFileSync(path.join(service.paths.resourcesDir, 'review-notes.jsonl'), 'utf8');
-  } catch {
-    return [];
-  }
-  return text
+  const file = path.join(service.paths.resourcesDir, 'review-notes.jsonl');
+  if (!existsSync(file)) return [];
+  return readFileSync(file, 'utf8')
     .split('\n')
     .filter((line) => line !== '')
     .map((line) => JSON.parse(line) as Record<string, unknown>);
