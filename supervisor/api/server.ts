@@ -13,6 +13,7 @@ import { type Access, TokenGate, readJsonBody, sendError, sendJson } from './htt
 import { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 import * as handlers from './handlers.js';
 import { listTools } from './tools.js';
+import { openApiDocument } from './openapi.js';
 
 export interface ApiServer {
   readonly port: number;
@@ -59,6 +60,7 @@ const ROUTES: readonly Route[] = [
   route('POST', '/v1/grants', 'control', async (c) => handlers.addGrant(c.service, await c.body(grantAddBody))),
   route('DELETE', '/v1/grants/:id', 'control', (c) => handlers.revokeGrant(c.service, c.params.id!)),
   route('POST', '/v1/archive', 'control', (c) => handlers.archive(c.service)),
+  route('GET', '/v1/openapi.json', 'agent', () => Promise.resolve({ body: openApiDocument() })),
   route('GET', '/v1/tools', 'agent', (c) => listTools(c.service, c.query)),
   route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) })),
 ];
