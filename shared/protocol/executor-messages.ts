@@ -63,6 +63,12 @@ export const EXECUTOR_MESSAGES = {
     request: emptyBody,
     result: z.strictObject({ tools: z.array(toolView).max(256) }),
   },
+  /** The adapter's own argument check (schema and byte bound), asked before anything is reserved; refuses with its cause. */
+  'arguments.check': {
+    to: ['executor'],
+    request: z.strictObject({ tool: toolName, arguments: jsonObject }),
+    result: z.strictObject({ tool: toolName, admitted: z.literal(true) }),
+  },
   archive: {
     to: ['executor'],
     /** Operations whose reports the kernel has reconciled; only those whose window has passed may leave. */

@@ -22,6 +22,7 @@ import { artifactDigest, readEnvelope } from '../../shared/artifacts/artifact.js
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { type Logger, errorFields } from '../../shared/log.js';
 import { type CustodyClient, type DriveAnswer } from '../client/index.js';
+import { causeOf } from '../operations/causes.js';
 import { mcpNameOf, toolOfMcpName } from './names.js';
 
 /** The argument an agent may add to any tool to name a call (stripped before the adapter sees the arguments). */
@@ -90,7 +91,8 @@ export function resultOf(tool: string, requestId: string, answer: DriveAnswer): 
     };
   }
   if ((answer.outcome && WITHOUT_EFFECT.has(answer.outcome)) || answer.phase === 'refused') {
-    return errorResult(`custody refused ${tool} (${answer.outcome ?? 'refused'}: ${answer.reason ?? 'no reason given'}); nothing was done. Request ${requestId}.`, structured);
+    const cause = causeOf({ tool, request_id: requestId, reason: answer.reason });
+    return errorResult(`custody refused ${tool} (${answer.outcome ?? 'refused'}: ${answer.reason ?? 'no reason given'}${cause ? `: ${cause}` : ''}); nothing was done. Request ${requestId}.`, structured);
   }
   if (answer.final) {
     return errorResult(
