@@ -291,6 +291,16 @@ export class CustodyClient {
 
   // ------------------------------------------------------------- transport
 
+  /**
+   * Any route: `idempotent` says whether a transport failure may be retried
+   * with the same body (true for everything but POST /v1/grants); `name` is
+   * what an `outcome_unknown` tells the caller to ask about again.
+   */
+  request(method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown, options: { idempotent?: boolean; name?: string } = {}): Promise<{ status: number; body: Record<string, unknown> }> {
+    const idempotent = options.idempotent ?? !(method === 'POST' && path === '/v1/grants');
+    return this.#call(method, path, body, { idempotent, ...(options.name === undefined ? {} : { name: options.name }) });
+  }
+
   async #get<T>(path: string): Promise<T> {
     return (await this.#call('GET', path, undefined, { idempotent: true })).body as T;
   }
