@@ -8,6 +8,7 @@
 // cache the test is skipped and says so; any other failure fails.
 import { expect } from 'chai';
 import { execFile } from 'node:child_process';
+import { createServer } from 'node:http';
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -33,7 +34,7 @@ try {
 }
 let unreachable = null;
 try {
-  await new CustodyClient({ url: 'http://127.0.0.1:1', token: 'f'.repeat(64), retries: 1, retryDelayMs: 1 }).health();
+  await new CustodyClient({ url: process.argv[3], token: 'f'.repeat(64), retries: 1, retryDelayMs: 1 }).health();
 } catch (error) {
   unreachable = error.code;
 }
@@ -69,7 +70,9 @@ describe('custody/client from a packed tarball', function () {
   });
 
   it('installs into a scratch project, imports from custody/client, answers health and status from a live service, and type-checks', async function () {
-    // The build (npm test's pretest) has made dist and the declarations; pack them as they are.
+    this.slow(60_000);
+    // The build has made dist; the declarations are made here too (a build with tsconfig.json alone skips them). Pack as they are.
+    await run(process.execPath, [path.join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.client.json'], { cwd: REPO });
     await run('npm', ['pack', '--ignore-scripts', '--pack-destination', scratch], { cwd: REPO });
     const tarball = readdirSync(scratch).find((f) => f.endsWith('.tgz'))!;
     const project = path.join(scratch, 'project');
@@ -90,7 +93,11 @@ describe('custody/client from a packed tarball', function () {
     expect(installMs, 'npm install of the tarball').to.be.below(120_000);
 
     writeFileSync(path.join(project, 'check.mjs'), SCRIPT);
-    const { stdout } = await run(process.execPath, ['check.mjs', service.dir], { cwd: project });
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const freePort = (closed.address() as { port: number }).port;
+    await new Promise((resolve) => closed.close(resolve));
+    const { stdout } = await run(process.execPath, ['check.mjs', service.dir, `http://127.0.0.1:${freePort}`], { cwd: project });
     const answer = JSON.parse(stdout) as { health: { status: string }; status: { children: Array<{ role: string; state: string }> }; tools: string[]; refused: Record<string, unknown>; unreachable: string };
     expect(answer.health.status).to.equal('ok');
     expect(answer.status.children.map((c) => c.role)).to.include.members(['kernel', 'executor']);
