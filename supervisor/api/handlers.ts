@@ -6,6 +6,7 @@ import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
 import { nowMs } from '../../shared/clock.js';
+import { causeOf } from '../operations/causes.js';
 import { SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type Service } from '../service.js';
@@ -148,7 +149,8 @@ export async function trace(service: Service, name: string): Answer {
   }
   for (const text of kernel.receipts) {
     const body = readEnvelope(text).envelope.body as { issued_at?: number; decision?: string; verdict?: string; reason?: string; state?: string; hold?: { disposition?: string } };
-    events.push({ at: body.issued_at ?? 0, store: 'kernel', event: `receipt ${body.decision} ${body.verdict}`, detail: `reason ${body.reason}, state ${body.state}, hold ${body.hold?.disposition}` });
+    const cause = body.verdict === 'deny' ? causeOf({ tool: row?.tool ?? kernel.operation?.tool ?? '', request_id: name, reason: body.reason ?? null }) : null;
+    events.push({ at: body.issued_at ?? 0, store: 'kernel', event: `receipt ${body.decision} ${body.verdict}`, detail: `reason ${body.reason}${cause ? ` (${cause})` : ''}, state ${body.state}, hold ${body.hold?.disposition}` });
   }
   const authorization = row?.authorization ?? kernel.operation?.authorization ?? null;
   if (authorization) {

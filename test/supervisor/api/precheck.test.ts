@@ -64,5 +64,8 @@ describe('refusals before reserving', function () {
     const result = await service.cli(['invoke', 'nosuch/tool']);
     expect(result.code).to.equal(3);
     expect(result.stdout).to.match(/denied: capability_unknown\): no grant covers nosuch\/tool; an operator can add one: custody grant add --tool nosuch\/tool/);
+    const name = /Refused: (\S+)/.exec(result.stdout)![1]!;
+    const trace = await service.cli(['trace', name]);
+    expect(trace.stdout).to.match(/reason capability_unknown \(no grant covers nosuch\/tool/);
   });
 });
