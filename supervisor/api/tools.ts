@@ -3,35 +3,22 @@
 // live grant covers for the subject (default `agent`, the subject of
 // POST /v1/invoke). Read-only: it reserves nothing, and a tool listed here
 // can still be refused (the grant may run out between listing and calling).
+import { type z } from 'zod';
 import { nowMs } from '../../shared/clock.js';
-import { toCustodyError } from '../../shared/errors.js';
+import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { type CapabilityBody } from '../../shared/protocol/artifacts.js';
 import { identifier, toolPatternCovers } from '../../shared/protocol/common.js';
 import { type ResultOf } from '../../shared/protocol/messages.js';
-import { CustodyError } from '../../shared/errors.js';
 import { type Service } from '../service.js';
+import { type toolsAnswer } from './answers.js';
 
 const TOOLS_TIMEOUT_MS = 10_000;
 
-export interface ToolGrant {
-  readonly capability_id: string;
-  readonly tool_pattern: string;
-  readonly remaining_invocations: number;
-  readonly expires_at: number;
-}
+type ToolsAnswer = z.infer<typeof toolsAnswer>;
+type ToolEntry = ToolsAnswer['tools'][number];
 
-export interface ToolEntry {
-  readonly tool: string;
-  readonly description: string | null;
-  readonly contract: string | null;
-  readonly input_schema: Record<string, unknown> | null;
-  readonly max_argument_bytes: number;
-  readonly executor: string;
-  readonly grants: ToolGrant[];
-}
-
-export async function listTools(service: Service, query: URLSearchParams): Promise<{ body: { subject: string; tools: ToolEntry[]; unavailable: Array<{ executor: string; reason: string }> } }> {
+export async function listTools(service: Service, query: URLSearchParams): Promise<{ body: ToolsAnswer }> {
   const subject = query.get('subject') ?? 'agent';
   if (!identifier.safeParse(subject).success) throw new CustodyError('bad_request', `subject ${JSON.stringify(subject)} is not an identifier; omit it for the agent's subject`);
   const now = nowMs();
@@ -43,7 +30,7 @@ export async function listTools(service: Service, query: URLSearchParams): Promi
     return usable ? [{ capability_id: grant.capability_id, tool_pattern: body.tool, remaining_invocations: remaining, expires_at: body.expires_at }] : [];
   });
   const tools: ToolEntry[] = [];
-  const unavailable: Array<{ executor: string; reason: string }> = [];
+  const unavailable: ToolsAnswer['unavailable'] = [];
   for (const executor of service.config.executors) {
     const handle = service.executors.get(executor.name);
     if (!handle) continue;
