@@ -13,7 +13,6 @@ import { createOutput } from './output.js';
 import { authorizeCommand, executeCommand, invokeCommand, opsCommand, reportCommand, traceCommand } from './commands/operations.js';
 import { archiveCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
 import { initCommand, startCommand } from './commands/service.js';
-import { mcpCommand } from '../mcp/command.js';
 
 let exitCode: number = EXIT_CODES.done;
 const setExit = (code: number): void => {
@@ -156,7 +155,11 @@ program
   .option('--url <url>', 'service address, e.g. http://127.0.0.1:7410 (with --token-file; default: from --state)')
   .option('--token-file <file>', 'the agent token file (mode 0600); the control token is refused')
   .addOption(new Option('--wait <duration>', 'how long one call waits for its end before answering "not known yet"').argParser(parseDuration))
-  .action(async (options: { url?: string; tokenFile?: string; wait?: number }) => setExit(await mcpCommand({ state: state(), url: options.url, tokenFile: options.tokenFile, waitMs: options.wait })));
+  // Imported when used: the MCP SDK is not loaded by every other command.
+  .action(async (options: { url?: string; tokenFile?: string; wait?: number }) => {
+    const { mcpCommand } = await import('../mcp/command.js');
+    setExit(await mcpCommand({ state: state(), url: options.url, tokenFile: options.tokenFile, waitMs: options.wait }));
+  });
 
 const receipt = program.command('receipt').description('export and verify signed artifacts');
 receipt

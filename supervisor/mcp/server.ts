@@ -155,7 +155,13 @@ export function createMcpServer(options: McpOptions): McpServer {
       const failure = toCustodyError(error);
       log.info('mcp_call_failed', { tool, request_id: requestId, ...errorFields(failure) });
       const structured = { request_id: requestId, code: failure.code };
-      if (failure.errorClass === 'unknown' || failure.errorClass === 'unreachable') {
+      if (failure.errorClass === 'unreachable') {
+        return errorResult(
+          `custody could not be reached for ${tool} (${failure.code}: ${failure.message}). Request ${requestId}: call the tool again with exactly the same arguments once custody runs; it will not run twice.`,
+          structured,
+        );
+      }
+      if (failure.errorClass === 'unknown') {
         return errorResult(
           `the outcome of ${tool} is not known (${failure.code}: ${failure.message}). Request ${requestId}: ask again by calling the tool again with exactly the same arguments; it will not run twice.`,
           structured,
