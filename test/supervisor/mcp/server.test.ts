@@ -12,7 +12,7 @@ import { type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { artifactDigest, readEnvelope } from '../../../shared/artifacts/artifact.js';
 import { requestIdFor } from '../../../supervisor/mcp/server.js';
 import { mcpNameOf, toolOfMcpName } from '../../../supervisor/mcp/names.js';
-import { CLI, type TestService, startService } from '../../helpers/service.js';
+import { CLI, FIXTURE_ADAPTERS, type TestService, startService } from '../../helpers/service.js';
 
 const TOOL = 'review-notes__append';
 
@@ -164,5 +164,47 @@ describe('custody mcp', function () {
     } finally {
       await wrong.close();
     }
+  });
+});
+
+describe('custody mcp with a slow tool', function () {
+  this.timeout(90_000);
+  let service: TestService;
+  let client: Client;
+
+  before(async () => {
+    service = await startService({ config: { executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }] } });
+    await service.http('POST', '/v1/grants', { tool: 'fixture/sleep', max_invocations: 10, ttl_ms: 3_600_000 });
+    ({ client } = await connectMcp(['--state', service.dir, '--wait', '1s']));
+  });
+
+  after(async () => {
+    await client?.close();
+    await service?.stop();
+    service?.cleanup();
+  });
+
+  it("publishes the adapter's zod schema as the tool's input schema", async () => {
+    const { tools } = await client.listTools();
+    const sleep = tools.find((t) => t.name === 'fixture__sleep');
+    expect(sleep?.inputSchema.properties?.ms).to.deep.include({ type: 'integer', minimum: 0, maximum: 60_000 });
+    expect(sleep?.annotations?.readOnlyHint).to.equal(true);
+    // Only tools a grant covers are listed: fixture/hang is served but not granted.
+    expect(tools.map((t) => t.name)).to.not.include('fixture__hang');
+  });
+
+  it('answers a call still running as "not known yet", saying how to ask again, and the same call later gets the outcome', async () => {
+    const args = { ms: 4000 };
+    const first = (await client.callTool({ name: 'fixture__sleep', arguments: args })) as CallToolResult;
+    expect(first.isError).to.equal(true);
+    expect(textOf(first)).to.match(/not known yet .* custody carries it on\. Ask again by calling the tool again with exactly the same arguments/);
+    const requestId = (first.structuredContent as { request_id: string }).request_id;
+    let answer = first;
+    const deadline = Date.now() + 60_000;
+    while (answer.isError === true && Date.now() < deadline) answer = (await client.callTool({ name: 'fixture__sleep', arguments: args })) as CallToolResult;
+    expect(answer.isError, textOf(answer)).to.not.equal(true);
+    expect(answer.structuredContent).to.deep.include({ request_id: requestId, outcome: 'completed', output: { slept: 4000 } });
+    const ops = (await service.http('GET', '/v1/operations', undefined, 'agent')).body as { operations: Array<{ tool: string }> };
+    expect(ops.operations.filter((op) => op.tool === 'fixture/sleep')).to.have.length(1);
   });
 });
