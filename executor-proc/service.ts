@@ -13,6 +13,7 @@ import { AdapterHost } from './adapters/host-client.js';
 import { type ExecutorContext } from './context.js';
 import { cancelEffect } from './handlers/cancel.js';
 import { archiveReconciled, getClaim } from './handlers/claims.js';
+import { checkToolArguments, listTools } from './handlers/tools.js';
 import { executeOnce } from './handlers/execute.js';
 import { reconcileOperation } from './handlers/reconcile.js';
 import { Archiver } from './ledger/archive.js';
@@ -133,6 +134,10 @@ async function handle(context: ExecutorContext, kind: ExecutorKind, body: unknow
       return getClaim(context, body as RequestOf<'claims.get'>);
     case 'archive':
       return archiveReconciled(context, body as RequestOf<'archive'>);
+    case 'tools':
+      return listTools(context);
+    case 'arguments.check':
+      return checkToolArguments(context, body as RequestOf<'arguments.check'>);
     default: {
       const never: never = kind;
       throw new CustodyError('unexpected_message', `an executor does not serve ${String(never)}`);

@@ -58,6 +58,8 @@ export type ReconcileResult =
  */
 export interface CustodyAdapter {
   readonly tool: string;
+  /** One line for agents and operators: what the tool does (published by `custody mcp` and GET /v1/tools). */
+  readonly description?: string;
   readonly contract: Contract;
   readonly argumentSchema: ArgumentSchema;
   /** Bound on the arguments' canonical JSON bytes (default 65 536). */
@@ -83,4 +85,9 @@ export interface AdapterDescriptor {
   readonly reconcilable: boolean;
   readonly deadlineMs: number | null;
   readonly source: string;
+  readonly description: string | null;
+  /** The argument schema as JSON Schema, when it is a zod schema; null otherwise. */
+  readonly inputSchema: JsonObject | null;
+  /** Bound on the arguments' canonical JSON bytes. */
+  readonly maxArgumentBytes: number;
 }

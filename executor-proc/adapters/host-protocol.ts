@@ -35,6 +35,9 @@ export const adapterDescriptorSchema = z.strictObject({
   reconcilable: z.boolean(),
   deadlineMs: z.number().int().min(1).nullable(),
   source: z.string(),
+  description: z.string().max(1024).nullable(),
+  inputSchema: jsonObject.nullable(),
+  maxArgumentBytes: z.number().int().min(1),
 });
 
 export const executeResultSchema = z.discriminatedUnion('outcome', [

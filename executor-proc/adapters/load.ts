@@ -9,7 +9,9 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { CustodyError } from '../../shared/errors.js';
 import { toolName } from '../../shared/protocol/common.js';
-import { type AdapterDescriptor, type CustodyAdapter, CONTRACTS } from './contract.js';
+import { z } from 'zod';
+import { type JsonObject } from '../../shared/protocol/common.js';
+import { type AdapterDescriptor, type CustodyAdapter, CONTRACTS, DEFAULT_MAX_ARGUMENT_BYTES } from './contract.js';
 import { type HostConfig } from './host-protocol.js';
 import { reviewNotesAdapter } from './review-notes.js';
 
@@ -72,6 +74,9 @@ function register(adapters: Map<string, LoadedAdapter>, candidate: unknown, sour
       reconcilable: typeof object.reconcile === 'function',
       deadlineMs: typeof deadline === 'number' && Number.isSafeInteger(deadline) && deadline > 0 ? deadline : null,
       source,
+      description: typeof object.description === 'string' ? object.description.slice(0, 1024) : null,
+      inputSchema: problem === null ? inputSchemaOf(object.argumentSchema) : null,
+      maxArgumentBytes: typeof object.maxArgumentBytes === 'number' && problem === null ? object.maxArgumentBytes : DEFAULT_MAX_ARGUMENT_BYTES,
     },
     adapter: problem === null ? (object as unknown as CustodyAdapter) : null,
   });
@@ -97,4 +102,21 @@ function contractProblem(object: Record<string, unknown>): string | null {
   }
   if (object.cancellable !== undefined && typeof object.cancellable !== 'boolean') return 'has a non-boolean cancellable';
   return null;
+}
+
+/**
+ * The argument schema as JSON Schema for clients (GET /v1/tools, `custody mcp`):
+ * zod schemas convert (checks JSON Schema cannot say, such as a byte bound,
+ * are left out, so the published schema admits a superset and the executor
+ * still decides); anything else, or a schema that fails to convert, is null.
+ */
+function inputSchemaOf(schema: unknown): JsonObject | null {
+  if (!(schema instanceof z.ZodType)) return null;
+  try {
+    const json = z.toJSONSchema(schema, { unrepresentable: 'any', io: 'input' }) as Record<string, unknown>;
+    delete json.$schema;
+    return JSON.parse(JSON.stringify(json)) as JsonObject;
+  } catch {
+    return null;
+  }
 }

@@ -13,7 +13,7 @@ export const REVIEW_NOTES_FILE = 'review-notes.jsonl';
 
 export function noteArgumentSchema(maxBytes: number) {
   return z.strictObject({
-    note: z.string().check((ctx) => {
+    note: z.string().describe(`the note to append, at most ${maxBytes} UTF-8 bytes`).check((ctx) => {
       const bytes = Buffer.byteLength(ctx.value, 'utf8');
       if (bytes > maxBytes) {
         // A too_big issue: the executor answers arguments_too_large.
@@ -36,6 +36,7 @@ export function reviewNotesAdapter(resources: string, maxBytes: number, warn: (e
   const journal = new NotesJournal(file, lock, warn);
   return {
     tool: REVIEW_NOTES_TOOL,
+    description: `Append a reviewer's note (at most ${maxBytes} UTF-8 bytes) as one line to the review-notes journal; output: the line appended`,
     contract: 'durable',
     argumentSchema: noteArgumentSchema(maxBytes),
     maxArgumentBytes: maxBytes * 6 + 64,

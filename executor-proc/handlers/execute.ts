@@ -62,7 +62,7 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
   return dropIfAsked(context, body, ended);
 }
 
-async function validateArguments(context: ExecutorContext, descriptor: AdapterDescriptor, args: Record<string, unknown>): Promise<void> {
+export async function validateArguments(context: ExecutorContext, descriptor: AdapterDescriptor, args: Record<string, unknown>): Promise<void> {
   const call = context.host.call({ type: 'validate', tool: descriptor.tool, arguments: args });
   const answer = await withinDeadline(call.answer, deadlineFor(context, descriptor));
   if (answer === undefined) {

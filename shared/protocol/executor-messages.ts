@@ -1,8 +1,8 @@
 // Messages an executor serves (DESIGN §6.2).
 import { z } from 'zod';
 import { invocation, reportStatus } from './artifacts.js';
-import { hex32, identifier, jsonObject, nonNegativeInt, timestampMs } from './common.js';
-import { type MessageSpec, artifactText } from './message-spec.js';
+import { hex32, identifier, jsonObject, nonNegativeInt, positiveInt, timestampMs, toolName } from './common.js';
+import { type MessageSpec, artifactText, emptyBody } from './message-spec.js';
 
 export const claimView = z.strictObject({
   operation_id: hex32,
@@ -19,6 +19,16 @@ export const claimView = z.strictObject({
 export const NOT_ARCHIVED_REASONS = ['unknown_operation', 'already_archived', 'no_report', 'window_open'] as const;
 
 const reportResult = z.strictObject({ report: artifactText, status: reportStatus, replayed: z.boolean() });
+
+/** A tool an executor serves, as its adapter declares it (GET /v1/tools, `custody mcp`). */
+export const toolView = z.strictObject({
+  tool: toolName,
+  contract: z.enum(['read_only', 'idempotent', 'durable']).nullable(),
+  description: z.string().max(1024).nullable(),
+  /** JSON Schema of the arguments (a superset: the executor still checks every bound), or null when the adapter's schema is not zod. */
+  input_schema: jsonObject.nullable(),
+  max_argument_bytes: positiveInt,
+});
 
 export const EXECUTOR_MESSAGES = {
   execute: {
@@ -47,6 +57,17 @@ export const EXECUTOR_MESSAGES = {
     to: ['executor'],
     request: z.strictObject({ operation_id: hex32 }),
     result: z.strictObject({ claim: claimView.nullable() }),
+  },
+  tools: {
+    to: ['executor'],
+    request: emptyBody,
+    result: z.strictObject({ tools: z.array(toolView).max(256) }),
+  },
+  /** The adapter's own argument check (schema and byte bound), asked before anything is reserved; refuses with its cause. */
+  'arguments.check': {
+    to: ['executor'],
+    request: z.strictObject({ tool: toolName, arguments: jsonObject }),
+    result: z.strictObject({ tool: toolName, admitted: z.literal(true) }),
   },
   archive: {
     to: ['executor'],

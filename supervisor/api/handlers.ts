@@ -6,12 +6,14 @@ import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
 import { nowMs } from '../../shared/clock.js';
+import { causeOf } from '../operations/causes.js';
 import { SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type Service } from '../service.js';
 import { type ChildHandle } from '../children/child-handle.js';
 import { type OperationState, type OperationView } from '../../shared/protocol/kernel-messages.js';
 import { type ResultOf } from '../../shared/protocol/messages.js';
+import { refuseBeforeReserve } from './precheck.js';
 import { type authorizeBody, type executeBody, type grantAddBody, type invokeBody, type stepBody } from './bodies.js';
 
 type Answer = Promise<{ status?: number; body: unknown }>;
@@ -82,13 +84,15 @@ async function answerDrive(service: Service, requestId: string, drive: Promise<R
 /** Failure classes after which a logged request is still the service's to finish. */
 const STILL_CARRIED: ReadonlySet<string> = new Set(['unreachable', 'unknown']);
 
-export function invoke(service: Service, body: z.infer<typeof invokeBody>): Answer {
+export async function invoke(service: Service, body: z.infer<typeof invokeBody>): Answer {
+  await refuseBeforeReserve(service, body.request_id, body.tool, body.arguments);
   const requestId = body.request_id ?? `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
   const drive = service.driver.submit({ kind: 'invoke', request_id: requestId, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
   return answerDrive(service, requestId, drive, body.wait_ms);
 }
 
-export function authorize(service: Service, body: z.infer<typeof authorizeBody>): Answer {
+export async function authorize(service: Service, body: z.infer<typeof authorizeBody>): Answer {
+  await refuseBeforeReserve(service, body.operation, body.tool, body.arguments);
   const drive = service.driver.submit({ kind: 'authorize', request_id: body.operation, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
   return answerDrive(service, body.operation, drive, body.wait_ms);
 }
@@ -157,7 +161,8 @@ export async function trace(service: Service, name: string): Answer {
   }
   for (const text of kernel.receipts) {
     const body = readEnvelope(text).envelope.body as { issued_at?: number; decision?: string; verdict?: string; reason?: string; state?: string; hold?: { disposition?: string } };
-    events.push({ at: body.issued_at ?? 0, store: 'kernel', event: `receipt ${body.decision} ${body.verdict}`, detail: `reason ${body.reason}, state ${body.state}, hold ${body.hold?.disposition}` });
+    const cause = body.verdict === 'deny' ? causeOf({ tool: row?.tool ?? kernel.operation?.tool ?? '', request_id: name, reason: body.reason ?? null }) : null;
+    events.push({ at: body.issued_at ?? 0, store: 'kernel', event: `receipt ${body.decision} ${body.verdict}`, detail: `reason ${body.reason}${cause ? ` (${cause})` : ''}, state ${body.state}, hold ${body.hold?.disposition}` });
   }
   const authorization = row?.authorization ?? kernel.operation?.authorization ?? null;
   if (authorization) {

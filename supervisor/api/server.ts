@@ -23,6 +23,8 @@ import { type Access, type BodyLimits, TokenGate, readJsonBody, sendClientError,
 import { archiveBody, authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 import { parseTarget } from './target.js';
 import * as handlers from './handlers.js';
+import { listTools } from './tools.js';
+import { openApiDocument } from './openapi.js';
 
 export interface ApiServer {
   readonly port: number;
@@ -78,6 +80,8 @@ const ROUTES: readonly Route[] = [
   route('DELETE', '/v1/grants/:id', 'control', (c) => handlers.revokeGrant(c.service, c.params.id!)),
   route('POST', '/v1/archive', 'control', async (c) => (await c.body(archiveBody), handlers.archive(c.service))),
   route('POST', '/v1/children/:name/restart', 'control', (c) => handlers.restartChild(c.service, c.params.name!)),
+  route('GET', '/v1/openapi.json', 'agent', () => Promise.resolve({ body: openApiDocument() })),
+  route('GET', '/v1/tools', 'agent', (c) => listTools(c.service, c.query), ['subject']),
   route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) }), ['limit']),
 ];
 
@@ -102,10 +106,17 @@ function checkParam(kind: Param, value: string): string {
   return value;
 }
 
+/** What each query parameter may hold; a parameter a route does not read is refused before this. */
+const QUERY_VALUES: Record<string, { pattern: RegExp; what: string }> = {
+  limit: { pattern: /^[0-9]{1,7}$/, what: 'a whole number of at most 7 digits' },
+  subject: { pattern: /^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$/, what: 'a subject id (1-128 letters, digits and _ . : @ / + -)' },
+};
+
 function checkQuery(route: Route, query: ReadonlyMap<string, string>): URLSearchParams {
   for (const [name, value] of query) {
     if (!route.query.includes(name)) throw new CustodyError('target_invalid', `query parameter ${JSON.stringify(name.slice(0, 80))} is not read by this endpoint${route.query.length > 0 ? ` (it reads ${route.query.join(', ')})` : ''}`);
-    if (!/^[0-9]{1,7}$/.test(value)) throw new CustodyError('target_invalid', `query parameter ${name} must be a whole number of at most 7 digits, got ${JSON.stringify(value.slice(0, 80))}`);
+    const shape = QUERY_VALUES[name] ?? QUERY_VALUES.limit!;
+    if (!shape.pattern.test(value)) throw new CustodyError('target_invalid', `query parameter ${name} must be ${shape.what}, got ${JSON.stringify(value.slice(0, 80))}`);
   }
   return new URLSearchParams([...query]);
 }

@@ -2,7 +2,8 @@
 // listens (supervisor/service.json) and holds the tokens. A missing service
 // is `service_unavailable` (exit 5), never a stack trace.
 import { readFileSync } from 'node:fs';
-import { CustodyError, isErrorCode } from '../../shared/errors.js';
+import { CustodyError, isCustodyError } from '../../shared/errors.js';
+import { CustodyClient } from '../client/index.js';
 import { type StatePaths, statePaths } from '../paths.js';
 import { readTokenFile } from '../tokens.js';
 
@@ -48,30 +49,21 @@ function readToken(paths: StatePaths): string {
 
 export function connect(stateDir: string): ServiceClient {
   const paths = statePaths(stateDir);
-  const call = async (method: string, path: string, body?: unknown): Promise<ClientAnswer> => {
+  // The service's address and the token are read at each call (the service
+  // may have restarted); the typed client (supervisor/client) does the HTTP,
+  // retrying a transport failure with the same body, a request's name fixed.
+  const call = async (method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown): Promise<ClientAnswer> => {
     const { port } = readServiceInfo(paths);
-    let response: Response;
+    const client = new CustodyClient({ url: `http://127.0.0.1:${port}`, token: readToken(paths), retries: 2, retryDelayMs: 100 });
     try {
-      response = await fetch(`http://127.0.0.1:${port}${path}`, {
-        method,
-        headers: { authorization: `Bearer ${readToken(paths)}`, 'content-type': 'application/json' },
-        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-      });
-    } catch (cause) {
-      const code = (cause as { cause?: { code?: string } }).cause?.code;
-      // Refused: nothing was sent. Anything else on a POST may have reached the
-      // service, which then carries the request on: not "unreachable", not done.
-      if (method === 'GET' || code === 'ECONNREFUSED' || code === 'ENOENT') {
-        throw new CustodyError('service_unavailable', `custody does not answer on 127.0.0.1:${port} (${paths.root}): ${code ?? (cause as Error).message}`, { cause });
+      return await client.request(method, path, body);
+    } catch (error) {
+      if (isCustodyError(error, 'service_unavailable')) {
+        throw new CustodyError('service_unavailable', `${error.message} (${paths.root}); is custody running? custody start --state ${paths.root}`, { cause: error });
       }
-      throw new CustodyError('outcome_unknown', `the connection to custody broke after the request was sent (${code ?? (cause as Error).message}); it may still complete — ask again with the same name`, { cause });
+      if (isCustodyError(error, 'outcome_unknown')) throw new CustodyError('outcome_unknown', `${error.message} — ask again with the same name`, { cause: error });
+      throw error;
     }
-    const answer = (await response.json().catch(() => ({}))) as Record<string, unknown>;
-    if (response.status >= 400) {
-      const code = typeof answer.code === 'string' && isErrorCode(answer.code) ? answer.code : 'internal';
-      throw new CustodyError(code, typeof answer.message === 'string' ? answer.message : `HTTP ${response.status}`);
-    }
-    return { status: response.status, body: answer };
   };
   return {
     paths,

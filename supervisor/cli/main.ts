@@ -158,6 +158,18 @@ grant
   .option('--json', 'machine-readable output')
   .action(async (id: string, options: { json?: boolean }) => setExit(await grantRevokeCommand(client(), json(options), id)));
 
+program
+  .command('mcp')
+  .description('serve the Model Context Protocol on stdio for an agent host, with the agent token: grants\' tools as MCP tools, each call one governed invoke')
+  .option('--url <url>', 'service address, e.g. http://127.0.0.1:7410 (with --token-file; default: from --state)')
+  .option('--token-file <file>', 'the agent token file (mode 0600); the control token is refused')
+  .addOption(new Option('--wait <duration>', 'how long one call waits for its end before answering "not known yet"').argParser(parseDuration))
+  // Imported when used: the MCP SDK is not loaded by every other command.
+  .action(async (options: { url?: string; tokenFile?: string; wait?: number }) => {
+    const { mcpCommand } = await import('../mcp/command.js');
+    setExit(await mcpCommand({ state: state(), url: options.url, tokenFile: options.tokenFile, waitMs: options.wait }));
+  });
+
 const receipt = program.command('receipt').description('export and verify signed artifacts');
 receipt
   .command('export')

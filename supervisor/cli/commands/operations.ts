@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { readEnvelope } from '../../../shared/artifacts/artifact.js';
 import { toCustodyError } from '../../../shared/errors.js';
+import { causeOf } from '../../operations/causes.js';
 import { type OperationOutcome } from '../../operations/outcome.js';
 import { type ServiceClient } from '../client.js';
 import { exitCodeForOutcome } from '../exit-codes.js';
@@ -17,7 +18,7 @@ function reportStatus(o: OperationOutcome): string | null {
 function describeOutcome(o: OperationOutcome): string {
   const lines: string[] = [];
   if (o.outcome === 'completed') lines.push(`Completed: ${o.request_id}`);
-  else if (o.phase === 'refused') lines.push(`Refused: ${o.request_id} (${o.outcome ?? 'refused'}: ${o.reason ?? 'no reason given'})`);
+  else if (o.phase === 'refused') lines.push(`Refused: ${o.request_id} (${o.outcome ?? 'refused'}: ${o.reason ?? 'no reason given'})${causeOf(o) ? `: ${causeOf(o)}` : ''}`);
   else if (o.outcome === 'released') lines.push(`Ended without effect: ${o.request_id}; the executor's signed report says ${reportStatus(o) ?? 'not applied'}, and the hold was released`);
   else if (o.outcome === 'finalization_denied') {
     lines.push(`Finalization denied: ${o.request_id} (${o.reason ?? ''}): the kernel refused to settle the executor's report (status ${reportStatus(o) ?? 'unknown'}); the effect may have happened; flagged for an operator`);

@@ -1,0 +1,116 @@
+// Closed schemas of the control API's answers, in one place: the OpenAPI
+// description (openapi.ts) is generated from them and from the body schemas
+// the server validates with (bodies.ts), and test/supervisor/api/openapi.test.ts
+// checks real answers of a live service against that description.
+import { z } from 'zod';
+import { ERROR_CODES } from '../../shared/errors.js';
+import { hex32, identifier, jsonObject, jsonValue, nonNegativeInt, positiveInt, timestampMs, toolName, toolPattern } from '../../shared/protocol/common.js';
+import { claimView, toolView } from '../../shared/protocol/executor-messages.js';
+import { KERNEL_MESSAGES, OPERATION_STATES, grantView, operationView } from '../../shared/protocol/kernel-messages.js';
+import { artifactText } from '../../shared/protocol/message-spec.js';
+import { REQUEST_PHASES } from '../operations/phases.js';
+
+/** Every error: a stable code (shared/errors.ts) and a human message. */
+export const errorAnswer = z.strictObject({ code: z.enum(ERROR_CODES as [string, ...string[]]), message: z.string() });
+
+export const healthAnswer = z.strictObject({ status: z.enum(['ok', 'stopping']), pid: positiveInt, uptime_ms: nonNegativeInt });
+
+export const statusAnswer = z.strictObject({
+  service: z.strictObject({ pid: positiveInt, port: nonNegativeInt, state_dir: z.string(), started_at: timestampMs, uptime_ms: nonNegativeInt, stopping: z.boolean() }),
+  children: z.array(
+    z.strictObject({
+      name: z.string(),
+      role: z.enum(['kernel', 'executor']),
+      state: z.enum(['stopped', 'starting', 'running', 'backoff', 'failed', 'stopping']),
+      pid: positiveInt.nullable(),
+      sid: z.string().nullable(),
+      restarts: nonNegativeInt,
+      uptime_ms: nonNegativeInt.nullable(),
+      failure: z.string().nullable(),
+    }),
+  ),
+  in_flight: nonNegativeInt,
+});
+
+/** Where an operation stands (supervisor/operations/outcome.ts): the answer of invoke, authorize, execute, report and reconcile. */
+export const outcomeAnswer = z.strictObject({
+  request_id: identifier,
+  operation_id: hex32,
+  tool: toolName,
+  phase: z.enum(REQUEST_PHASES),
+  final: z.boolean(),
+  outcome: z.string().nullable(),
+  reason: z.string().nullable(),
+  output: jsonValue.nullable(),
+  receipt: artifactText.nullable(),
+  report: artifactText.nullable(),
+  authorization: artifactText.nullable(),
+  executor: z.string().nullable(),
+});
+
+export const operationsAnswer = z.strictObject({
+  operations: z.array(
+    z.strictObject({
+      name: identifier,
+      operation_id: hex32,
+      tool: toolName,
+      state: z.enum(OPERATION_STATES),
+      phase: z.enum(REQUEST_PHASES).nullable(),
+      updated_at: timestampMs,
+      flag: z.string().nullable(),
+    }),
+  ),
+});
+
+export const operationAnswer = z.strictObject({ request: outcomeAnswer.nullable(), kernel: operationView.nullable(), receipts: z.array(artifactText) });
+
+export const traceAnswer = z.strictObject({
+  name: identifier,
+  operation_id: hex32,
+  request: outcomeAnswer.nullable(),
+  kernel: operationView.nullable(),
+  claim: claimView.nullable(),
+  events: z.array(z.strictObject({ at: nonNegativeInt, store: z.string(), event: z.string(), detail: z.string() })),
+});
+
+export const artifactsAnswer = z.strictObject({
+  name: identifier,
+  operation_id: hex32,
+  kernel_public_key: hex32.nullable(),
+  artifacts: z.array(z.strictObject({ file: z.string(), kind: z.enum(['receipt', 'authorization', 'report']), text: artifactText })),
+});
+
+export const grantsAnswer = KERNEL_MESSAGES['grant.list'].result;
+export const grantAnswer = grantView;
+
+export const archiveAnswer = z.strictObject({
+  executors: z.array(z.strictObject({ executor: z.string(), archived: nonNegativeInt, live: nonNegativeInt, kept: z.record(z.string(), nonNegativeInt) })),
+});
+
+export const incidentsAnswer = z.strictObject({
+  incidents: z.array(
+    z.strictObject({
+      id: positiveInt,
+      at: timestampMs,
+      child: z.string().nullable(),
+      kind: z.string(),
+      code: z.string().nullable(),
+      message: z.string(),
+      operation_id: hex32.nullable(),
+    }),
+  ),
+});
+
+export const toolsAnswer = z.strictObject({
+  subject: identifier,
+  tools: z.array(
+    toolView.extend({
+      executor: z.string(),
+      grants: z.array(z.strictObject({ capability_id: identifier, tool_pattern: toolPattern, remaining_invocations: positiveInt, expires_at: timestampMs })),
+    }),
+  ),
+  unavailable: z.array(z.strictObject({ executor: z.string(), reason: z.string() })),
+});
+
+/** The OpenAPI document itself (described loosely: it is JSON Schema's own business). */
+export const openApiAnswer = jsonObject;

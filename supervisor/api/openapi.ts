@@ -1,0 +1,147 @@
+// GET /v1/openapi.json: the control API described as OpenAPI 3.1, generated
+// from the zod schemas the server validates bodies with (bodies.ts) and the
+// answer schemas (answers.ts), so the description follows the code. The route
+// list below must name every route of server.ts: a test compares them.
+import { z } from 'zod';
+import { identifier, toolPattern } from '../../shared/protocol/common.js';
+import * as answers from './answers.js';
+import { type Access } from './http.js';
+import { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
+
+interface RouteDoc {
+  readonly method: 'GET' | 'POST' | 'DELETE';
+  /** The path as server.ts writes it (`:name` parameters). */
+  readonly path: string;
+  readonly access: Access;
+  readonly summary: string;
+  readonly body?: z.ZodType;
+  readonly query?: Record<string, { schema: z.ZodType; description: string }>;
+  /** Success answers by HTTP status. */
+  readonly answers: Record<number, z.ZodType>;
+}
+
+const drive = { 200: answers.outcomeAnswer, 202: answers.outcomeAnswer };
+const limit = (fallback: number, max: number) => ({ limit: { schema: z.number().int().min(1).max(max), description: `at most this many (default ${fallback}, at most ${max})` } });
+
+export const API_ROUTES: readonly RouteDoc[] = [
+  { method: 'GET', path: '/v1/health', access: 'open', summary: 'liveness', answers: { 200: answers.healthAnswer } },
+  { method: 'GET', path: '/v1/status', access: 'agent', summary: 'the service and its children', answers: { 200: answers.statusAnswer } },
+  { method: 'GET', path: '/v1/openapi.json', access: 'agent', summary: 'this description', answers: { 200: answers.openApiAnswer } },
+  {
+    method: 'GET',
+    path: '/v1/tools',
+    access: 'agent',
+    summary: 'tools an executor serves and a live grant covers, with their argument JSON Schema',
+    query: { subject: { schema: identifier, description: 'the subject grants must cover (default agent)' } },
+    answers: { 200: answers.toolsAnswer },
+  },
+  { method: 'POST', path: '/v1/invoke', access: 'agent', summary: 'run a tool call end to end; 200 when it ended, 202 with the state so far', body: invokeBody, answers: drive },
+  { method: 'POST', path: '/v1/authorize', access: 'control', summary: 'reserve and commit the start of a named operation', body: authorizeBody, answers: drive },
+  { method: 'GET', path: '/v1/operations', access: 'agent', summary: 'list operations', query: limit(200, 100_000), answers: { 200: answers.operationsAnswer } },
+  { method: 'GET', path: '/v1/operations/:name', access: 'agent', summary: 'an operation: request, kernel view, receipts', answers: { 200: answers.operationAnswer } },
+  { method: 'GET', path: '/v1/operations/:name/trace', access: 'agent', summary: "an operation's timeline across the three stores", answers: { 200: answers.traceAnswer } },
+  { method: 'GET', path: '/v1/operations/:name/artifacts', access: 'agent', summary: 'every retained signed artifact, exact text', answers: { 200: answers.artifactsAnswer } },
+  { method: 'POST', path: '/v1/operations/:name/execute', access: 'control', summary: 'execute an authorized operation (replays the retained report)', body: executeBody, answers: drive },
+  { method: 'POST', path: '/v1/operations/:name/report', access: 'control', summary: "settle with the executor's retained report", body: stepBody, answers: drive },
+  { method: 'POST', path: '/v1/operations/:name/reconcile', access: 'control', summary: 'ask the executor what became of the operation, then settle', body: stepBody, answers: drive },
+  { method: 'GET', path: '/v1/grants', access: 'control', summary: 'grants with their use', answers: { 200: answers.grantsAnswer } },
+  { method: 'POST', path: '/v1/grants', access: 'control', summary: 'add a grant', body: grantAddBody, answers: { 201: answers.grantAnswer } },
+  { method: 'DELETE', path: '/v1/grants/:id', access: 'control', summary: 'revoke a grant', answers: { 200: answers.grantAnswer } },
+  { method: 'POST', path: '/v1/archive', access: 'control', summary: 'archive settled operations whose window has passed', answers: { 200: answers.archiveAnswer } },
+  { method: 'GET', path: '/v1/incidents', access: 'agent', summary: 'what went wrong recently', query: limit(50, 1000), answers: { 200: answers.incidentsAnswer } },
+];
+
+const ERROR_STATUSES: Record<number, string> = {
+  400: 'bad request (usage class)',
+  401: 'no valid bearer token',
+  403: 'this endpoint needs the control token',
+  404: 'no such endpoint or operation',
+  409: 'refused, or the outcome is not known yet',
+  413: 'request body too large',
+  500: 'internal error (the message says only that; see the service log)',
+  502: 'a process broke the wire rules',
+  503: 'a process or the service cannot be reached, or it is shutting down',
+};
+
+/**
+ * JSON Schema of a zod schema, with its local definitions moved into the
+ * document's components (a `#/$defs/…` inside a path item would point at the
+ * document root).
+ */
+function schemaOf(schema: z.ZodType, io: 'input' | 'output', components: Record<string, unknown>, prefix: string): Record<string, unknown> {
+  const json = z.toJSONSchema(schema, { io, unrepresentable: 'any', target: 'draft-2020-12' }) as Record<string, unknown>;
+  delete json.$schema;
+  const defs = (json.$defs ?? {}) as Record<string, unknown>;
+  delete json.$defs;
+  const renamed = new Map(Object.keys(defs).map((name) => [name, `${prefix}_${name.replace(/[^A-Za-z0-9_.-]/g, '_')}`]));
+  const rewrite = (value: unknown): unknown => {
+    if (Array.isArray(value)) return value.map(rewrite);
+    if (value === null || typeof value !== 'object') return value;
+    return Object.fromEntries(
+      Object.entries(value).map(([key, inner]) => {
+        if (key === '$ref' && typeof inner === 'string' && inner.startsWith('#/$defs/')) return [key, `#/components/schemas/${renamed.get(inner.slice('#/$defs/'.length)) ?? inner}`];
+        return [key, rewrite(inner)];
+      }),
+    );
+  };
+  for (const [name, def] of Object.entries(defs)) components[renamed.get(name)!] = rewrite(def);
+  return rewrite(json) as Record<string, unknown>;
+}
+
+const openApiPath = (path: string) => path.replace(/:([a-z_]+)/g, '{$1}');
+
+function buildDocument(): Record<string, unknown> {
+  const components: Record<string, unknown> = {};
+  const errorRef = { $ref: '#/components/schemas/Error' };
+  components.Error = schemaOf(answers.errorAnswer, 'output', components, 'Error');
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const route of API_ROUTES) {
+    const id = `${route.method.toLowerCase()}${route.path.replace(/[^A-Za-z0-9]+(.)?/g, (_m, c: string | undefined) => (c ?? '').toUpperCase())}`;
+    const parameters = [
+      ...[...route.path.matchAll(/:([a-z_]+)/g)].map(([, name]) => ({
+        name,
+        in: 'path',
+        required: true,
+        description: name === 'id' ? 'capability id' : 'operation name (its request id)',
+        schema: schemaOf(identifier, 'input', components, `${id}_${name}`),
+      })),
+      ...Object.entries(route.query ?? {}).map(([name, { schema, description }]) => ({ name, in: 'query', required: false, description, schema: schemaOf(schema, 'input', components, `${id}_${name}`) })),
+    ];
+    const responses: Record<string, unknown> = {};
+    for (const [status, schema] of Object.entries(route.answers)) {
+      responses[status] = { description: status === '202' ? 'not ended within wait_ms; the service carries it on' : 'done', content: { 'application/json': { schema: schemaOf(schema, 'output', components, `${id}_${status}`) } } };
+    }
+    const errors = Object.keys(ERROR_STATUSES).map(Number).filter((status) => (status !== 401 || route.access !== 'open') && (status !== 403 || route.access === 'control') && (status !== 413 || route.body));
+    for (const status of errors) responses[status] = { description: ERROR_STATUSES[status], content: { 'application/json': { schema: errorRef } } };
+    paths[openApiPath(route.path)] ??= {};
+    paths[openApiPath(route.path)]![route.method.toLowerCase()] = {
+      operationId: id,
+      summary: route.summary,
+      'x-custody-token': route.access,
+      security: route.access === 'open' ? [] : [{ bearer: [] }],
+      ...(parameters.length > 0 ? { parameters } : {}),
+      ...(route.body ? { requestBody: { required: false, content: { 'application/json': { schema: schemaOf(route.body, 'input', components, `${id}_body`) } } } } : {}),
+      responses,
+    };
+  }
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'custody control API',
+      version: '1',
+      description:
+        'HTTP on 127.0.0.1. Bearer tokens: the agent token (supervisor/agent.token) may invoke and read; the control token (supervisor/control.token) may also authorize, execute, report, reconcile and manage grants (x-custody-token names the least each route needs). Errors are {code, message} with the stable codes of shared/errors.ts. Tool patterns: ' +
+        String(toolPattern.description ?? 'a tool name or a prefix ending in /*'),
+    },
+    servers: [{ url: 'http://127.0.0.1:{port}', variables: { port: { default: '8421' } } }],
+    paths,
+    components: { schemas: components, securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+  };
+}
+
+let cached: Record<string, unknown> | null = null;
+
+export function openApiDocument(): Record<string, unknown> {
+  cached ??= buildDocument();
+  return cached;
+}

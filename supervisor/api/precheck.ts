@@ -1,0 +1,34 @@
+// Refusing before reserving: a call whose arguments the adapter refuses (its
+// byte bound, its schema) or whose tool no adapter serves could only be
+// reserved, dispatched, refused by the executor before any claim and then
+// reconciled as never_claimed — the caller would learn "released", not why.
+// So a new request is first shown to the executor that serves its tool
+// (`arguments.check`, the adapter's own check, the one execute runs first);
+// a refusal is answered with its cause and nothing is logged or reserved.
+// A repeated request id is not checked again (its first answer stands), and
+// an executor that cannot be asked does not block the call: execute checks
+// the same things before it claims.
+import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common.js';
+import { type Service } from '../service.js';
+
+const CHECK_TIMEOUT_MS = 10_000;
+const ARGUMENT_REFUSALS: ReadonlySet<string> = new Set(['arguments_invalid', 'arguments_too_large']);
+const ADAPTER_REFUSALS: ReadonlySet<string> = new Set(['adapter_unknown', 'adapter_contract_missing']);
+
+export async function refuseBeforeReserve(service: Service, requestId: string | undefined, tool: string, args: JsonObject): Promise<void> {
+  if (requestId !== undefined && service.store.getRequest(requestId)) return;
+  const serving = service.config.executors.filter((e) => e.tools.some((pattern) => toolPatternCovers(pattern, tool)));
+  const executor = serving[0] && service.executors.get(serving[0].name);
+  if (!executor) return; // the kernel names the refusal (no grant, no executor)
+  try {
+    await executor.request('arguments.check', { tool, arguments: args }, { timeoutMs: CHECK_TIMEOUT_MS, waitMs: 0 });
+  } catch (error) {
+    const failure = toCustodyError(error);
+    // With one executor for the tool, its adapters are the tool's; with several, only the arguments' verdict is certain.
+    if (ARGUMENT_REFUSALS.has(failure.code) || (serving.length === 1 && ADAPTER_REFUSALS.has(failure.code))) {
+      throw new CustodyError(failure.code, `${failure.message}; nothing was reserved`);
+    }
+    service.log.info('arguments_check_skipped', { tool, executor: executor.name, code: failure.code });
+  }
+}

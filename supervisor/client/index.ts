@@ -1,0 +1,348 @@
+// The typed client of the control API: `import { CustodyClient } from 'custody/client'`.
+// Every call that starts something names it before sending (the request id or
+// operation name is chosen here), so a transport failure is retried with the
+// same name — the service answers a repeated name with the same operation,
+// never a second one. Failures are CustodyErrors with the codes the CLI and the
+// API use (shared/errors.ts); the README's "Exit codes" table says what each
+// class means.
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { CustodyError, isErrorCode } from '../../shared/errors.js';
+import { statePaths } from '../paths.js';
+import { readTokenFile } from '../tokens.js';
+
+export { CustodyError, isCustodyError, classOf, type ErrorCode, type ErrorClass } from '../../shared/errors.js';
+
+// ----------------------------------------------------------------- answers
+
+/** Where an operation stands (supervisor/operations/outcome.ts). */
+export interface OperationOutcome {
+  readonly request_id: string;
+  readonly operation_id: string;
+  readonly tool: string;
+  readonly phase: string;
+  /** Whether the service has carried the request as far as it goes. */
+  readonly final: boolean;
+  /** completed | released | finalization_denied | denied | start_denied | expired | unknown | … or null while open. */
+  readonly outcome: string | null;
+  readonly reason: string | null;
+  readonly output: unknown;
+  /** The kernel's last signed receipt (exact JSON text), if any. */
+  readonly receipt: string | null;
+  readonly report: string | null;
+  readonly authorization: string | null;
+  readonly executor: string | null;
+}
+
+/** An operation answer: 200 once it ended, 202 when `wait_ms` passed first (the service carries on). */
+export interface DriveAnswer extends OperationOutcome {
+  /** 200 or 202. */
+  readonly http_status: number;
+}
+
+export interface Health {
+  readonly status: 'ok' | 'stopping';
+  readonly pid: number;
+  readonly uptime_ms: number;
+}
+
+export interface Status {
+  readonly service: { pid: number; port: number; state_dir: string; started_at: number; uptime_ms: number; stopping: boolean };
+  readonly children: Array<{ name: string; role: string; state: string; pid: number | null; sid: string | null; restarts: number; uptime_ms: number | null; failure: string | null }>;
+  readonly in_flight: number;
+}
+
+export interface ToolInfo {
+  readonly tool: string;
+  readonly description: string | null;
+  readonly contract: 'read_only' | 'idempotent' | 'durable' | null;
+  /** JSON Schema of the arguments (a superset: the executor still checks every bound); null when the adapter's schema is not zod. */
+  readonly input_schema: Record<string, unknown> | null;
+  readonly max_argument_bytes: number;
+  readonly executor: string;
+  readonly grants: Array<{ capability_id: string; tool_pattern: string; remaining_invocations: number; expires_at: number }>;
+}
+
+export interface Tools {
+  readonly subject: string;
+  readonly tools: ToolInfo[];
+  /** Executors that did not answer; their tools are missing from `tools`. */
+  readonly unavailable: Array<{ executor: string; reason: string }>;
+}
+
+export interface OperationSummary {
+  readonly name: string;
+  readonly operation_id: string;
+  readonly tool: string;
+  readonly state: string;
+  readonly phase: string | null;
+  readonly updated_at: number;
+  readonly flag: string | null;
+}
+
+export interface OperationDetail {
+  readonly request: OperationOutcome | null;
+  readonly kernel: Record<string, unknown> | null;
+  readonly receipts: string[];
+}
+
+export interface Trace {
+  readonly name: string;
+  readonly operation_id: string;
+  readonly request: OperationOutcome | null;
+  readonly kernel: Record<string, unknown> | null;
+  readonly claim: Record<string, unknown> | null;
+  readonly events: Array<{ at: number; store: string; event: string; detail: string }>;
+}
+
+export interface Artifacts {
+  readonly name: string;
+  readonly operation_id: string;
+  readonly kernel_public_key: string | null;
+  readonly artifacts: Array<{ file: string; kind: string; text: string }>;
+}
+
+export interface Grant {
+  /** The signed capability (exact JSON text). */
+  readonly capability: string;
+  readonly capability_id: string;
+  readonly revoked_at: number | null;
+  readonly invocations_used: number;
+  readonly invocations_held: number;
+  readonly cost_units_used: number;
+  readonly cost_units_held: number;
+}
+
+export interface Incident {
+  readonly [field: string]: unknown;
+}
+
+// ----------------------------------------------------------------- requests
+
+export interface InvokeRequest {
+  readonly tool: string;
+  readonly arguments?: Record<string, unknown>;
+  /** The idempotency key; chosen by the client when absent (see `newRequestId`). */
+  readonly request_id?: string;
+  readonly subject?: string;
+  readonly cost_units?: number;
+  /** How long the service waits for the end before answering 202 with the state so far. */
+  readonly wait_ms?: number;
+}
+
+export interface AuthorizeRequest {
+  readonly tool: string;
+  readonly operation: string;
+  readonly arguments?: Record<string, unknown>;
+  readonly subject?: string;
+  readonly cost_units?: number;
+  readonly wait_ms?: number;
+}
+
+export interface GrantRequest {
+  readonly tool: string;
+  readonly max_invocations: number;
+  readonly ttl_ms: number;
+  readonly cost_units?: number | null;
+  readonly subject?: string;
+  readonly not_before?: number | null;
+}
+
+export interface CustodyClientOptions {
+  /** Base URL of the control API, e.g. http://127.0.0.1:7410 */
+  readonly url: string;
+  /** The agent token or the control token. */
+  readonly token: string;
+  /** Further attempts after a transport failure of an idempotent call (default 3). */
+  readonly retries?: number;
+  /** Pause before the first retry, doubled for each further one (default 200 ms). */
+  readonly retryDelayMs?: number;
+}
+
+/** A request id as the CLI chooses one: `req-<time base36>-<12 hex>`. */
+export function newRequestId(): string {
+  return `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
+}
+
+/** Transport errors after which nothing reached the service. */
+const NOT_SENT = new Set(['ECONNREFUSED', 'ENOENT', 'EADDRNOTAVAIL', 'ENOTFOUND']);
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const segment = (name: string) => encodeURIComponent(name);
+
+export class CustodyClient {
+  readonly url: string;
+  readonly #token: string;
+  readonly #retries: number;
+  readonly #retryDelayMs: number;
+
+  constructor(options: CustodyClientOptions) {
+    this.url = options.url.replace(/\/+$/, '');
+    this.#token = options.token;
+    this.#retries = options.retries ?? 3;
+    this.#retryDelayMs = options.retryDelayMs ?? 200;
+  }
+
+  /**
+   * A client for the service running on a state directory: its address from
+   * supervisor/service.json, and its agent token (`role: 'control'` for the
+   * control token). The address is read now: restart the service, make a new client.
+   */
+  static fromState(stateDir: string, options: { role?: 'agent' | 'control'; retries?: number; retryDelayMs?: number } = {}): CustodyClient {
+    const paths = statePaths(stateDir);
+    let port: unknown;
+    try {
+      port = (JSON.parse(readFileSync(paths.serviceJson, 'utf8')) as { port?: unknown }).port;
+    } catch {
+      throw new CustodyError('service_unavailable', `custody is not running on ${paths.root} (no readable ${paths.serviceJson}); start it with: custody start --state ${paths.root}`);
+    }
+    if (typeof port !== 'number') throw new CustodyError('service_unavailable', `${paths.serviceJson} is damaged; restart custody`);
+    const token = readTokenFile(options.role === 'control' ? paths.controlToken : paths.agentToken);
+    return new CustodyClient({ url: `http://127.0.0.1:${port}`, token, ...options });
+  }
+
+  // --------------------------------------------------------------- service
+
+  health(): Promise<Health> {
+    return this.#get('/v1/health');
+  }
+
+  status(): Promise<Status> {
+    return this.#get('/v1/status');
+  }
+
+  /** The tools a live grant covers for `subject` (default agent), with their argument schemas. */
+  tools(subject?: string): Promise<Tools> {
+    return this.#get(`/v1/tools${subject ? `?subject=${encodeURIComponent(subject)}` : ''}`);
+  }
+
+  /** The OpenAPI description of the control API. */
+  openapi(): Promise<Record<string, unknown>> {
+    return this.#get('/v1/openapi.json');
+  }
+
+  incidents(limit?: number): Promise<{ incidents: Incident[] }> {
+    return this.#get(`/v1/incidents${limit ? `?limit=${limit}` : ''}`);
+  }
+
+  // ------------------------------------------------------------ operations
+
+  /** Run a tool call end to end. The request id is fixed before sending; a retry sends it again. */
+  invoke(request: InvokeRequest): Promise<DriveAnswer> {
+    const body = { ...request, arguments: request.arguments ?? {}, request_id: request.request_id ?? newRequestId() };
+    return this.#drive('/v1/invoke', body, body.request_id);
+  }
+
+  /** Reserve and commit the start of an operation named `operation`, without executing it (control token). */
+  authorize(request: AuthorizeRequest): Promise<DriveAnswer> {
+    return this.#drive('/v1/authorize', { ...request, arguments: request.arguments ?? {} }, request.operation);
+  }
+
+  /** Execute an authorized operation; repeating it replays the retained report (control token). */
+  execute(name: string, options: { drop_reply?: boolean; wait_ms?: number } = {}): Promise<DriveAnswer> {
+    return this.#drive(`/v1/operations/${segment(name)}/execute`, options, name);
+  }
+
+  /** Give the executor's signed report to the kernel (control token). */
+  report(name: string, options: { wait_ms?: number } = {}): Promise<DriveAnswer> {
+    return this.#drive(`/v1/operations/${segment(name)}/report`, options, name);
+  }
+
+  /** Ask the executor what became of an operation and settle it; never re-runs an effect (control token). */
+  reconcile(name: string, options: { wait_ms?: number } = {}): Promise<DriveAnswer> {
+    return this.#drive(`/v1/operations/${segment(name)}/reconcile`, options, name);
+  }
+
+  async ops(options: { limit?: number } = {}): Promise<OperationSummary[]> {
+    const answer = await this.#get<{ operations: OperationSummary[] }>(`/v1/operations${options.limit ? `?limit=${options.limit}` : ''}`);
+    return answer.operations;
+  }
+
+  operation(name: string): Promise<OperationDetail> {
+    return this.#get(`/v1/operations/${segment(name)}`);
+  }
+
+  trace(name: string): Promise<Trace> {
+    return this.#get(`/v1/operations/${segment(name)}/trace`);
+  }
+
+  artifacts(name: string): Promise<Artifacts> {
+    return this.#get(`/v1/operations/${segment(name)}/artifacts`);
+  }
+
+  // ---------------------------------------------------------------- grants
+
+  async grants(): Promise<Grant[]> {
+    return (await this.#get<{ grants: Grant[] }>('/v1/grants')).grants;
+  }
+
+  /** Not retried after a transport failure that may have reached the service: a second grant would be a second grant. */
+  async addGrant(request: GrantRequest): Promise<Grant> {
+    return (await this.#call('POST', '/v1/grants', request, { idempotent: false })).body as unknown as Grant;
+  }
+
+  async revokeGrant(capabilityId: string): Promise<Grant> {
+    return (await this.#call('DELETE', `/v1/grants/${segment(capabilityId)}`, undefined, { idempotent: true })).body as unknown as Grant;
+  }
+
+  async archive(): Promise<{ executors: Array<{ executor: string; archived: number; live: number; kept: Record<string, number> }> }> {
+    return (await this.#call('POST', '/v1/archive', {}, { idempotent: true })).body as never;
+  }
+
+  // ------------------------------------------------------------- transport
+
+  /**
+   * Any route: `idempotent` says whether a transport failure may be retried
+   * with the same body (true for everything but POST /v1/grants); `name` is
+   * what an `outcome_unknown` tells the caller to ask about again.
+   */
+  request(method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown, options: { idempotent?: boolean; name?: string } = {}): Promise<{ status: number; body: Record<string, unknown> }> {
+    const idempotent = options.idempotent ?? !(method === 'POST' && path === '/v1/grants');
+    return this.#call(method, path, body, { idempotent, ...(options.name === undefined ? {} : { name: options.name }) });
+  }
+
+  async #get<T>(path: string): Promise<T> {
+    return (await this.#call('GET', path, undefined, { idempotent: true })).body as T;
+  }
+
+  async #drive(path: string, body: unknown, name: string): Promise<DriveAnswer> {
+    const { status, body: answer } = await this.#call('POST', path, body, { idempotent: true, name });
+    return { ...(answer as unknown as OperationOutcome), http_status: status };
+  }
+
+  /**
+   * One HTTP call. A transport failure of an idempotent call is retried with
+   * the same body; when retries run out, a GET (or a connection that was
+   * refused: nothing was sent) is `service_unavailable`, and a POST that may
+   * have reached the service is `outcome_unknown`, naming what to ask again.
+   */
+  async #call(method: string, path: string, body: unknown, options: { idempotent: boolean; name?: string }): Promise<{ status: number; body: Record<string, unknown> }> {
+    for (let attempt = 0; ; attempt++) {
+      let response: Response;
+      try {
+        response = await fetch(`${this.url}${path}`, {
+          method,
+          headers: { authorization: `Bearer ${this.#token}`, 'content-type': 'application/json' },
+          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        });
+      } catch (cause) {
+        const code = (cause as { cause?: { code?: string } }).cause?.code;
+        const notSent = method === 'GET' || (code !== undefined && NOT_SENT.has(code));
+        if ((options.idempotent || notSent) && attempt < this.#retries) {
+          await sleep(this.#retryDelayMs * 2 ** attempt);
+          continue;
+        }
+        const why = code ?? (cause as Error).message;
+        if (notSent) throw new CustodyError('service_unavailable', `custody does not answer at ${this.url}: ${why}`, { cause });
+        const again = options.name ? `; ask again with the same name (${options.name})` : '';
+        throw new CustodyError('outcome_unknown', `the connection to custody broke after ${method} ${path} was sent (${why}); it may still complete${again}`, { cause });
+      }
+      const answer = (await response.json().catch(() => ({}))) as Record<string, unknown>;
+      if (response.status >= 400) {
+        const code = typeof answer.code === 'string' && isErrorCode(answer.code) ? answer.code : 'internal';
+        throw new CustodyError(code, typeof answer.message === 'string' ? answer.message : `HTTP ${response.status} from ${method} ${path}`);
+      }
+      return { status: response.status, body: answer };
+    }
+  }
+}

@@ -1,0 +1,201 @@
+// `custody mcp`: a Model Context Protocol server on stdio that an agent host
+// launches. It speaks to the running service with the agent token only
+// (through the typed client, supervisor/client), lists as MCP tools the tools
+// live grants cover (GET /v1/tools), and turns each tools/call into one
+// governed invoke.
+//
+// Same call, same request: MCP clients resend a call with a new JSON-RPC id,
+// so the request id is derived from what the call asks, not from the
+// message: mcp-<first 32 hex of SHA-256 over the canonical JSON of
+// {tool, arguments, key}>, where key is the optional `custody_request_id`
+// argument (or `_meta["custody/request_id"]`), null when absent. Repeating a
+// call with the same tool and arguments is therefore the same operation and
+// gets the same answer: it never runs twice. To run the same arguments again
+// on purpose, pass a new custody_request_id.
+//
+// stdout carries MCP messages only; logs are JSON lines on stderr.
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { CallToolRequestSchema, type CallToolResult, ListToolsRequestSchema, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import { canonicalDigest } from '../../shared/canonical/digest.js';
+import { artifactDigest, readEnvelope } from '../../shared/artifacts/artifact.js';
+import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { type Logger, errorFields } from '../../shared/log.js';
+import { type CustodyClient, type DriveAnswer } from '../client/index.js';
+import { causeOf } from '../operations/causes.js';
+import { mcpNameOf, toolOfMcpName } from './names.js';
+
+/** The argument an agent may add to any tool to name a call (stripped before the adapter sees the arguments). */
+export const REQUEST_KEY_ARGUMENT = 'custody_request_id';
+const REQUEST_KEY_META = 'custody/request_id';
+
+/** Outcomes that ended an operation without effect. */
+const WITHOUT_EFFECT = new Set(['denied', 'start_denied', 'expired', 'released']);
+
+export interface McpOptions {
+  /** A client holding the agent token; asked for anew on each request (the service may have moved). */
+  readonly client: () => CustodyClient;
+  /** Runs before each request (custody mcp --token-file: refuse the control token); a failure answers the request with it. */
+  readonly ready?: () => Promise<void>;
+  readonly log: Logger;
+  /** How long one call waits for its operation to end before answering "not known yet" (default 50 s, under the usual 60 s MCP request timeout). */
+  readonly waitMs?: number;
+  readonly version: string;
+}
+
+/** The request id a call gets: the same tool, arguments and key give the same id. */
+export function requestIdFor(tool: string, args: Record<string, unknown>, key: string | null): string {
+  return `mcp-${canonicalDigest({ tool, arguments: args, key }).slice(0, 32)}`;
+}
+
+function withRequestKey(schema: Record<string, unknown> | null): Tool['inputSchema'] {
+  const base: Record<string, unknown> = schema ?? { type: 'object', additionalProperties: true };
+  const properties = (base.properties as Record<string, unknown> | undefined) ?? {};
+  if (Object.hasOwn(properties, REQUEST_KEY_ARGUMENT)) return base as Tool['inputSchema'];
+  return {
+    ...base,
+    type: 'object',
+    properties: {
+      ...properties,
+      [REQUEST_KEY_ARGUMENT]: {
+        type: 'string',
+        pattern: '^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$',
+        description: 'optional: names this call. The same tool and arguments are one operation (a retry never runs twice); give a new value to run the same arguments again.',
+      },
+    },
+  };
+}
+
+function errorResult(text: string, structured?: Record<string, unknown>): CallToolResult {
+  return { isError: true, content: [{ type: 'text', text }], ...(structured ? { structuredContent: structured } : {}) };
+}
+
+function receiptOf(answer: DriveAnswer): { id: string; digest: string; decision: string } | null {
+  if (!answer.receipt) return null;
+  const body = readEnvelope(answer.receipt).envelope.body as { receipt_id: string; decision: string };
+  return { id: body.receipt_id, digest: artifactDigest(answer.receipt), decision: body.decision };
+}
+
+/** What an agent is told: the output and receipt of a completed call; an error with the cause otherwise. */
+export function resultOf(tool: string, requestId: string, answer: DriveAnswer): CallToolResult {
+  const receipt = receiptOf(answer);
+  const structured = { request_id: requestId, operation_id: answer.operation_id, outcome: answer.outcome, phase: answer.phase, reason: answer.reason, receipt, output: answer.output ?? null };
+  if (answer.final && answer.outcome === 'completed') {
+    const text = typeof answer.output === 'string' ? answer.output : JSON.stringify(answer.output ?? null);
+    return {
+      content: [
+        { type: 'text', text },
+        { type: 'text', text: `custody: completed as ${requestId}; receipt ${receipt?.id ?? 'none'} (sha256 ${receipt?.digest ?? '-'})` },
+      ],
+      structuredContent: structured,
+    };
+  }
+  if ((answer.outcome && WITHOUT_EFFECT.has(answer.outcome)) || answer.phase === 'refused') {
+    const cause = causeOf({ tool, request_id: requestId, reason: answer.reason });
+    return errorResult(`custody refused ${tool} (${answer.outcome ?? 'refused'}: ${answer.reason ?? 'no reason given'}${cause ? `: ${cause}` : ''}); nothing was done. Request ${requestId}.`, structured);
+  }
+  if (answer.final) {
+    return errorResult(
+      `custody ended ${tool} as ${answer.outcome ?? 'unknown'} (${answer.reason ?? 'no reason given'}): the effect may have happened; an operator must look (custody trace ${requestId}). Do not call again with a new custody_request_id.`,
+      structured,
+    );
+  }
+  return errorResult(
+    `the outcome of ${tool} is not known yet (request ${requestId} is ${answer.phase}${answer.reason ? `, last: ${answer.reason}` : ''}); custody carries it on. ` +
+      'Ask again by calling the tool again with exactly the same arguments (and custody_request_id, if you gave one): it will not run twice.',
+    structured,
+  );
+}
+
+export function createMcpServer(options: McpOptions): McpServer {
+  const { log } = options;
+  const mcp = new McpServer({ name: 'custody', version: options.version }, { capabilities: { tools: {} } });
+  // The tools come from the adapters' JSON Schemas at each listing, so the
+  // list and call handlers are set on the protocol server directly
+  // (McpServer.registerTool takes zod shapes fixed at start).
+  mcp.server.setRequestHandler(ListToolsRequestSchema, async () => {
+    await options.ready?.();
+    const { tools, unavailable } = await options.client().tools();
+    for (const { executor, reason } of unavailable) log.warn('mcp_executor_unavailable', { executor, reason });
+    const listed: Tool[] = [];
+    for (const tool of tools) {
+      const mapped = mcpNameOf(tool.tool);
+      if ('refused' in mapped) {
+        log.warn('mcp_tool_not_offered', { tool: tool.tool, reason: mapped.refused });
+        continue;
+      }
+      const remaining = tool.grants.reduce((sum, g) => sum + g.remaining_invocations, 0);
+      listed.push({
+        name: mapped.name,
+        title: tool.tool,
+        description: `${tool.description ?? `custody tool ${tool.tool}`}. Governed by custody: runs at most once per request under a grant (${remaining} invocation(s) left), with a signed receipt.`,
+        inputSchema: withRequestKey(tool.input_schema),
+        annotations: { readOnlyHint: tool.contract === 'read_only', idempotentHint: true, destructiveHint: false, openWorldHint: false },
+      });
+    }
+    return { tools: listed };
+  });
+
+  mcp.server.setRequestHandler(CallToolRequestSchema, async (request): Promise<CallToolResult> => {
+    const name = request.params.name;
+    const tool = toolOfMcpName(name);
+    if (tool === null) return errorResult(`no custody tool is named ${JSON.stringify(name)} (MCP names map / to __, e.g. review-notes__append); list the tools again`);
+    const given = { ...(request.params.arguments ?? {}) };
+    const metaKey = request.params._meta?.[REQUEST_KEY_META];
+    const argKey = given[REQUEST_KEY_ARGUMENT];
+    delete given[REQUEST_KEY_ARGUMENT];
+    const key = typeof argKey === 'string' ? argKey : typeof metaKey === 'string' ? metaKey : null;
+    const requestId = requestIdFor(tool, given, key);
+    log.info('mcp_call', { tool, request_id: requestId });
+    try {
+      await options.ready?.();
+      const answer = await options.client().invoke({ tool, arguments: given, request_id: requestId, wait_ms: options.waitMs ?? 50_000 });
+      return resultOf(tool, requestId, answer);
+    } catch (error) {
+      const failure = toCustodyError(error);
+      log.info('mcp_call_failed', { tool, request_id: requestId, ...errorFields(failure) });
+      const structured = { request_id: requestId, code: failure.code };
+      if (failure.errorClass === 'unreachable') {
+        return errorResult(
+          `custody could not be reached for ${tool} (${failure.code}: ${failure.message}). Request ${requestId}: call the tool again with exactly the same arguments once custody runs; it will not run twice.`,
+          structured,
+        );
+      }
+      if (failure.errorClass === 'unknown') {
+        return errorResult(
+          `the outcome of ${tool} is not known (${failure.code}: ${failure.message}). Request ${requestId}: ask again by calling the tool again with exactly the same arguments; it will not run twice.`,
+          structured,
+        );
+      }
+      if (failure.code === 'capability_unknown') {
+        return errorResult(`no live grant covers ${tool} (${failure.message}); an operator can add one: custody grant add --tool ${tool} --max N --ttl 1h`, structured);
+      }
+      return errorResult(`custody refused ${tool} (${failure.code}: ${failure.errorClass === 'internal' ? 'internal error; see the service log' : failure.message})`, structured);
+    }
+  });
+  return mcp;
+}
+
+/** Serve MCP on this process's stdin/stdout until stdin ends. */
+export async function serveMcpOnStdio(options: McpOptions): Promise<void> {
+  const mcp = createMcpServer(options);
+  const transport = new StdioServerTransport();
+  const closed = new Promise<void>((resolve) => {
+    transport.onclose = () => resolve();
+    process.stdin.once('end', () => void mcp.close().then(resolve, resolve));
+  });
+  await mcp.connect(transport);
+  options.log.info('mcp_ready', {});
+  await closed;
+}
+
+/** Refuse the control token: an agent host gets the agent token only (GET /v1/grants answers only the control token). */
+export async function refuseControlToken(client: CustodyClient): Promise<void> {
+  try {
+    await client.grants();
+  } catch (error) {
+    if (error instanceof CustodyError && error.code === 'forbidden') return;
+    throw error;
+  }
+  throw new CustodyError('forbidden', 'custody mcp was given the control token; give it the agent token (<state>/supervisor/agent.token) — an agent must not hold the control token');
+}

@@ -1,0 +1,25 @@
+// What a refusal's reason code means for the operation at hand, in words a
+// caller can act on. The kernel's decision carries the code (its receipt
+// signs it); the CLI and `custody mcp` show this text beside it.
+import { type OperationOutcome } from './outcome.js';
+
+type Cause = (o: Pick<OperationOutcome, 'tool' | 'request_id'>) => string;
+
+const CAUSES: Record<string, Cause> = {
+  capability_unknown: (o) => `no grant covers ${o.tool}; an operator can add one: custody grant add --tool ${o.tool} --max N --ttl 1h`,
+  capability_expired: (o) => `the grant covering ${o.tool} has expired; an operator can add a new one: custody grant add --tool ${o.tool} --max N --ttl 1h`,
+  capability_revoked: (o) => `the grant covering ${o.tool} was revoked`,
+  capability_not_yet_valid: (o) => `the grant covering ${o.tool} is not valid yet`,
+  budget_exhausted: (o) => `the grants covering ${o.tool} have no invocations or cost units left (custody grant list); an operator can add one`,
+  cost_exceeded: (o) => `the cost of ${o.tool} exceeds what its grant has left`,
+  subject_not_granted: (o) => `no grant covers ${o.tool} for this subject`,
+  tool_unknown: (o) => `no executor serves ${o.tool} (custody.json executors[].tools)`,
+  arguments_too_large: (o) => `the arguments of ${o.tool} exceed the kernel's argument bound`,
+  nonce_store_full: () => 'the kernel holds as many live authorizations as it may; try again once some have ended',
+};
+
+/** The cause of a refusal in words, or null when the reason has no text here. */
+export function causeOf(o: Pick<OperationOutcome, 'tool' | 'request_id' | 'reason'>): string | null {
+  const cause = o.reason ? CAUSES[o.reason] : undefined;
+  return cause ? cause(o) : null;
+}

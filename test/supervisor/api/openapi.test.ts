@@ -1,0 +1,95 @@
+// GET /v1/openapi.json describes every route server.ts serves, and real
+// answers of a live service — successes and errors of every route — are
+// valid against the schemas it gives for their path, method and status.
+import { expect } from 'chai';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
+import { API_ROUTES } from '../../../supervisor/api/openapi.js';
+import { type TestService, startService } from '../../helpers/service.js';
+import { distPath } from '../../helpers/children.js';
+
+type Doc = { paths: Record<string, Record<string, { responses: Record<string, { content: { 'application/json': { schema: Record<string, unknown> } } }> }>>; components: Record<string, unknown> };
+
+describe('the OpenAPI description', function () {
+  this.timeout(90_000);
+  let service: TestService;
+  let doc: Doc;
+  const validator = new AjvJsonSchemaValidator();
+  const checked = new Set<string>();
+
+  /** Call a route and check the answer against the description of its route template and status. */
+  async function call(method: string, template: string, route: string, body?: unknown, token: 'agent' | 'control' | null = 'control') {
+    const answer = await service.http(method, route, body, token);
+    const responses = doc.paths[template.replace(/:([a-z_]+)/g, '{$1}')]?.[method.toLowerCase()]?.responses;
+    expect(responses, `${method} ${template} is described`).to.not.equal(undefined);
+    const described = responses![String(answer.status)];
+    expect(described, `${method} ${template} answered ${answer.status}, which is not described: ${JSON.stringify(answer.body)}`).to.not.equal(undefined);
+    const schema = { allOf: [described!.content['application/json'].schema], components: doc.components };
+    const result = validator.getValidator(schema)(answer.body);
+    expect(result.valid, `${method} ${route} ${answer.status}: ${result.errorMessage}\n${JSON.stringify(answer.body).slice(0, 2000)}`).to.equal(true);
+    checked.add(`${method} ${template} ${answer.status}`);
+    return answer;
+  }
+
+  before(async () => {
+    service = await startService();
+    const answer = await service.http('GET', '/v1/openapi.json', undefined, 'agent');
+    expect(answer.status).to.equal(200);
+    doc = answer.body as unknown as Doc;
+  });
+
+  after(async () => {
+    await service?.stop();
+    service?.cleanup();
+  });
+
+  it('names every route of server.ts with its token, and no other', () => {
+    const source = readFileSync(path.join(distPath(), '..', 'supervisor', 'api', 'server.ts'), 'utf8');
+    const served = [...source.matchAll(/'(GET|POST|DELETE)',\s*'(\/v1\/[^']*)',\s*'(open|agent|control)'/g)].map(([, m, p, a]) => `${m} ${p} ${a}`).sort();
+    expect(served.length, 'routes found in server.ts').to.be.greaterThan(10);
+    expect(API_ROUTES.map((r) => `${r.method} ${r.path} ${r.access}`).sort()).to.deep.equal(served);
+    for (const route of API_ROUTES) expect(doc.paths[route.path.replace(/:([a-z_]+)/g, '{$1}')]).to.have.property(route.method.toLowerCase());
+  });
+
+  it('needs the agent token', async () => {
+    expect((await service.http('GET', '/v1/openapi.json', undefined, null)).status).to.equal(401);
+  });
+
+  it('validates real answers of every route, successes and errors', async () => {
+    await call('GET', '/v1/health', '/v1/health', undefined, null);
+    await call('GET', '/v1/status', '/v1/status', undefined, 'agent');
+    await call('GET', '/v1/tools', '/v1/tools', undefined, 'agent');
+    await call('GET', '/v1/openapi.json', '/v1/openapi.json', undefined, 'agent');
+    const invoked = await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'described' }, request_id: 'openapi-1' }, 'agent');
+    expect(invoked.status).to.equal(200);
+    await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'other' }, request_id: 'openapi-1' }, 'agent'); // 409 request_conflict
+    await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'Not A Tool' }, 'agent'); // 400
+    await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'nosuch/tool' }, 'agent');
+    await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'x' } }, null); // 401
+    await call('POST', '/v1/authorize', '/v1/authorize', { tool: 'review-notes/append', arguments: { note: 'stepwise' }, operation: 'openapi-2' });
+    await call('POST', '/v1/authorize', '/v1/authorize', { tool: 'review-notes/append', arguments: { note: 'x' }, operation: 'openapi-x' }, 'agent'); // 403
+    await call('POST', '/v1/operations/:name/execute', '/v1/operations/openapi-2/execute', {});
+    await call('POST', '/v1/operations/:name/report', '/v1/operations/openapi-2/report', {});
+    await call('POST', '/v1/operations/:name/reconcile', '/v1/operations/openapi-2/reconcile', {});
+    await call('POST', '/v1/operations/:name/reconcile', '/v1/operations/nosuch/reconcile', {}); // 404
+    await call('GET', '/v1/operations', '/v1/operations?limit=10', undefined, 'agent');
+    await call('GET', '/v1/operations/:name', '/v1/operations/openapi-1', undefined, 'agent');
+    await call('GET', '/v1/operations/:name', '/v1/operations/nosuch', undefined, 'agent');
+    await call('GET', '/v1/operations/:name/trace', '/v1/operations/openapi-2/trace', undefined, 'agent');
+    await call('GET', '/v1/operations/:name/artifacts', '/v1/operations/openapi-2/artifacts', undefined, 'agent');
+    await call('GET', '/v1/grants', '/v1/grants');
+    const added = await call('POST', '/v1/grants', '/v1/grants', { tool: 'review-notes/*', max_invocations: 2, ttl_ms: 60_000 });
+    expect(added.status).to.equal(201);
+    await call('POST', '/v1/grants', '/v1/grants', { tool: 'review-notes/*', max_invocations: 0, ttl_ms: 60_000 }); // 400
+    await call('DELETE', '/v1/grants/:id', `/v1/grants/${String(added.body.capability_id)}`);
+    await call('POST', '/v1/archive', '/v1/archive', {});
+    await call('GET', '/v1/incidents', '/v1/incidents?limit=5', undefined, 'agent');
+    await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'x'.repeat(300_000) } }, 'agent'); // 413 (over max_body_bytes, 256 KiB)
+    await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'x'.repeat(5000) } }, 'agent'); // 409 arguments_too_large
+    // Every described route was exercised at least once.
+    const exercised = new Set([...checked].map((key) => key.split(' ').slice(0, 2).join(' ')));
+    for (const route of API_ROUTES) expect(exercised, `${route.method} ${route.path} exercised`).to.include(`${route.method} ${route.path}`);
+    for (const status of ['200', '201', '400', '401', '403', '404', '409', '413']) expect([...checked].some((key) => key.endsWith(` ${status}`)), `a ${status} answer checked`).to.equal(true);
+  });
+});

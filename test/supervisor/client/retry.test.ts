@@ -1,0 +1,94 @@
+// CustodyClient's transport: the request id is chosen before sending, a
+// connection broken after the request was sent is retried with the same body,
+// a call that starts nothing new (a grant) is not, and when retries run out
+// the error says whether anything may have arrived.
+import { expect } from 'chai';
+import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
+import { CustodyClient, CustodyError } from '../../../supervisor/client/index.js';
+
+interface Seen {
+  readonly method: string;
+  readonly url: string;
+  readonly body: Record<string, unknown>;
+}
+
+/** A stand-in service that breaks the first `breaks` connections after reading the request, then answers. */
+async function flakyServer(breaks: number, answer: (seen: Seen) => { status: number; body: unknown }): Promise<{ url: string; seen: Seen[]; server: Server }> {
+  const seen: Seen[] = [];
+  let broken = 0;
+  const server = createServer((request: IncomingMessage, response: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      const entry = { method: request.method ?? '', url: request.url ?? '', body: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
+      seen.push(entry);
+      if (broken < breaks) {
+        broken++;
+        request.socket.destroy();
+        return;
+      }
+      const { status, body } = answer(entry);
+      response.writeHead(status, { 'content-type': 'application/json' });
+      response.end(JSON.stringify(body));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address() as { port: number };
+  return { url: `http://127.0.0.1:${address.port}`, seen, server };
+}
+
+const outcome = (requestId: string) => ({ request_id: requestId, operation_id: '0'.repeat(64), tool: 'review-notes/append', phase: 'settled', final: true, outcome: 'completed', reason: 'ok', output: null, receipt: null, report: null, authorization: null, executor: 'default' });
+
+describe('CustodyClient transport', () => {
+  const servers: Server[] = [];
+  after(() => servers.forEach((s) => s.close()));
+
+  it('retries an invoke whose connection broke after sending, with the same request id, and returns the answer', async () => {
+    const fake = await flakyServer(2, (seen) => ({ status: 200, body: outcome(String(seen.body.request_id)) }));
+    servers.push(fake.server);
+    const client = new CustodyClient({ url: fake.url, token: 'x', retries: 3, retryDelayMs: 1 });
+    const answer = await client.invoke({ tool: 'review-notes/append', arguments: { note: 'n' } });
+    expect(fake.seen).to.have.length(3);
+    const ids = new Set(fake.seen.map((s) => s.body.request_id));
+    expect(ids.size).to.equal(1);
+    expect(answer.request_id).to.equal([...ids][0]);
+    expect(answer.request_id).to.match(/^req-[0-9a-z]+-[0-9a-f]{12}$/);
+    expect(answer.http_status).to.equal(200);
+  });
+
+  it('says the outcome is unknown, naming the request, when every attempt broke after sending', async () => {
+    const fake = await flakyServer(10, () => ({ status: 500, body: {} }));
+    servers.push(fake.server);
+    const client = new CustodyClient({ url: fake.url, token: 'x', retries: 2, retryDelayMs: 1 });
+    const error = await client.invoke({ tool: 'review-notes/append', request_id: 'mine-1' }).catch((e: unknown) => e);
+    expect(error).to.be.instanceOf(CustodyError);
+    expect((error as CustodyError).code).to.equal('outcome_unknown');
+    expect((error as CustodyError).message).to.contain('mine-1');
+    expect(fake.seen.map((s) => s.body.request_id)).to.deep.equal(['mine-1', 'mine-1', 'mine-1']);
+  });
+
+  it('does not retry adding a grant after a broken connection (a second grant would be a second grant)', async () => {
+    const fake = await flakyServer(1, () => ({ status: 201, body: {} }));
+    servers.push(fake.server);
+    const client = new CustodyClient({ url: fake.url, token: 'x', retries: 3, retryDelayMs: 1 });
+    const error = await client.addGrant({ tool: 'review-notes/*', max_invocations: 1, ttl_ms: 1000 }).catch((e: unknown) => e);
+    expect((error as CustodyError).code).to.equal('outcome_unknown');
+    expect(fake.seen).to.have.length(1);
+  });
+
+  it('turns error bodies into CustodyErrors with their code, and a refused connection into service_unavailable', async () => {
+    const fake = await flakyServer(0, () => ({ status: 409, body: { code: 'request_conflict', message: 'request mine-2 was made with other arguments' } }));
+    servers.push(fake.server);
+    const conflict = await new CustodyClient({ url: fake.url, token: 'x' }).invoke({ tool: 'a/b', request_id: 'mine-2' }).catch((e: unknown) => e);
+    expect(conflict).to.be.instanceOf(CustodyError);
+    expect(conflict).to.include({ code: 'request_conflict', message: 'request mine-2 was made with other arguments' });
+    // A port that was just free: nothing listens, the connection is refused, nothing was sent.
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const port = (closed.address() as { port: number }).port;
+    await new Promise((resolve) => closed.close(resolve));
+    const down = await new CustodyClient({ url: `http://127.0.0.1:${port}`, token: 'x', retries: 1, retryDelayMs: 1 }).invoke({ tool: 'a/b' }).catch((e: unknown) => e);
+    expect((down as CustodyError).code).to.equal('service_unavailable');
+  });
+});

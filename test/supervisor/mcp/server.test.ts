@@ -1,0 +1,210 @@
+// `custody mcp` driven by the MCP SDK's own Client over a real stdio pipe,
+// in front of a real service: the tools a grant covers are listed, a call
+// is one governed invoke with its receipt, a call retried after its answer
+// was lost is the same operation (one journal line), refusals are tool
+// errors with their cause, and a grant that runs out ends the listing.
+import { expect } from 'chai';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { artifactDigest, readEnvelope } from '../../../shared/artifacts/artifact.js';
+import { requestIdFor } from '../../../supervisor/mcp/server.js';
+import { mcpNameOf, toolOfMcpName } from '../../../supervisor/mcp/names.js';
+import { CLI, FIXTURE_ADAPTERS, type TestService, startService } from '../../helpers/service.js';
+
+const TOOL = 'review-notes__append';
+
+function journalLines(service: TestService): Array<Record<string, unknown>> {
+  const file = path.join(service.paths.resourcesDir, 'review-notes.jsonl');
+  if (!existsSync(file)) return [];
+  return readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+async function connectMcp(args: string[]): Promise<{ client: Client; stderr: string[] }> {
+  const transport = new StdioClientTransport({ command: process.execPath, args: [CLI, 'mcp', ...args], stderr: 'pipe' });
+  const stderr: string[] = [];
+  transport.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk.toString('utf8')));
+  const client = new Client({ name: 'custody-test', version: '1.0.0' });
+  await client.connect(transport);
+  return { client, stderr };
+}
+
+const textOf = (result: CallToolResult) => result.content.map((c) => (c.type === 'text' ? c.text : '')).join('\n');
+
+describe('custody mcp', function () {
+  this.timeout(90_000);
+  let service: TestService;
+  let client: Client;
+
+  before(async () => {
+    service = await startService();
+    ({ client } = await connectMcp(['--state', service.dir]));
+  });
+
+  after(async () => {
+    await client?.close();
+    await service?.stop();
+    service?.cleanup();
+  });
+
+  it('maps tool names reversibly and refuses names the mapping cannot carry', () => {
+    const cases: Array<[string, string | null]> = [
+      ['review-notes/append', 'review-notes__append'],
+      ['a/b/c', 'a__b__c'],
+      ['x.y-z/w_v', 'x.y-z__w_v'],
+      ['a__b/c', null],
+      [`a/${'b'.repeat(126)}`, null],
+    ];
+    for (const [tool, name] of cases) {
+      const mapped = mcpNameOf(tool);
+      if (name === null) expect(mapped, tool).to.have.property('refused');
+      else {
+        expect(mapped, tool).to.deep.equal({ name });
+        expect(toolOfMcpName(name), name).to.equal(tool);
+      }
+    }
+    expect(toolOfMcpName('nosuch')).to.equal('nosuch');
+    expect(toolOfMcpName('a___b')).to.equal(null);
+    expect(toolOfMcpName('Bad/Name')).to.equal(null);
+  });
+
+  it('lists the tools a live grant covers, with the adapter\'s argument schema', async () => {
+    const { tools } = await client.listTools();
+    const notes = tools.find((t) => t.name === TOOL);
+    expect(notes, JSON.stringify(tools)).to.not.equal(undefined);
+    expect(notes!.inputSchema.properties).to.have.property('note');
+    expect(notes!.inputSchema.required).to.deep.equal(['note']);
+    expect(notes!.description).to.match(/4 invocation\(s\) left/);
+  });
+
+  it('runs a call as one governed invoke whose result carries the output and the receipt id and digest', async () => {
+    const result = (await client.callTool({ name: TOOL, arguments: { note: 'from mcp' } })) as CallToolResult;
+    expect(result.isError, textOf(result)).to.not.equal(true);
+    const structured = result.structuredContent as { request_id: string; outcome: string; receipt: { id: string; digest: string }; output: { note: string } };
+    expect(structured.outcome).to.equal('completed');
+    expect(structured.request_id).to.equal(requestIdFor('review-notes/append', { note: 'from mcp' }, null));
+    expect(structured.output.note).to.equal('from mcp');
+    const shown = await service.http('GET', `/v1/operations/${structured.request_id}`, undefined, 'agent');
+    const receipts = (shown.body as { receipts: string[] }).receipts;
+    const last = receipts[receipts.length - 1]!;
+    expect(structured.receipt.id).to.equal((readEnvelope(last).envelope.body as { receipt_id: string }).receipt_id);
+    expect(structured.receipt.digest).to.equal(artifactDigest(last));
+    expect(journalLines(service).filter((l) => l.note === 'from mcp')).to.have.length(1);
+  });
+
+  it('answers a call retried after its answer was lost with the same operation, and the journal holds one line', async () => {
+    const args = { note: 'retried note', custody_request_id: 'agent-call-7' };
+    const requestId = requestIdFor('review-notes/append', { note: 'retried note' }, 'agent-call-7');
+    // The client gives up before the answer arrives: the answer is lost, the call went on.
+    const lost = await client.callTool({ name: TOOL, arguments: args }, undefined, { timeout: 1 }).then(
+      () => 'answered',
+      (error: Error) => error.message,
+    );
+    expect(lost).to.match(/timed out/i);
+    // The lost call reached the service (so the retry below is a retry of it).
+    const deadline = Date.now() + 30_000;
+    while ((await service.http('GET', `/v1/operations/${requestId}`, undefined, 'agent')).status !== 200) {
+      if (Date.now() > deadline) throw new Error(`the lost call never reached the service as ${requestId}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const retried = (await client.callTool({ name: TOOL, arguments: args })) as CallToolResult;
+    expect(retried.isError, textOf(retried)).to.not.equal(true);
+    expect((retried.structuredContent as { request_id: string }).request_id).to.equal(requestId);
+    const again = (await client.callTool({ name: TOOL, arguments: args })) as CallToolResult;
+    expect(again.structuredContent).to.deep.equal(retried.structuredContent);
+    expect(journalLines(service).filter((l) => l.note === 'retried note')).to.have.length(1);
+  });
+
+  it('answers a refusal as a tool error with its cause', async () => {
+    const unknown = (await client.callTool({ name: 'nosuch__tool', arguments: {} })) as CallToolResult;
+    expect(unknown.isError).to.equal(true);
+    expect(textOf(unknown)).to.match(/no grant covers nosuch\/tool/);
+    const huge = (await client.callTool({ name: TOOL, arguments: { note: 'a'.repeat(5000) } })) as CallToolResult;
+    expect(huge.isError, textOf(huge)).to.equal(true);
+    expect(textOf(huge)).to.match(/refused review-notes\/append \(arguments_too_large: .*note is 5000 UTF-8 bytes; at most 4096/);
+    expect(journalLines(service).filter((l) => String(l.note).length === 5000)).to.have.length(0);
+  });
+
+  it('stops listing the tool once the grant runs out, and refuses the next call naming the tool', async () => {
+    const remaining = async () => {
+      const listed = await service.http('GET', '/v1/tools', undefined, 'agent');
+      const entry = (listed.body as { tools: Array<{ tool: string; grants: Array<{ remaining_invocations: number }> }> }).tools.find((t) => t.tool === 'review-notes/append');
+      return entry ? entry.grants.reduce((sum, g) => sum + g.remaining_invocations, 0) : 0;
+    };
+    let left = await remaining();
+    expect(left).to.be.within(1, 3);
+    for (let i = 0; left > 0; i++, left--) {
+      const used = (await client.callTool({ name: TOOL, arguments: { note: `spend ${i}` } })) as CallToolResult;
+      expect(used.isError, textOf(used)).to.not.equal(true);
+    }
+    const { tools } = await client.listTools();
+    expect(tools.map((t) => t.name)).to.not.include(TOOL);
+    const refused = (await client.callTool({ name: TOOL, arguments: { note: 'one too many' } })) as CallToolResult;
+    expect(refused.isError).to.equal(true);
+    expect(textOf(refused)).to.match(/review-notes\/append/);
+    expect(journalLines(service).filter((l) => l.note === 'one too many')).to.have.length(0);
+  });
+
+  it('refuses the control token', async () => {
+    const { client: wrong } = await connectMcp(['--url', `http://127.0.0.1:${service.port}`, '--token-file', service.paths.controlToken]);
+    try {
+      const error = await wrong.listTools().then(
+        () => null,
+        (e: Error) => e.message,
+      );
+      expect(error).to.match(/control token/);
+      const call = (await wrong.callTool({ name: TOOL, arguments: { note: 'with control' } })) as CallToolResult;
+      expect(call.isError).to.equal(true);
+      expect(textOf(call)).to.match(/control token/);
+    } finally {
+      await wrong.close();
+    }
+  });
+});
+
+describe('custody mcp with a slow tool', function () {
+  this.timeout(90_000);
+  let service: TestService;
+  let client: Client;
+
+  before(async () => {
+    service = await startService({ config: { executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }] } });
+    await service.http('POST', '/v1/grants', { tool: 'fixture/sleep', max_invocations: 10, ttl_ms: 3_600_000 });
+    ({ client } = await connectMcp(['--state', service.dir, '--wait', '1s']));
+  });
+
+  after(async () => {
+    await client?.close();
+    await service?.stop();
+    service?.cleanup();
+  });
+
+  it("publishes the adapter's zod schema as the tool's input schema", async () => {
+    const { tools } = await client.listTools();
+    const sleep = tools.find((t) => t.name === 'fixture__sleep');
+    expect(sleep?.inputSchema.properties?.ms).to.deep.include({ type: 'integer', minimum: 0, maximum: 60_000 });
+    expect(sleep?.annotations?.readOnlyHint).to.equal(true);
+    // Only tools a grant covers are listed: fixture/hang is served but not granted.
+    expect(tools.map((t) => t.name)).to.not.include('fixture__hang');
+  });
+
+  it('answers a call still running as "not known yet", saying how to ask again, and the same call later gets the outcome', async () => {
+    const args = { ms: 4000 };
+    const first = (await client.callTool({ name: 'fixture__sleep', arguments: args })) as CallToolResult;
+    expect(first.isError).to.equal(true);
+    expect(textOf(first)).to.match(/not known yet .* custody carries it on\. Ask again by calling the tool again with exactly the same arguments/);
+    const requestId = (first.structuredContent as { request_id: string }).request_id;
+    let answer = first;
+    const deadline = Date.now() + 60_000;
+    while (answer.isError === true && Date.now() < deadline) answer = (await client.callTool({ name: 'fixture__sleep', arguments: args })) as CallToolResult;
+    expect(answer.isError, textOf(answer)).to.not.equal(true);
+    expect(answer.structuredContent).to.deep.include({ request_id: requestId, outcome: 'completed', output: { slept: 4000 } });
+    const ops = (await service.http('GET', '/v1/operations', undefined, 'agent')).body as { operations: Array<{ tool: string }> };
+    expect(ops.operations.filter((op) => op.tool === 'fixture/sleep')).to.have.length(1);
+  });
+});
