@@ -15,22 +15,27 @@ export const errorAnswer = z.strictObject({ code: z.enum(ERROR_CODES as [string,
 
 export const healthAnswer = z.strictObject({ status: z.enum(['ok', 'stopping']), pid: positiveInt, uptime_ms: nonNegativeInt });
 
+/** One child as status and restart show it. */
+export const childAnswer = z.strictObject({
+  name: z.string(),
+  role: z.enum(['kernel', 'executor']),
+  state: z.enum(['stopped', 'starting', 'running', 'backoff', 'failed', 'stopping']),
+  pid: positiveInt.nullable(),
+  sid: z.string().nullable(),
+  restarts: nonNegativeInt,
+  uptime_ms: nonNegativeInt.nullable(),
+  failure: z.string().nullable(),
+  /** A failed executor's automatic retry (restart.failed_cooldown_s), ms since the epoch. */
+  next_retry_at: timestampMs.nullable(),
+});
+
 export const statusAnswer = z.strictObject({
   service: z.strictObject({ pid: positiveInt, port: nonNegativeInt, state_dir: z.string(), started_at: timestampMs, uptime_ms: nonNegativeInt, stopping: z.boolean() }),
-  children: z.array(
-    z.strictObject({
-      name: z.string(),
-      role: z.enum(['kernel', 'executor']),
-      state: z.enum(['stopped', 'starting', 'running', 'backoff', 'failed', 'stopping']),
-      pid: positiveInt.nullable(),
-      sid: z.string().nullable(),
-      restarts: nonNegativeInt,
-      uptime_ms: nonNegativeInt.nullable(),
-      failure: z.string().nullable(),
-    }),
-  ),
+  children: z.array(childAnswer),
   in_flight: nonNegativeInt,
 });
+
+export const restartAnswer = z.strictObject({ child: childAnswer });
 
 /** Where an operation stands (supervisor/operations/outcome.ts): the answer of invoke, authorize, execute, report and reconcile. */
 export const outcomeAnswer = z.strictObject({

@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { identifier, toolPattern } from '../../shared/protocol/common.js';
 import * as answers from './answers.js';
 import { type Access } from './http.js';
-import { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
+import { archiveBody, authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 
 interface RouteDoc {
   readonly method: 'GET' | 'POST' | 'DELETE';
@@ -47,7 +47,8 @@ export const API_ROUTES: readonly RouteDoc[] = [
   { method: 'GET', path: '/v1/grants', access: 'control', summary: 'grants with their use', answers: { 200: answers.grantsAnswer } },
   { method: 'POST', path: '/v1/grants', access: 'control', summary: 'add a grant', body: grantAddBody, answers: { 201: answers.grantAnswer } },
   { method: 'DELETE', path: '/v1/grants/:id', access: 'control', summary: 'revoke a grant', answers: { 200: answers.grantAnswer } },
-  { method: 'POST', path: '/v1/archive', access: 'control', summary: 'archive settled operations whose window has passed', answers: { 200: answers.archiveAnswer } },
+  { method: 'POST', path: '/v1/archive', access: 'control', summary: 'archive settled operations whose window has passed', body: archiveBody, answers: { 200: answers.archiveAnswer } },
+  { method: 'POST', path: '/v1/children/:name/restart', access: 'control', summary: 'restart a child (a failed one at once, a running one gracefully); answers once it serves again', answers: { 200: answers.restartAnswer } },
   { method: 'GET', path: '/v1/incidents', access: 'agent', summary: 'what went wrong recently', query: limit(50, 1000), answers: { 200: answers.incidentsAnswer } },
 ];
 
@@ -56,6 +57,7 @@ const ERROR_STATUSES: Record<number, string> = {
   401: 'no valid bearer token',
   403: 'this endpoint needs the control token',
   404: 'no such endpoint or operation',
+  405: 'the method is not served on this path',
   409: 'refused, or the outcome is not known yet',
   413: 'request body too large',
   500: 'internal error (the message says only that; see the service log)',
@@ -102,7 +104,7 @@ function buildDocument(): Record<string, unknown> {
         name,
         in: 'path',
         required: true,
-        description: name === 'id' ? 'capability id' : 'operation name (its request id)',
+        description: name === 'id' ? 'capability id' : route.path.startsWith('/v1/children/') ? 'child name (kernel or an executor)' : 'operation name (its request id)',
         schema: schemaOf(identifier, 'input', components, `${id}_${name}`),
       })),
       ...Object.entries(route.query ?? {}).map(([name, { schema, description }]) => ({ name, in: 'query', required: false, description, schema: schemaOf(schema, 'input', components, `${id}_${name}`) })),

@@ -8,7 +8,7 @@ import { expect } from 'chai';
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
 import { isErrorCode } from '../../shared/errors.js';
-import { type TestService, sqlite, startService } from '../helpers/service.js';
+import { type TestService, FIXTURE_ADAPTERS, sqlite, startService } from '../helpers/service.js';
 import { rawHttp } from '../helpers/raw-http.js';
 
 /** The arguments of issue 8's reproduction 1: {"x":[[[…1…]]]} with `arrays` levels of arrays. */
@@ -54,12 +54,22 @@ describe('hostile input at the control API', function () {
   };
 
   before(async () => {
-    service = await startService({ config: { kernel: { settings: { argument_bytes_default: ARGUMENT_BOUND } } } });
+    // fixture/refuse admits any arguments (review-notes/append would be refused
+    // by its own schema before reserving), so a frame at the depth budget
+    // travels to the kernel and the executor.
+    service = await startService({
+      config: {
+        kernel: { settings: { argument_bytes_default: ARGUMENT_BOUND } },
+        executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }],
+      },
+    });
     agent = readFileSync(service.paths.agentToken, 'utf8').trim();
     control = readFileSync(service.paths.controlToken, 'utf8').trim();
     // The default grant allows 4 invocations; these tests make more.
-    const grant = await service.http('POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 1000, ttl_ms: 3_600_000 });
-    expect(grant.status, JSON.stringify(grant.body)).to.equal(201);
+    for (const tool of ['review-notes/*', 'fixture/*']) {
+      const grant = await service.http('POST', '/v1/grants', { tool, max_invocations: 1000, ttl_ms: 3_600_000 });
+      expect(grant.status, JSON.stringify(grant.body)).to.equal(201);
+    }
   });
 
   after(async () => {
@@ -70,7 +80,7 @@ describe('hostile input at the control API', function () {
   describe('depth (reproduction 1)', () => {
     it('carries arguments nested exactly at the budget (30 levels, a 32-level frame) to the end, and no child is restarted', async () => {
       const before = await kernelStatus();
-      const answer = await invokeRaw(`{"tool":"review-notes/append","request_id":"depth-at-bound","arguments":${argumentsOfDepth(30)}}`);
+      const answer = await invokeRaw(`{"tool":"fixture/refuse","request_id":"depth-at-bound","arguments":${argumentsOfDepth(30)}}`);
       expect(answer.status, answer.text).to.equal(200);
       expect(JSON.parse(answer.text)).to.have.property('final', true);
       expect(await kernelStatus()).to.deep.equal(before);

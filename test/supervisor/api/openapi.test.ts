@@ -85,6 +85,8 @@ describe('the OpenAPI description', function () {
     await call('DELETE', '/v1/grants/:id', `/v1/grants/${String(added.body.capability_id)}`);
     await call('POST', '/v1/archive', '/v1/archive', {});
     await call('GET', '/v1/incidents', '/v1/incidents?limit=5', undefined, 'agent');
+    await call('POST', '/v1/children/:name/restart', '/v1/children/default/restart', {});
+    await call('POST', '/v1/children/:name/restart', '/v1/children/nosuch/restart', {}); // 404
     await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'x'.repeat(300_000) } }, 'agent'); // 413 (over max_body_bytes, 256 KiB)
     await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'x'.repeat(5000) } }, 'agent'); // 409 arguments_too_large
     // Every described route was exercised at least once.
