@@ -14,6 +14,12 @@ export const restartPolicySchema = z.strictObject({
   /** First backoff; doubles with each restart inside the period, capped at backoff_max_ms. */
   backoff_initial_ms: millis(60_000).default(200),
   backoff_max_ms: millis(600_000).default(10_000),
+  /**
+   * Crashes of a child (exits on its own, poisonings, missed heartbeats)
+   * with a request in flight on it, after which that request is quarantined
+   * and the crash no longer counts toward the child's intensity.
+   */
+  quarantine_after_crashes: z.number().int().min(1).max(100).default(2),
 });
 
 export const executorSchema = z.strictObject({

@@ -69,14 +69,17 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
       session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
       row = ctx.store.startAttempt(row.request_id);
       frameId = `exec-${row.operation_id.slice(0, 16)}-${row.attempts}`;
-      const result = await session.channel.request(
+      const result = await executor.send(
+        session,
         'execute',
         { authorization, expected: expectedOf(row), arguments: JSON.parse(row.arguments) as JsonObject, drop_reply: options.dropReply },
-        { id: frameId, timeoutMs: deadline },
+        { id: frameId, timeoutMs: deadline, requestId: row.request_id },
       );
       return ctx.store.movePhase(row.request_id, 'reported', { report: result.report });
     } catch (error) {
       const failure = toCustodyError(error);
+      // Parked while waiting (it crashed a child before): it stays where it is.
+      if (failure.code === 'request_quarantined') throw failure;
       if (!frameId || NOT_ACTED_UPON.has(failure.code)) {
         // Not sent, or refused before the executor did anything: ask again.
         if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
@@ -168,11 +171,12 @@ export async function reconcileStep(ctx: OperationContext, row: RequestRow): Pro
     const release = await executor.slots.acquire(ctx.signal);
     try {
       const session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
-      const result = await session.channel.request('reconcile_operation', { authorization, expected: expectedOf(row) }, { timeoutMs: exchangeMs });
+      const result = await executor.send(session, 'reconcile_operation', { authorization, expected: expectedOf(row) }, { timeoutMs: exchangeMs, requestId: row.request_id });
       ctx.store.recordIncident({ child: executor.name, kind: 'reconciled', code: null, message: `reconcile_operation: ${result.status}${result.replayed ? ' (retained report)' : ''}`, operation_id: row.operation_id });
       return ctx.store.movePhase(row.request_id, 'reported', { report: result.report });
     } catch (error) {
       const failure = toCustodyError(error);
+      if (failure.code === 'request_quarantined') throw failure;
       ctx.log.warn('reconcile_unanswered', { request_id: row.request_id, code: failure.code, attempt: backoff.attempts + 1 });
       if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
       if (failure.code === 'deadline_exceeded') {
@@ -194,7 +198,7 @@ export async function reconcileStep(ctx: OperationContext, row: RequestRow): Pro
 /** Tell the kernel the outcome is unknown (its hold stays); true once the kernel has it. */
 async function markUnknown(ctx: OperationContext, row: RequestRow, cause: CustodyError): Promise<boolean> {
   try {
-    await askKernel(ctx, 'mark_unknown', { operation_id: row.operation_id, reason: `${cause.code}: ${cause.message}`.slice(0, 512) });
+    await askKernel(ctx, 'mark_unknown', { operation_id: row.operation_id, reason: `${cause.code}: ${cause.message}`.slice(0, 512) }, row.request_id);
   } catch (error) {
     ctx.log.warn('mark_unknown_failed', { request_id: row.request_id, code: toCustodyError(error).code });
     return false;

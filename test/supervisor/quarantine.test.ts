@@ -1,0 +1,113 @@
+// No poison pills (docs/POISON-AND-DISK.md): a request whose handling
+// crashes its child every time is parked as `quarantined` after the second
+// crash, the child restarts without that crash counting toward its
+// intensity, the rest of the service goes on, and a new `custody start`
+// does not resume it. Provoked through a real service with the fixture
+// adapter fixture/crash, which SIGKILLs its executor whenever it is handled.
+import { expect } from 'chai';
+import path from 'node:path';
+import { type TestService, FIXTURE_ADAPTERS, sqlite, startService } from '../helpers/service.js';
+
+type Incident = { kind: string; child: string | null; code: string | null; operation_id: string | null; message: string };
+
+/**
+ * At most 2 counted restarts: without quarantine the poison pill's third
+ * crash (execute, reconcile, reconcile again) fails the executor, and every
+ * later request on it fails with it.
+ */
+const CONFIG = {
+  executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }],
+  restart: { max_restarts: 2, period_s: 3600, backoff_initial_ms: 50, backoff_max_ms: 500 },
+};
+
+async function invoke(service: TestService, tool: string, requestId: string, args: Record<string, unknown>) {
+  return service.http('POST', '/v1/invoke', { tool, request_id: requestId, arguments: args, wait_ms: 60_000 }, 'agent');
+}
+
+async function incidents(service: TestService): Promise<Incident[]> {
+  const { body } = await service.http('GET', '/v1/incidents?limit=1000');
+  return (body.incidents as Incident[]).reverse();
+}
+
+async function executorState(service: TestService): Promise<{ state: string; restarts: number; pid: number }> {
+  const { body } = await service.http('GET', '/v1/status');
+  return (body.children as Array<{ role: string; state: string; restarts: number; pid: number }>).find((c) => c.role === 'executor')!;
+}
+
+describe('a request that crashes its executor every time it is handled', function () {
+  this.timeout(120_000);
+  let service: TestService | null = null;
+
+  afterEach(() => service?.cleanup());
+
+  it('is quarantined after 2 crashes, uncounted, while requests before and after complete, and a restart does not resume it', async () => {
+    service = await startService({ config: CONFIG });
+    expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
+    expect((await service.http('POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
+
+    const before = await invoke(service, 'review-notes/append', 'before', { note: 'before the poison pill' });
+    expect(before.body.outcome, JSON.stringify(before.body)).to.equal('completed');
+    const harmless = await invoke(service, 'fixture/crash', 'harmless', { crash: false });
+    expect(harmless.body.outcome, JSON.stringify(harmless.body)).to.equal('completed');
+
+    const poison = await invoke(service, 'fixture/crash', 'poison-1', { crash: true });
+    expect(poison.status, JSON.stringify(poison.body)).to.equal(409);
+    expect(poison.body.code).to.equal('request_quarantined');
+    expect(String(poison.body.message)).to.include('poison-1').and.include('custody reconcile poison-1');
+
+    const rows = await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT phase, reason, operation_id FROM requests WHERE request_id = 'poison-1'");
+    expect(rows[0]!.phase).to.equal('quarantined');
+    const operationId = String(rows[0]!.operation_id);
+    const mine = (await incidents(service)).filter((i) => i.operation_id === operationId);
+    expect(mine.filter((i) => i.kind === 'request_crash').map((i) => i.child)).to.deep.equal(['default', 'default']);
+    const parked = mine.filter((i) => i.kind === 'quarantined');
+    expect(parked).to.have.length(1);
+    expect(parked[0]!.message).to.include('poison-1');
+    expect(parked[0]!.child).to.equal('default');
+
+    // Two crashes, one of them counted: the executor is below its intensity (2) and serves.
+    const executor = await executorState(service);
+    expect(executor.state).to.equal('running');
+    expect(executor.restarts).to.equal(2);
+    const after = await invoke(service, 'review-notes/append', 'after', { note: 'after the poison pill' });
+    expect(after.body.outcome, JSON.stringify(after.body)).to.equal('completed');
+
+    // Asking again is answered from the log, without sending it to a child.
+    const again = await invoke(service, 'fixture/crash', 'poison-1', { crash: true });
+    expect(again.body.code).to.equal('request_quarantined');
+
+    const ops = await service.cli(['ops', '--json']);
+    expect(ops.code).to.equal(0);
+    const listed = (JSON.parse(ops.stdout) as { operations: Array<{ name: string; phase: string | null }> }).operations;
+    expect(listed.find((op) => op.name === 'poison-1')?.phase).to.equal('quarantined');
+    const report = await service.cli(['report', 'poison-1']);
+    expect(report.code).to.equal(4);
+    expect(report.stderr).to.include('request_quarantined');
+
+    expect(await service.stop()).to.equal(0);
+    service = await service.restart();
+    const exitsBefore = (await incidents(service)).filter((i) => i.kind === 'child_exit').length;
+    const resumed = await invoke(service, 'review-notes/append', 'after-restart', { note: 'after a restart' });
+    expect(resumed.body.outcome, JSON.stringify(resumed.body)).to.equal('completed');
+    // Several recovery sweeps (every 500 ms) have passed by the time a second request completes.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const second = await invoke(service, 'review-notes/append', 'after-restart-2', { note: 'still serving' });
+    expect(second.body.outcome).to.equal('completed');
+    expect((await incidents(service)).filter((i) => i.kind === 'child_exit')).to.have.length(exitsBefore);
+    expect((await executorState(service)).restarts).to.equal(0);
+    expect(service.stderr.some((line) => line.includes('"request_resumed"') && line.includes('poison-1'))).to.equal(false);
+    const still = await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT phase FROM requests WHERE request_id = 'poison-1'");
+    expect(still[0]!.phase).to.equal('quarantined');
+
+    // An operator's release asks once more; the third crash parks it again at once, uncounted.
+    const released = await service.cli(['reconcile', 'poison-1', '--wait', '60s']);
+    expect(released.code, released.stderr).to.equal(4);
+    expect(released.stderr).to.include('request_quarantined');
+    const log = await incidents(service);
+    expect(log.filter((i) => i.operation_id === operationId).map((i) => i.kind)).to.include.members(['quarantine_released', 'quarantined']);
+    expect(log.filter((i) => i.operation_id === operationId && i.kind === 'request_crash')).to.have.length(3);
+    expect((await executorState(service)).state).to.equal('running');
+    const last = await invoke(service, 'review-notes/append', 'after-release', { note: 'after the release' });
+    expect(last.body.outcome).to.equal('completed');
+  });
+});
