@@ -118,9 +118,9 @@ async function listKernelOperations(service: Service, states: OperationState[] |
 export async function listOperations(service: Service, query: URLSearchParams): Answer {
   const limit = Math.min(Math.max(Number(query.get('limit') ?? '200') || 200, 1), 100_000);
   const operations = await listKernelOperations(service, null, limit);
-  const listed = operations.map((op) => {
+  const listed: Array<{ name: string; operation_id: string; tool: string; state: string | null; phase: string | null; updated_at: number; flag: string | null }> = operations.map((op) => {
     const row = service.store.getRequestByOperation(op.operation_id);
-    return { name: op.request_id, operation_id: op.operation_id, tool: op.tool, state: op.state as string | null, phase: row?.phase ?? null, updated_at: op.updated_at, flag: op.flag };
+    return { name: op.request_id, operation_id: op.operation_id, tool: op.tool, state: op.state, phase: row?.phase ?? null, updated_at: op.updated_at, flag: op.flag };
   });
   // A request quarantined before the kernel recorded it is listed too (state null): every parked request is visible.
   const known = new Set(listed.map((op) => op.operation_id));

@@ -184,7 +184,7 @@ export class ChildHandle {
     }
     if (session.channel.state !== 'open') return session.channel.request(kind, body, channelOptions);
     let inFlight = this.#inFlight.get(session);
-    if (!inFlight) this.#inFlight.set(session, (inFlight = new Map()));
+    if (!inFlight) this.#inFlight.set(session, (inFlight = new Map<string, number>()));
     const table = inFlight;
     table.set(requestId, (table.get(requestId) ?? 0) + 1);
     const done = () => {
