@@ -5,7 +5,13 @@
 // does not resume it. Provoked through a real service with the fixture
 // adapter fixture/crash, which SIGKILLs its executor whenever it is handled.
 import { expect } from 'chai';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { operationIdFor } from '../../shared/protocol/binding.js';
+import { attributeCrash } from '../../supervisor/operations/quarantine.js';
+import { SupervisorStore } from '../../supervisor/store/supervisor-store.js';
+import { collectingLogger } from '../helpers/children.js';
 import { type TestService, FIXTURE_ADAPTERS, sqlite, startService } from '../helpers/service.js';
 
 type Incident = { kind: string; child: string | null; code: string | null; operation_id: string | null; message: string };
@@ -109,5 +115,58 @@ describe('a request that crashes its executor every time it is handled', functio
     expect((await executorState(service)).state).to.equal('running');
     const last = await invoke(service, 'review-notes/append', 'after-release', { note: 'after the release' });
     expect(last.body.outcome).to.equal('completed');
+  });
+});
+
+describe('crash attribution (restart.quarantine_after_crashes)', () => {
+  let dir: string;
+  let store: SupervisorStore;
+  const log = collectingLogger().log;
+
+  beforeEach(() => {
+    dir = mkdtempSync(path.join(tmpdir(), 'custody-quarantine-'));
+    store = SupervisorStore.provision(path.join(dir, 'supervisor'));
+  });
+
+  afterEach(() => {
+    store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  function logRequest(requestId: string): void {
+    store.logRequest({ request_id: requestId, operation_id: operationIdFor(requestId), kind: 'invoke', tool: 't/x', subject: 'agent', arguments: '{}', cost_units: 1, binding_hash: 'b'.repeat(64) });
+  }
+
+  for (const limit of [1, 2, 3]) {
+    it(`with the bound at ${limit}, parks a request at crash ${limit} and not one before; that crash and later ones are not counted for the child`, () => {
+      logRequest('pill');
+      for (let crash = 1; crash < limit; crash++) {
+        expect(attributeCrash(store, log, 'kernel', ['pill'], `crash ${crash}`, limit)).to.deep.equal({ counted: true, quarantined: [] });
+        expect(store.getRequest('pill')!.phase).to.equal('received');
+      }
+      expect(attributeCrash(store, log, 'kernel', ['pill'], `crash ${limit}`, limit)).to.deep.equal({ counted: false, quarantined: ['pill'] });
+      expect(store.getRequest('pill')!.phase).to.equal('quarantined');
+      expect(store.openRequests().map((row) => row.request_id)).to.not.include('pill');
+      // One past: already quarantined, still not counted, not counted again against it.
+      expect(attributeCrash(store, log, 'kernel', ['pill'], 'one more', limit)).to.deep.equal({ counted: false, quarantined: [] });
+      expect(store.crashesOf(operationIdFor('pill'))).to.equal(limit);
+    });
+  }
+
+  it('counts a crash for every request in flight; one quarantined among them makes the crash uncounted', () => {
+    logRequest('pill');
+    logRequest('bystander');
+    expect(attributeCrash(store, log, 'kernel', ['pill', 'bystander'], 'first', 2).counted).to.equal(true);
+    expect(attributeCrash(store, log, 'kernel', ['pill'], 'second', 2)).to.deep.equal({ counted: false, quarantined: ['pill'] });
+    expect(store.getRequest('bystander')!.phase).to.equal('received');
+    expect(store.crashesOf(operationIdFor('bystander'))).to.equal(1);
+  });
+
+  it('refuses to move a quarantined request on except by a release, which goes back to what its artifacts prove', () => {
+    logRequest('pill');
+    store.countCrash('pill', 'kernel', 'only', 1);
+    expect(() => store.movePhase('pill', 'reserved')).to.throw().with.property('code', 'request_quarantined');
+    expect(store.releaseQuarantined('pill').phase).to.equal('received');
+    expect(store.incidentsFor(operationIdFor('pill')).map((i) => i.kind)).to.deep.equal(['request_crash', 'quarantined', 'quarantine_released']);
   });
 });
