@@ -83,6 +83,9 @@ interface KillIntent {
   readonly deliberate: boolean;
 }
 
+/** The lost-reply drill's exit status: the executor retained its report and did not answer, as an operator asked. */
+export const DROP_REPLY_EXIT = 75;
+
 /** How long a killed child's process group may take to empty before the restart goes ahead anyway. */
 const GROUP_EXIT_WAIT_MS = 5000;
 
@@ -328,8 +331,9 @@ export class ChildHandle {
       return;
     }
     // Not the supervisor's decision: a crash, a poisoning or a missed heartbeat.
-    // The client requests in flight on it at that moment share the blame.
-    const blamed = [...(this.#inFlight.get(session)?.keys() ?? [])];
+    // The client requests in flight on it at that moment share the blame
+    // (the lost-reply drill is an operator's request, and blames nobody).
+    const blamed = exit.code === DROP_REPLY_EXIT ? [] : [...(this.#inFlight.get(session)?.keys() ?? [])];
     this.#inFlight.delete(session);
     const verdict = blamed.length > 0 && this.#deps.onCrash ? this.#deps.onCrash(this, blamed, this.#lastExit) : { counted: true };
     this.#afterExit(this.#lastExit, verdict.counted ? { counted: true } : { counted: false, delayMs: this.#deps.restart.backoff_initial_ms });

@@ -8,14 +8,13 @@ import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common
 import { authorizationBody } from '../../shared/protocol/artifacts.js';
 import { nowMs } from '../../shared/clock.js';
 import { type ChildSession } from '../../shared/child/spawn.js';
-import { type ChildHandle } from '../children/child-handle.js';
+import { type ChildHandle, DROP_REPLY_EXIT } from '../children/child-handle.js';
 import { ADAPTER_DEADLINE_MARGIN_MS } from '../children/specs.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel, isTransportFailure, reconcileBackoff } from './context.js';
 import { expectedOf } from './kernel-steps.js';
 
-/** The drill's exit status: the executor retained its report and deliberately did not answer. */
-export const DROP_REPLY_EXIT = 75;
+export { DROP_REPLY_EXIT } from '../children/child-handle.js';
 
 /** Answers that prove the executor did not act on the request: nothing about it is in doubt. */
 const NOT_ACTED_UPON: ReadonlySet<string> = new Set(['too_many_in_flight', 'shutting_down', 'window_not_open']);
@@ -80,6 +79,8 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
       const failure = toCustodyError(error);
       // Parked while waiting (it crashed a child before): it stays where it is.
       if (failure.code === 'request_quarantined') throw failure;
+      // Not sent because supervisor.db is full: the caller is told; asking again (or the sweep) resumes it.
+      if (!frameId && failure.code === 'storage_full') throw failure;
       if (!frameId || NOT_ACTED_UPON.has(failure.code)) {
         // Not sent, or refused before the executor did anything: ask again.
         if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
