@@ -6,9 +6,11 @@
 // starts again and every request reaches a final answer.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { type CustodyError } from '../../shared/errors.js';
+import { createKeyPair } from '../../shared/crypto/key-files.js';
 import { type TestService, initTestState, sqlite, startService } from '../helpers/service.js';
 
 /** Room for the state (four stores, keys, the journal) and little else. */
@@ -101,6 +103,27 @@ describe('a full disk', function () {
         // already unmounted
       }
       rmSync(mountPoint, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a key pair it cannot write with storage_full naming the key file, and leaves no partial key behind', () => {
+    const dir = path.join(mountPoint!, 'keys');
+    mkdirSync(dir, { mode: 0o700 });
+    try {
+      expect(fill(path.join(mountPoint!, 'filler'))).to.be.greaterThan(0);
+      const refusal = (() => {
+        try {
+          createKeyPair(dir, 'kernel');
+        } catch (error) {
+          return error as CustodyError;
+        }
+        return expect.fail('the key pair was written on a full disk');
+      })();
+      expect(refusal.code).to.equal('storage_full');
+      expect(refusal.message).to.include(path.join(dir, 'kernel.key')).and.include('free space');
+      expect(readdirSync(dir)).to.deep.equal([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
