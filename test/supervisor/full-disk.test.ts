@@ -135,7 +135,8 @@ describe('a full disk', function () {
 });
 
 async function runScenario(scenario: Scenario): Promise<void> {
-  const root = await initTestState({}, undefined, mountPoint!);
+  // A request stuck in reconciliation on the full disk holds a graceful stop for the whole grace: keep it short.
+  const root = await initTestState({ timing: { shutdown_grace_ms: 2_000 } }, undefined, mountPoint!);
   stateParent = path.dirname(root);
   if (scenario.supervisorElsewhere) {
     elsewhere = mkdtempSync(path.join(tmpdir(), 'custody-supervisor-'));
