@@ -12,6 +12,8 @@ import { operationIdFor } from '../../shared/protocol/binding.js';
 import { attributeCrash } from '../../supervisor/operations/quarantine.js';
 import { SupervisorStore } from '../../supervisor/store/supervisor-store.js';
 import { collectingLogger } from '../helpers/children.js';
+import { KERNEL_ENTRY } from '../../supervisor/children/specs.js';
+import { distPath } from '../helpers/children.js';
 import { type TestService, FIXTURE_ADAPTERS, sqlite, startService } from '../helpers/service.js';
 
 type Incident = { kind: string; child: string | null; code: string | null; operation_id: string | null; message: string };
@@ -115,6 +117,52 @@ describe('a request that crashes its executor every time it is handled', functio
     expect((await executorState(service)).state).to.equal('running');
     const last = await invoke(service, 'review-notes/append', 'after-release', { note: 'after the release' });
     expect(last.body.outcome).to.equal('completed');
+  });
+});
+
+describe('a request that kills the kernel every time it is sent', function () {
+  this.timeout(120_000);
+  let service: TestService | null = null;
+
+  afterEach(() => service?.cleanup());
+
+  it('is quarantined after 2 kernel crashes while the kernel, allowed one counted restart, and the service go on, also after a restart', async () => {
+    // The kernel behind a tripwire that makes it exit whenever a frame names the request: a poison pill
+    // for the kernel, as an over-deep frame was. One counted restart: without quarantine the second crash
+    // fails the kernel and stops the service.
+    service = await startService({
+      config: (root) => ({
+        kernel: { argv: [process.execPath, distPath('test', 'fixtures', 'kernel-tripwire.js'), 'poison-kernel', process.execPath, KERNEL_ENTRY, '--dir', path.join(root, 'kernel')] },
+        restart: { max_restarts: 1, period_s: 3600, backoff_initial_ms: 50, backoff_max_ms: 500 },
+      }),
+    });
+    expect((await service.http('POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
+    const before = await invoke(service, 'review-notes/append', 'before', { note: 'before' });
+    expect(before.body.outcome, JSON.stringify(before.body)).to.equal('completed');
+
+    const poison = await invoke(service, 'review-notes/append', 'poison-kernel', { note: 'kills the kernel' });
+    expect(poison.status, JSON.stringify(poison.body)).to.equal(409);
+    expect(poison.body.code).to.equal('request_quarantined');
+    const { body: status } = await service.http('GET', '/v1/status');
+    const kernel = (status.children as Array<{ role: string; state: string; restarts: number }>).find((c) => c.role === 'kernel')!;
+    expect(kernel).to.include({ state: 'running', restarts: 2 });
+    const log = await incidents(service);
+    expect(log.filter((i) => i.kind === 'request_crash').map((i) => i.child)).to.deep.equal(['kernel', 'kernel']);
+    expect(log.find((i) => i.kind === 'quarantined')?.message).to.include('poison-kernel').and.include('kernel');
+
+    const after = await invoke(service, 'review-notes/append', 'after', { note: 'after' });
+    expect(after.body.outcome, JSON.stringify(after.body)).to.equal('completed');
+    // The kernel never recorded it: listed from supervisor.db, state null.
+    const { body: ops } = await service.http('GET', '/v1/operations', undefined, 'agent');
+    expect((ops.operations as Array<{ name: string; state: string | null; phase: string }>).find((op) => op.name === 'poison-kernel')).to.include({ state: null, phase: 'quarantined' });
+
+    expect(await service.stop()).to.equal(0);
+    service = await service.restart();
+    const resumed = await invoke(service, 'review-notes/append', 'after-restart', { note: 'after a restart' });
+    expect(resumed.body.outcome, JSON.stringify(resumed.body)).to.equal('completed');
+    expect(service.stderr.some((line) => line.includes('"tripwire"'))).to.equal(false);
+    const { body: again } = await service.http('GET', '/v1/status');
+    expect((again.children as Array<{ role: string; restarts: number }>).find((c) => c.role === 'kernel')!.restarts).to.equal(0);
   });
 });
 
