@@ -91,7 +91,7 @@ export async function reportCommand(client: ServiceClient, out: Output, name: st
 
 export async function opsCommand(client: ServiceClient, out: Output): Promise<number> {
   const { body } = await client.get('/v1/operations?limit=1000');
-  const operations = body.operations as Array<{ name: string; operation_id: string; tool: string; state: string; phase: string | null; updated_at: number; flag: string | null }>;
+  const operations = body.operations as Array<{ name: string; operation_id: string; tool: string; state: string | null; phase: string | null; updated_at: number; flag: string | null }>;
   out.result(body, () =>
     operations.length === 0
       ? 'No operations yet.'
