@@ -125,6 +125,9 @@ const CODES = {
   encoding_invalid: { class: 'usage', summary: 'bytes that must be UTF-8 are not; the message gives the byte offset' },
   body_too_deep: { class: 'usage', summary: 'the request body nests deeper than its bound' },
   file_too_large: { class: 'usage', summary: 'a file named on the command line exceeds its bound; nothing past the bound was read' },
+  // issue 8: poison pills and a full disk (docs/POISON-AND-DISK.md)
+  request_quarantined: { class: 'unknown', summary: 'the request crashed or poisoned a child twice and is parked; it is not retried until an operator releases it' },
+  storage_full: { class: 'unknown', summary: 'a store or file could not be written: its filesystem is full; free space, then ask again with the same name' },
 } as const satisfies Record<string, { class: ErrorClass; summary: string }>;
 
 export type ErrorCode = keyof typeof CODES;
@@ -184,5 +187,31 @@ export function isCustodyError(value: unknown, code?: ErrorCode): value is Custo
 export function toCustodyError(value: unknown, fallback: ErrorCode = 'internal'): CustodyError {
   if (value instanceof CustodyError) return value;
   const message = value instanceof Error ? value.message : String(value);
+  if (isStorageFull(value)) return new CustodyError('storage_full', describeStorageFull(value, message), { cause: value });
   return new CustodyError(fallback, message, { cause: value });
+}
+
+/** SQLite's SQLITE_FULL (also as an extended code) or ENOSPC/EDQUOT from a file write. */
+export function isStorageFull(value: unknown): boolean {
+  if (value instanceof CustodyError) return value.code === 'storage_full';
+  if (typeof value !== 'object' || value === null) return false;
+  const code = (value as { code?: unknown }).code;
+  return typeof code === 'string' && (code === 'ENOSPC' || code === 'EDQUOT' || code.startsWith('SQLITE_FULL'));
+}
+
+/**
+ * Names what could not be written. A store registers itself when it opens
+ * (`registerStorageDescriber`), so a bare SQLITE_FULL is described with the
+ * process's stores, their sizes and the room left on their filesystems.
+ */
+let storageDescriber: ((cause: string) => string) | null = null;
+
+export function registerStorageDescriber(describe: (cause: string) => string): void {
+  storageDescriber = describe;
+}
+
+function describeStorageFull(value: unknown, message: string): string {
+  const path = (value as { path?: unknown }).path;
+  if (typeof path === 'string') return `cannot write ${path}: its filesystem is full (${message}); free space there, then ask again with the same name`;
+  return storageDescriber ? storageDescriber(message) : `a store could not be written: its filesystem is full (${message}); free space, then ask again with the same name`;
 }

@@ -20,6 +20,7 @@ import { type CustodyConfig } from './config/schema.js';
 import { type OperationContext } from './operations/context.js';
 import { OperationDriver } from './operations/driver.js';
 import { RecoverySweeper } from './operations/recovery.js';
+import { admitRequest, attributeCrash } from './operations/quarantine.js';
 import { type StatePaths, statePaths } from './paths.js';
 import { writePrivateFile } from './init.js';
 import { SupervisorStore } from './store/supervisor-store.js';
@@ -102,7 +103,11 @@ export class Service {
         return pin ? { id: pin.identity_id, publicKey: pin.public_key, keyEpoch: pin.key_epoch } : null;
       },
       onFailed: (child: ChildHandle, reason: CustodyError) => this.#onChildFailed(child, reason),
+      admit: (requestId: string) => admitRequest(store, requestId),
+      onCrash: (child: ChildHandle, requestIds: readonly string[], why: string) =>
+        attributeCrash(store, log, child.name, requestIds, why, config.restart.quarantine_after_crashes),
     });
+    store.onBookkeepingFailed = (what, error) => log.error('store_write_skipped', { what, ...errorFields(error) });
     this.kernel = new ChildHandle(kernelSpec(config, paths), deps('kernel'));
     const executors = new Map<string, ChildHandle>();
     for (const executor of config.executors) {

@@ -14,7 +14,7 @@ import {
   writeSync,
 } from 'node:fs';
 import path from 'node:path';
-import { CustodyError, isCustodyError } from '../errors.js';
+import { CustodyError, isCustodyError, isStorageFull } from '../errors.js';
 import { syncDirectory } from '../store/private-fs.js';
 import { generateSeed, publicKeyFromHex, Signer } from './ed25519.js';
 
@@ -55,7 +55,7 @@ export function createKeyPair(dir: string, basename: string): Signer {
     } catch (error) {
       unlinkSync(keyPath);
       unlinkSync(publicPath);
-      throw new CustodyError('key_file_invalid', `cannot write key pair ${keyPath}: ${describeError(error)}`, {
+      throw new CustodyError(writeFailureCode(error), `cannot write key pair ${keyPath}: ${describeError(error)}${fullHint(error)}`, {
         cause: error,
       });
     } finally {
@@ -119,6 +119,15 @@ export function readPublicKeyFile(filePath: string): string {
   return hex;
 }
 
+/** A key file that cannot be written for want of space is storage_full (docs/POISON-AND-DISK.md), not a bad key file. */
+function writeFailureCode(error: unknown): 'storage_full' | 'key_file_invalid' {
+  return isStorageFull(error) ? 'storage_full' : 'key_file_invalid';
+}
+
+function fullHint(error: unknown): string {
+  return isStorageFull(error) ? '; its filesystem is full: free space there, then run it again' : '';
+}
+
 /** Writes a `.pub` file (0644), refusing an existing file or an invalid key. */
 export function writePublicKeyFile(filePath: string, hex: string): void {
   publicKeyFromHex(hex);
@@ -127,7 +136,7 @@ export function writePublicKeyFile(filePath: string, hex: string): void {
     writeAndSync(fd, Buffer.from(`${hex}\n`));
   } catch (error) {
     unlinkSync(filePath);
-    throw new CustodyError('key_file_invalid', `cannot write ${filePath}: ${describeError(error)}`, { cause: error });
+    throw new CustodyError(writeFailureCode(error), `cannot write ${filePath}: ${describeError(error)}${fullHint(error)}`, { cause: error });
   } finally {
     closeSync(fd);
   }

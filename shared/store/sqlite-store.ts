@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { CustodyError } from '../errors.js';
+import { CustodyError, registerStorageDescriber } from '../errors.js';
 import { applyMigrations, validateMigrations, type Migration } from './migrations.js';
 import { checkPrivateFile, checkPrivateFileIfPresent, ensurePrivateDir, isPathPresent, syncDirectory, type FileIdentity } from './private-fs.js';
 
@@ -165,6 +165,7 @@ function finishOpen(spec: StoreSpec, file: string, db: Database.Database, mode: 
     applyMigrations(db, `${spec.label} store ${file}`, spec.migrations, mode);
     // The first read above created -wal and -shm; SQLite gives them the database's mode, which we verify rather than trust.
     checkSidecars(file);
+    OPEN_STORES.add({ label: spec.label, file, db });
     return db;
   } catch (error) {
     db.close();
@@ -203,6 +204,53 @@ function checkSidecars(file: string): void {
   for (const suffix of SIDECAR_SUFFIXES) checkPrivateFileIfPresent(file + suffix);
 }
 
+
+/** The stores this process has open, to name them when SQLite says a disk is full. */
+const OPEN_STORES = new Set<{ readonly label: string; readonly file: string; readonly db: Database.Database }>();
+
+/** Room a store asks for at least: one WAL's worth to checkpoint into, and never less than 1 MiB. */
+const MIN_ROOM_BYTES = 1024 * 1024;
+
+function sizeOf(file: string): number {
+  try {
+    return fs.statSync(file).size;
+  } catch {
+    return 0;
+  }
+}
+
+function freeBytes(file: string): number | null {
+  try {
+    const stat = fs.statfsSync(path.dirname(file));
+    return stat.bavail * stat.bsize;
+  } catch {
+    return null;
+  }
+}
+
+const mib = (bytes: number) => `${(bytes / (1024 * 1024)).toFixed(1)} MiB`;
+
+/**
+ * SQLITE_FULL does not say which database it came from: name every open
+ * store of this process whose filesystem has less room than it asks for
+ * (all of them when none is that short), with its size and what to free.
+ */
+export function describeFullStores(cause: string): string {
+  const stores = [...OPEN_STORES].filter((store) => store.db.open);
+  for (const store of [...OPEN_STORES]) if (!store.db.open) OPEN_STORES.delete(store);
+  const described = stores.map((store) => {
+    const size = sizeOf(store.file);
+    const wal = sizeOf(`${store.file}-wal`);
+    const free = freeBytes(store.file);
+    const need = Math.max(MIN_ROOM_BYTES, wal);
+    return { short: free !== null && free < need, text: `${store.label} store ${store.file} (${mib(size)}, WAL ${mib(wal)}; ${free === null ? 'free space unknown' : `${mib(free)} free`}) needs at least ${mib(need)} more` };
+  });
+  const named = described.some((d) => d.short) ? described.filter((d) => d.short) : described;
+  const which = named.length > 0 ? named.map((d) => d.text).join('; ') : 'a store of this process';
+  return `the disk is full: ${which} (${cause}); free space on its filesystem, then ask again with the same name`;
+}
+
+registerStorageDescriber(describeFullStores);
 
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);

@@ -71,7 +71,7 @@ async function answerDrive(service: Service, requestId: string, drive: Promise<R
   } catch (error) {
     const failure = toCustodyError(error);
     const current = service.store.getRequest(requestId);
-    if (!current || !STILL_CARRIED.has(failure.errorClass) || failure.code === 'reply_dropped') throw failure;
+    if (!current || !STILL_CARRIED.has(failure.errorClass) || NOT_CARRIED.has(failure.code)) throw failure;
     return { status: 202, body: { ...outcomeOf(current), reason: failure.code } };
   } finally {
     clearTimeout(timer);
@@ -83,6 +83,12 @@ async function answerDrive(service: Service, requestId: string, drive: Promise<R
 
 /** Failure classes after which a logged request is still the service's to finish. */
 const STILL_CARRIED: ReadonlySet<string> = new Set(['unreachable', 'unknown']);
+/**
+ * Codes of those classes that the caller must see as they are: a full disk
+ * ends the drive (asking again with the same name once space is freed
+ * resumes it), and a quarantined request waits for an operator.
+ */
+const NOT_CARRIED: ReadonlySet<string> = new Set(['reply_dropped', 'storage_full', 'request_quarantined']);
 
 export async function invoke(service: Service, body: z.infer<typeof invokeBody>): Answer {
   await refuseBeforeReserve(service, body.request_id, body.tool, body.arguments);
@@ -128,14 +134,16 @@ async function listKernelOperations(service: Service, states: OperationState[] |
 export async function listOperations(service: Service, query: URLSearchParams): Answer {
   const limit = Math.min(Math.max(Number(query.get('limit') ?? '200') || 200, 1), 100_000);
   const operations = await listKernelOperations(service, null, limit);
-  return {
-    body: {
-      operations: operations.map((op) => {
-        const row = service.store.getRequestByOperation(op.operation_id);
-        return { name: op.request_id, operation_id: op.operation_id, tool: op.tool, state: op.state, phase: row?.phase ?? null, updated_at: op.updated_at, flag: op.flag };
-      }),
-    },
-  };
+  const listed: Array<{ name: string; operation_id: string; tool: string; state: string | null; phase: string | null; updated_at: number; flag: string | null }> = operations.map((op) => {
+    const row = service.store.getRequestByOperation(op.operation_id);
+    return { name: op.request_id, operation_id: op.operation_id, tool: op.tool, state: op.state, phase: row?.phase ?? null, updated_at: op.updated_at, flag: op.flag };
+  });
+  // A request quarantined before the kernel recorded it is listed too (state null): every parked request is visible.
+  const known = new Set(listed.map((op) => op.operation_id));
+  for (const row of service.store.quarantinedRequests()) {
+    if (!known.has(row.operation_id)) listed.push({ name: row.request_id, operation_id: row.operation_id, tool: row.tool, state: null, phase: row.phase, updated_at: row.updated_at, flag: 'quarantined' });
+  }
+  return { body: { operations: listed } };
 }
 
 export async function showOperation(service: Service, name: string): Answer {

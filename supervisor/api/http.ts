@@ -25,6 +25,8 @@ export function statusOf(error: CustodyError): number {
   if (error.code === 'forbidden') return 403;
   if (error.code === 'body_too_large' || error.code === 'arguments_too_large') return 413;
   if (error.code === 'method_not_allowed') return 405;
+  // 507 Insufficient Storage: the caller did nothing wrong; ask again with the same name once space is freed.
+  if (error.code === 'storage_full') return 507;
   return STATUS[error.errorClass];
 }
 

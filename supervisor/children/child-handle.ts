@@ -60,6 +60,17 @@ export interface ChildDeps {
   readonly pin: () => PinnedIdentity | null;
   /** The child exceeded its restart intensity or cannot prove its identity. */
   readonly onFailed: (child: ChildHandle, reason: CustodyError) => void;
+  /**
+   * Before a request attributed to a client request is sent: throw to refuse
+   * it (a quarantined request is never sent again).
+   */
+  readonly admit?: (requestId: string) => void;
+  /**
+   * The process ended on its own, was poisoned or missed its heartbeat, with
+   * these client requests in flight on it: attribute the crash to them.
+   * `counted: false` restarts it without counting toward the intensity.
+   */
+  readonly onCrash?: (child: ChildHandle, requestIds: readonly string[], why: string) => { counted: boolean };
   /** Where the child's stderr lines (its JSON log) go; default: this process's stderr, as they are. */
   readonly onStderrLine?: (child: ChildHandle, line: string) => void;
 }
@@ -70,6 +81,9 @@ interface KillIntent {
   /** The supervisor's own decision (the watchdog): restart at once, not counted as a crash. */
   readonly deliberate: boolean;
 }
+
+/** The lost-reply drill's exit status: the executor retained its report and did not answer, as an operator asked. */
+export const DROP_REPLY_EXIT = 75;
 
 /** How long a killed child's process group may take to empty before the restart goes ahead anyway. */
 const GROUP_EXIT_WAIT_MS = 5000;
@@ -93,6 +107,8 @@ export class ChildHandle {
   #failure: CustodyError | null = null;
   #lastExit: string | null = null;
   #kill: KillIntent | null = null;
+  /** Per session, the client requests in flight on it (count of sends), kept when the channel ends under them. */
+  readonly #inFlight = new WeakMap<ChildSession, Map<string, number>>();
 
   constructor(spec: ChildSpec, deps: ChildDeps) {
     this.spec = spec;
@@ -188,9 +204,51 @@ export class ChildHandle {
   }
 
   /** Send a request on the current session (waiting briefly for a restart). */
-  async request<K extends MessageKind>(kind: K, body: RequestOf<K>, options: RequestOptions & { waitMs?: number } = {}): Promise<ResultOf<K>> {
+  async request<K extends MessageKind>(
+    kind: K,
+    body: RequestOf<K>,
+    options: RequestOptions & { waitMs?: number; requestId?: string } = {},
+  ): Promise<ResultOf<K>> {
     const session = await this.waitForSession(options.waitMs ?? this.#deps.timing.hello_timeout_ms);
-    return session.channel.request(kind, body, options);
+    return this.send(session, kind, body, options);
+  }
+
+  /**
+   * Send on a given session on behalf of a client request (`requestId`): it
+   * is admitted first (a quarantined request is refused here, after any
+   * restart it waited for), and counted as in flight on this session until
+   * it is answered. A request the channel's end took with it stays counted:
+   * the crash is attributed to it (see #onExit).
+   */
+  send<K extends MessageKind>(session: ChildSession, kind: K, body: RequestOf<K>, options: RequestOptions & { requestId?: string } = {}): Promise<ResultOf<K>> {
+    const { requestId, ...channelOptions } = options;
+    if (requestId === undefined) return session.channel.request(kind, body, channelOptions);
+    try {
+      this.#deps.admit?.(requestId);
+    } catch (error) {
+      return Promise.reject(toCustodyError(error));
+    }
+    if (session.channel.state !== 'open') return session.channel.request(kind, body, channelOptions);
+    let inFlight = this.#inFlight.get(session);
+    if (!inFlight) this.#inFlight.set(session, (inFlight = new Map<string, number>()));
+    const table = inFlight;
+    table.set(requestId, (table.get(requestId) ?? 0) + 1);
+    const done = () => {
+      const left = (table.get(requestId) ?? 1) - 1;
+      if (left > 0) table.set(requestId, left);
+      else table.delete(requestId);
+    };
+    return session.channel.request(kind, body, channelOptions).then(
+      (result) => {
+        done();
+        return result;
+      },
+      (error: unknown) => {
+        // Still open: answered with an error, or given up on (a deadline); not lost to the channel's end.
+        if (session.channel.state === 'open') done();
+        throw error;
+      },
+    );
   }
 
   /**
@@ -310,7 +368,17 @@ export class ChildHandle {
     this.#deps.store.recordIncident({ child: this.name, kind: 'child_exit', code: exit.code === 70 ? 'channel_poisoned' : null, message: `${this.name} pid ${session.pid} ${how}: ${intent.reason}` });
     this.#lastExit = `${how}: ${intent.reason}`;
     this.#persist();
-    this.#afterExit(this.#lastExit, intent.deliberate ? { counted: false, delayMs: 0 } : { counted: true });
+    if (intent.deliberate) {
+      this.#afterExit(this.#lastExit, { counted: false, delayMs: 0 });
+      return;
+    }
+    // Not the supervisor's decision: a crash, a poisoning or a missed heartbeat.
+    // The client requests in flight on it at that moment share the blame
+    // (the lost-reply drill is an operator's request, and blames nobody).
+    const blamed = exit.code === DROP_REPLY_EXIT ? [] : [...(this.#inFlight.get(session)?.keys() ?? [])];
+    this.#inFlight.delete(session);
+    const verdict = blamed.length > 0 && this.#deps.onCrash ? this.#deps.onCrash(this, blamed, this.#lastExit) : { counted: true };
+    this.#afterExit(this.#lastExit, verdict.counted ? { counted: true } : { counted: false, delayMs: this.#deps.restart.backoff_initial_ms });
   }
 
   /** The leader is reaped; make sure nothing of its group is left. */

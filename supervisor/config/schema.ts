@@ -16,6 +16,12 @@ export const restartPolicySchema = z.strictObject({
   backoff_max_ms: millis(600_000).default(10_000),
   /** A failed executor is started again (with a fresh intensity) this long after it failed; `custody restart` does it at once. */
   failed_cooldown_s: z.number().int().min(1).max(86_400).default(300),
+  /**
+   * Crashes of a child (exits on its own, poisonings, missed heartbeats)
+   * with a request in flight on it, after which that request is quarantined
+   * and the crash no longer counts toward the child's intensity.
+   */
+  quarantine_after_crashes: z.number().int().min(1).max(100).default(2),
 });
 
 export const executorSchema = z.strictObject({

@@ -42,14 +42,16 @@ export function reconcileBackoff(ctx: OperationContext): Backoff {
 /**
  * A kernel request, asked again after transport failures (a restarting or
  * hung kernel) until it answers or the service stops. Safe because every
- * kernel request is idempotent by request id and bytes (DESIGN §6.1).
+ * kernel request is idempotent by request id and bytes (DESIGN §6.1). A
+ * request quarantined meanwhile is refused before it is sent again.
  */
-export async function askKernel<K extends MessageKind>(ctx: OperationContext, kind: K, body: RequestOf<K>): Promise<ResultOf<K>> {
+export async function askKernel<K extends MessageKind>(ctx: OperationContext, kind: K, body: RequestOf<K>, requestId?: string): Promise<ResultOf<K>> {
   const backoff = reconcileBackoff(ctx);
   for (;;) {
     if (ctx.signal.aborted) throw new CustodyError('shutting_down', 'the service is stopping');
     try {
-      return await ctx.kernel.request(kind, body, { timeoutMs: ctx.config.timing.kernel_request_ms });
+      // Sent on behalf of `requestId`: a crash of the kernel with it in flight counts against it (quarantine.ts).
+      return await ctx.kernel.request(kind, body, { timeoutMs: ctx.config.timing.kernel_request_ms, ...(requestId === undefined ? {} : { requestId }) });
     } catch (error) {
       if (!isTransportFailure(error) || ctx.kernel.state === 'failed') throw error;
       ctx.log.warn('kernel_retry', { kind, code: toCustodyError(error).code, attempt: backoff.attempts + 1 });

@@ -6,7 +6,7 @@ import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
 import { type JsonObject } from '../../shared/protocol/common.js';
 import { operationIdFor, parametersDigest, requestBindingHash } from '../../shared/protocol/binding.js';
-import { type RequestRow } from '../store/supervisor-store.js';
+import { type RequestRow, quarantinedError } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel } from './context.js';
 import { executeStep, reconcileStep } from './executor-steps.js';
 import { reserveStep, settleStep, startStep } from './kernel-steps.js';
@@ -94,10 +94,19 @@ export class OperationDriver {
   async #run(requestId: string, goal: Goal, dropReply: boolean): Promise<RequestRow> {
     const ctx = this.#ctx;
     let row = this.#get(requestId);
-    const effective = goal === 'resume' ? (row.kind === 'invoke' ? 'invoke' : 'authorize-resume') : goal;
+    let effective = goal === 'resume' ? (row.kind === 'invoke' ? 'invoke' : 'authorize-resume') : goal;
+    if (row.phase === 'quarantined') {
+      // Only an operator's reconcile releases it; anything else is told it is parked.
+      if (goal !== 'reconcile') throw quarantinedError(row);
+      row = ctx.store.releaseQuarantined(requestId);
+      ctx.log.warn('quarantine_released', { request_id: requestId, phase: row.phase });
+      // Before any authorization it is carried as its kind; after one it is only reconciled.
+      if (!row.authorization) effective = row.kind === 'invoke' ? 'invoke' : 'authorize-resume';
+    }
     let executed = false;
     for (;;) {
       if (FINAL_PHASES.has(row.phase)) return this.#finalAnswer(row, goal);
+      if (row.phase === 'quarantined') throw quarantinedError(row);
       if (ctx.signal.aborted) return row;
       switch (row.phase) {
         case 'received':

@@ -10,14 +10,13 @@ import { type Invocation } from '../../shared/protocol/artifacts.js';
 import { authorizationBody } from '../../shared/protocol/artifacts.js';
 import { nowMs } from '../../shared/clock.js';
 import { type ChildSession } from '../../shared/child/spawn.js';
-import { type ChildHandle } from '../children/child-handle.js';
+import { type ChildHandle, DROP_REPLY_EXIT } from '../children/child-handle.js';
 import { ADAPTER_DEADLINE_MARGIN_MS } from '../children/specs.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel, isTransportFailure, reconcileBackoff } from './context.js';
 import { executorIdOf, expectedOf } from './kernel-steps.js';
 
-/** The drill's exit status: the executor retained its report and deliberately did not answer. */
-export const DROP_REPLY_EXIT = 75;
+export { DROP_REPLY_EXIT } from '../children/child-handle.js';
 
 /** Answers that prove the executor did not act on the request: nothing about it is in doubt. */
 const NOT_ACTED_UPON: ReadonlySet<string> = new Set(['too_many_in_flight', 'shutting_down', 'window_not_open']);
@@ -73,14 +72,19 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
       row = ctx.store.startAttempt(row.request_id);
       frameId = `exec-${row.operation_id.slice(0, 16)}-${row.attempts}`;
       sentAt = performance.now();
-      const result = await session.channel.request(
+      const result = await executor.send(
+        session,
         'execute',
         { authorization, expected: expectedOf(row), arguments: JSON.parse(row.arguments) as JsonObject, drop_reply: options.dropReply },
-        { id: frameId, timeoutMs: deadline },
+        { id: frameId, timeoutMs: deadline, requestId: row.request_id },
       );
       return ctx.store.movePhase(row.request_id, 'reported', { report: result.report });
     } catch (error) {
       const failure = toCustodyError(error);
+      // Parked while waiting (it crashed a child before): it stays where it is.
+      if (failure.code === 'request_quarantined') throw failure;
+      // Not sent because supervisor.db is full: the caller is told; asking again (or the sweep) resumes it.
+      if (!frameId && failure.code === 'storage_full') throw failure;
       if (!frameId || NOT_ACTED_UPON.has(failure.code)) {
         // Not sent, or refused before the executor did anything: ask again.
         if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
@@ -204,11 +208,12 @@ export async function reconcileOperation(ctx: OperationContext, executor: ChildH
     try {
       const session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
       sentAt = performance.now();
-      const result = await session.channel.request('reconcile_operation', { authorization: target.authorization, expected: target.expected }, { timeoutMs: exchangeMs });
+      const result = await executor.send(session, 'reconcile_operation', { authorization: target.authorization, expected: target.expected }, { timeoutMs: exchangeMs, requestId: target.requestId });
       ctx.store.recordIncident({ child: executor.name, kind: 'reconciled', code: null, message: `reconcile_operation: ${result.status}${result.replayed ? ' (retained report)' : ''}`, operation_id: target.operationId });
       return result.report;
     } catch (error) {
       const failure = toCustodyError(error);
+      if (failure.code === 'request_quarantined') throw failure;
       ctx.log.warn('reconcile_unanswered', { request_id: target.requestId, code: failure.code, attempt: backoff.attempts + 1 });
       if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
       if (failure.code === 'deadline_exceeded' && sentAt !== null && performance.now() - sentAt >= exchangeMs) {
@@ -237,7 +242,7 @@ export async function reconcileOperation(ctx: OperationContext, executor: ChildH
 /** Tell the kernel the outcome is unknown (its hold stays); true once the kernel has it. */
 async function markUnknown(ctx: OperationContext, target: ReconcileTarget, cause: CustodyError): Promise<boolean> {
   try {
-    await askKernel(ctx, 'mark_unknown', { operation_id: target.operationId, reason: `${cause.code}: ${cause.message}`.slice(0, 512) });
+    await askKernel(ctx, 'mark_unknown', { operation_id: target.operationId, reason: `${cause.code}: ${cause.message}`.slice(0, 512) }, target.requestId);
     crashPoint('supervisor', 'after_mark_unknown_sent');
   } catch (error) {
     ctx.log.warn('mark_unknown_failed', { request_id: target.requestId, code: toCustodyError(error).code });

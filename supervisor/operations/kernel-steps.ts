@@ -20,7 +20,7 @@ export async function reserveStep(ctx: OperationContext, row: RequestRow): Promi
     arguments: JSON.parse(row.arguments) as JsonObject,
     capability_id: null,
     cost_units: row.cost_units,
-  });
+  }, row.request_id);
   if (result.verdict === 'allow' && result.nonce && result.expected) {
     checkExpectation(ctx, row, result.expected);
     return ctx.store.movePhase(row.request_id, 'reserved', {
@@ -38,7 +38,7 @@ export async function startStep(ctx: OperationContext, row: RequestRow): Promise
     request_id: row.request_id,
     nonce_id: row.nonce_id,
     arguments: JSON.parse(row.arguments) as JsonObject,
-  });
+  }, row.request_id);
   if (result.verdict === 'allow' && result.authorization) return adoptAuthorization(ctx, row, result.authorization);
   return afterKernelState(ctx, row, result.state, result.receipt, result.reason);
 }
@@ -46,7 +46,7 @@ export async function startStep(ctx: OperationContext, row: RequestRow): Promise
 /** Give the kernel the signed report; its receipt settles the request. */
 export async function settleStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
   if (!row.authorization || !row.report) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no authorization or report to settle`);
-  const result = await askKernel(ctx, 'reconcile', { authorization: row.authorization, report: row.report });
+  const result = await askKernel(ctx, 'reconcile', { authorization: row.authorization, report: row.report }, row.request_id);
   // The kernel settled it; this supervisor has not recorded that yet.
   crashPoint('supervisor', 'after_report_forwarded');
   return ctx.store.movePhase(row.request_id, 'settled', {
@@ -94,7 +94,7 @@ function checkExpectation(ctx: OperationContext, row: RequestRow, invocation: In
 async function afterKernelState(ctx: OperationContext, row: RequestRow, state: OperationState, receipt: string | null, reason: string): Promise<RequestRow> {
   if (REFUSED_STATES.has(state)) return ctx.store.movePhase(row.request_id, 'refused', { outcome: state, reason, receipt: receipt ?? undefined });
   if (SETTLED_STATES.has(state)) return ctx.store.movePhase(row.request_id, 'settled', { outcome: state, reason, receipt: receipt ?? undefined });
-  const { operation } = await askKernel(ctx, 'operation.get', { operation_id: row.operation_id, request_id: null });
+  const { operation } = await askKernel(ctx, 'operation.get', { operation_id: row.operation_id, request_id: null }, row.request_id);
   if (operation?.authorization) return adoptAuthorization(ctx, row, operation.authorization);
   throw new CustodyError('outcome_unknown', `the kernel holds ${row.request_id} as ${state} (${reason}) with no authorization to carry on with`);
 }

@@ -12,20 +12,34 @@ export const REQUEST_PHASES = [
   'reported', //    a signed report is retained; the kernel must settle it
   'settled', //     the kernel settled it: completed, released or finalization denied
   'refused', //     the kernel refused it before any effect could happen
+  'quarantined', // parked: its handling crashed or poisoned a child twice (docs/POISON-AND-DISK.md)
 ] as const;
 export type RequestPhase = (typeof REQUEST_PHASES)[number];
 
 // There is no way back from reconciling to executing: once the outcome is
 // in doubt it is only ever asked about, never run again.
+//
+// Any open phase may be parked as `quarantined`. Only an operator's release
+// (`custody reconcile NAME`) leaves it, to the phase its stored columns prove
+// (releasePhaseOf): before an authorization it is asked of the kernel again;
+// after one it is only ever reconciled, never executed again.
 export const REQUEST_MACHINE = defineMachine<RequestPhase>('request', {
-  received: ['reserved', 'authorized', 'refused', 'settled'],
-  reserved: ['authorized', 'refused', 'settled'],
-  authorized: ['executing', 'reconciling'],
-  executing: ['reported', 'reconciling'],
-  reconciling: ['reported'],
-  reported: ['settled'],
+  received: ['reserved', 'authorized', 'refused', 'settled', 'quarantined'],
+  reserved: ['authorized', 'refused', 'settled', 'quarantined'],
+  authorized: ['executing', 'reconciling', 'quarantined'],
+  executing: ['reported', 'reconciling', 'quarantined'],
+  reconciling: ['reported', 'quarantined'],
+  reported: ['settled', 'quarantined'],
   settled: [],
   refused: [],
+  quarantined: ['received', 'reserved', 'reconciling', 'reported'],
 });
+
+/** Where a released quarantined request resumes: the furthest phase its retained artifacts prove. */
+export function releasePhaseOf(row: { readonly nonce_id: string | null; readonly authorization: string | null; readonly report: string | null }): RequestPhase {
+  if (row.report) return 'reported';
+  if (row.authorization) return 'reconciling';
+  return row.nonce_id ? 'reserved' : 'received';
+}
 
 export const FINAL_PHASES: ReadonlySet<RequestPhase> = new Set(['settled', 'refused']);

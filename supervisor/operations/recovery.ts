@@ -75,6 +75,8 @@ export class RecoverySweeper {
       if (this.#executorFailed(op)) continue;
       const row = ctx.store.getRequestByOperation(op.operation_id);
       if (row && this.#driver.isDriving(row.request_id)) continue;
+      // Parked by an operator's rule (quarantine.ts): its hold stays until they release it.
+      if (row?.phase === 'quarantined') continue;
       const windowPassed = op.window !== null && listing.now >= op.window.expires_at;
       if (row) {
         // A manual walk is the operator's until its window passes, unless a crash interrupted it mid-step.

@@ -1,10 +1,10 @@
 // Reads and writes of supervisor.db, each a prepared statement made once.
 import type Database from 'better-sqlite3';
 import { nowMs } from '../../shared/clock.js';
-import { CustodyError } from '../../shared/errors.js';
+import { CustodyError, isStorageFull, toCustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
 import { openStore, provisionStore, type StoreSpec } from '../../shared/store/sqlite-store.js';
-import { type RequestPhase, REQUEST_MACHINE } from '../operations/phases.js';
+import { type RequestPhase, REQUEST_MACHINE, releasePhaseOf } from '../operations/phases.js';
 import { SUPERVISOR_MIGRATIONS } from './schema.js';
 
 export interface PinRow {
@@ -69,6 +69,16 @@ export type RequestPatch = Partial<
 
 const PATCHABLE = ['nonce_id', 'expected', 'executor', 'authorization', 'report', 'receipt', 'output', 'outcome', 'reason'] as const;
 
+/** The incident kind that counts one crash against a request (see countCrash). */
+export const CRASH_INCIDENT = 'request_crash';
+
+export function quarantinedError(row: Pick<RequestRow, 'request_id' | 'reason'>): CustodyError {
+  return new CustodyError(
+    'request_quarantined',
+    `${row.request_id} is quarantined (${row.reason ?? 'it crashed a child'}); it is not retried: see custody trace ${row.request_id}, and release it with custody reconcile ${row.request_id}`,
+  );
+}
+
 export function supervisorStoreSpec(dir: string): StoreSpec {
   return { label: 'supervisor', dir, file: 'supervisor.db', migrations: SUPERVISOR_MIGRATIONS };
 }
@@ -90,6 +100,10 @@ export class SupervisorStore {
   readonly #setPhase: Database.Statement;
   readonly #bumpAttempts: Database.Statement;
   readonly #openRequests: Database.Statement<[], RequestRow>;
+  readonly #quarantined: Database.Statement<[], RequestRow>;
+  readonly #crashesOf: Database.Statement<[string], { n: number }>;
+  /** Where bookkeeping writes that a full disk refused are reported (they are skipped, not fatal). */
+  onBookkeepingFailed: (what: string, error: CustodyError) => void = () => undefined;
   /** One prepared UPDATE per set of patched columns, made on first use. */
   readonly #patches = new Map<string, Database.Statement>();
 
@@ -131,7 +145,24 @@ export class SupervisorStore {
     this.#getByOperation = db.prepare('SELECT * FROM requests WHERE operation_id = ?');
     this.#setPhase = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ? AND phase = ?');
     this.#bumpAttempts = db.prepare('UPDATE requests SET attempts = attempts + 1, updated_at = ? WHERE request_id = ?');
-    this.#openRequests = db.prepare("SELECT * FROM requests WHERE phase NOT IN ('settled', 'refused') ORDER BY created_at");
+    // A quarantined request is not open: nothing resumes it but an operator's release.
+    this.#openRequests = db.prepare("SELECT * FROM requests WHERE phase NOT IN ('settled', 'refused', 'quarantined') ORDER BY created_at");
+    this.#quarantined = db.prepare("SELECT * FROM requests WHERE phase = 'quarantined' ORDER BY created_at");
+    this.#crashesOf = db.prepare(`SELECT count(*) AS n FROM incidents WHERE operation_id = ? AND kind = '${CRASH_INCIDENT}'`);
+  }
+
+  /**
+   * Bookkeeping (children, sessions, incidents) must not stop the service
+   * when the disk is full: the write is skipped and reported, and the stop
+   * or restart in progress goes on. Anything else still throws.
+   */
+  #bookkeeping(what: string, write: () => void): void {
+    try {
+      write();
+    } catch (error) {
+      if (!isStorageFull(error)) throw error;
+      this.onBookkeepingFailed(what, toCustodyError(error));
+    }
   }
 
   close(): void {
@@ -151,7 +182,7 @@ export class SupervisorStore {
   // --------------------------------------------------------------- children
 
   recordChild(row: Omit<ChildRow, 'updated_at'>): void {
-    this.#upsertChild.run({ ...row, updated_at: nowMs() });
+    this.#bookkeeping(`children row of ${row.name}`, () => this.#upsertChild.run({ ...row, updated_at: nowMs() }));
   }
 
   listChildren(): ChildRow[] {
@@ -159,17 +190,17 @@ export class SupervisorStore {
   }
 
   openSession(sid: string, child: string, pid: number): void {
-    this.#openSession.run(sid, child, pid, nowMs());
+    this.#bookkeeping(`session ${sid} of ${child}`, () => this.#openSession.run(sid, child, pid, nowMs()));
   }
 
   closeSession(sid: string, reason: string): void {
-    this.#closeSession.run(nowMs(), reason, sid);
+    this.#bookkeeping(`end of session ${sid}`, () => this.#closeSession.run(nowMs(), reason, sid));
   }
 
   // -------------------------------------------------------------- incidents
 
   recordIncident(incident: { child: string | null; kind: string; code: string | null; message: string; operation_id?: string | null }): void {
-    this.#incident.run({ at: nowMs(), operation_id: null, ...incident });
+    this.#bookkeeping(`incident ${incident.kind}`, () => this.#incident.run({ at: nowMs(), operation_id: null, ...incident }));
   }
 
   incidentsFor(operationId: string): IncidentRow[] {
@@ -203,6 +234,59 @@ export class SupervisorStore {
     return this.#openRequests.all();
   }
 
+  quarantinedRequests(): RequestRow[] {
+    return this.#quarantined.all();
+  }
+
+  // ------------------------------------------------------------- quarantine
+
+  /**
+   * Count one crash of `child` against a request that was in flight on it,
+   * as an incident (the count is the number of such incidents), and park the
+   * request when the count reaches `limit`, all in one transaction. Returns
+   * the count and whether this crash quarantined it. Throws storage_full
+   * like any request write.
+   */
+  countCrash(requestId: string, child: string, why: string, limit: number): { crashes: number; quarantined: boolean } {
+    return this.db.transaction(() => {
+      const row = this.#getRequest.get(requestId);
+      if (!row || row.phase === 'quarantined' || row.phase === 'settled' || row.phase === 'refused') return { crashes: 0, quarantined: false };
+      this.#incident.run({ at: nowMs(), child, kind: CRASH_INCIDENT, code: null, message: `${child} ended (${why}) while ${requestId} was in flight on it (phase ${row.phase})`, operation_id: row.operation_id });
+      const crashes = this.#crashesOf.get(row.operation_id)?.n ?? 0;
+      if (crashes < limit) return { crashes, quarantined: false };
+      REQUEST_MACHINE.assertMove(row.phase, 'quarantined', `request ${requestId}`);
+      this.#setPhase.run('quarantined', nowMs(), requestId, row.phase);
+      this.patchRequest(requestId, { reason: `quarantined after ${crashes} crashes of ${child} (from ${row.phase})` });
+      this.#incident.run({
+        at: nowMs(),
+        child,
+        kind: 'quarantined',
+        code: 'request_quarantined',
+        message: `${requestId} was in flight on ${child} at ${crashes} of its crashes (last: ${why}); parked in phase quarantined, not retried; release it with custody reconcile ${requestId}`,
+        operation_id: row.operation_id,
+      });
+      return { crashes, quarantined: true };
+    }).immediate();
+  }
+
+  /** Crashes counted against a request so far. */
+  crashesOf(operationId: string): number {
+    return this.#crashesOf.get(operationId)?.n ?? 0;
+  }
+
+  /** An operator's release: back to the phase the request's retained artifacts prove, with an incident. */
+  releaseQuarantined(requestId: string): RequestRow {
+    return this.db.transaction(() => {
+      const row = this.#getRequest.get(requestId);
+      if (!row) throw new CustodyError('not_found', `no request ${requestId}`);
+      if (row.phase !== 'quarantined') return row;
+      const to = releasePhaseOf(row);
+      this.#setPhase.run(to, nowMs(), requestId, 'quarantined');
+      this.#incident.run({ at: nowMs(), child: null, kind: 'quarantine_released', code: null, message: `an operator released ${requestId} from quarantine to phase ${to}; one more crash parks it again`, operation_id: row.operation_id });
+      return this.#getRequest.get(requestId)!;
+    }).immediate();
+  }
+
   /** Record what was learned; values are written as given (null clears nothing: use undefined to skip). */
   patchRequest(requestId: string, patch: RequestPatch): void {
     const keys = PATCHABLE.filter((key) => patch[key] !== undefined);
@@ -222,6 +306,8 @@ export class SupervisorStore {
     const apply = this.db.transaction(() => {
       const current = this.#getRequest.get(requestId);
       if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
+      // Only releaseQuarantined leaves quarantine: a step still finishing must not un-park it.
+      if (current.phase === 'quarantined') throw quarantinedError(current);
       if (current.phase !== to) {
         REQUEST_MACHINE.assertMove(current.phase, to, `request ${requestId}`);
         this.#setPhase.run(to, nowMs(), requestId, current.phase);

@@ -70,8 +70,9 @@ export interface ServiceOptions {
   readonly dir?: string;
 }
 
-export async function initTestState(configOf: ServiceOptions['config'] = {}, env?: NodeJS.ProcessEnv): Promise<string> {
-  const dir = mkdtempSync(path.join(tmpdir(), 'custody-svc-'));
+/** `parent`: where the temporary directory is made (a small filesystem, for the full-disk test). */
+export async function initTestState(configOf: ServiceOptions['config'] = {}, env?: NodeJS.ProcessEnv, parent = tmpdir()): Promise<string> {
+  const dir = mkdtempSync(path.join(parent, 'custody-svc-'));
   const root = path.join(dir, 'state');
   const config = typeof configOf === 'function' ? configOf(root) : configOf;
   const full = parseConfig({ port: 0, ...config, timing: { ...FAST_TIMING, ...(config.timing as object | undefined) } });

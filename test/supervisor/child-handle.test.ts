@@ -8,6 +8,8 @@ import { ChildHandle, type ChildSpec } from '../../supervisor/children/child-han
 import { RestartIntensity } from '../../supervisor/children/restart-intensity.js';
 import { restartPolicySchema, timingSchema } from '../../supervisor/config/schema.js';
 import { SupervisorStore } from '../../supervisor/store/supervisor-store.js';
+import { admitRequest, attributeCrash } from '../../supervisor/operations/quarantine.js';
+import { operationIdFor } from '../../shared/protocol/binding.js';
 import { collectingLogger, distPath } from '../helpers/children.js';
 
 describe('restart intensity', () => {
@@ -46,7 +48,15 @@ describe('child handle over the wire fixture', function () {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  function handle(options: { maxRestarts?: number; heartbeatMs?: number; settings?: Record<string, unknown>; onFailed?: (reason: CustodyError) => void } = {}) {
+  function handle(
+    options: {
+      maxRestarts?: number;
+      heartbeatMs?: number;
+      settings?: Record<string, unknown>;
+      onFailed?: (reason: CustodyError) => void;
+      quarantine?: boolean;
+    } = {},
+  ) {
     const spec: ChildSpec = {
       name: 'fixture',
       role: 'kernel',
@@ -64,6 +74,12 @@ describe('child handle over the wire fixture', function () {
       pin: () => pin,
       onFailed: (_child, reason) => options.onFailed?.(reason),
       onStderrLine: () => undefined,
+      ...(options.quarantine
+        ? {
+            admit: (requestId: string) => admitRequest(store, requestId),
+            onCrash: (child: ChildHandle, requestIds: readonly string[], why: string) => attributeCrash(store, collectingLogger().log, child.name, requestIds, why, 2),
+          }
+        : {}),
     });
   }
 
@@ -138,6 +154,31 @@ describe('child handle over the wire fixture', function () {
     expect(second.sid).to.not.equal(first.sid);
     const poisoned = store.recentIncidents(10).find((i) => i.kind === 'channel_poisoned');
     expect(poisoned).to.include({ code: 'frame_malformed', child: 'fixture' });
+    await child.stop(2000);
+  });
+
+  it('attributes a poisoning to the request in flight, quarantines it at the second, restarts uncounted and never sends it again', async () => {
+    let failed: CustodyError | null = null;
+    // One counted restart allowed: without quarantine the second poisoning fails the child.
+    const child = handle({ maxRestarts: 1, quarantine: true, onFailed: (reason) => (failed = reason) });
+    store.logRequest({ request_id: 'pill', operation_id: operationIdFor('pill'), kind: 'invoke', tool: 't/x', subject: 'a', arguments: '{}', cost_units: 1, binding_hash: 'b'.repeat(64) });
+    await child.start();
+    for (let crash = 1; crash <= 2; crash++) {
+      const session = await child.waitForSession(5000);
+      const answer = await child.request('echo', { misbehave: 'garbage' }, { requestId: 'pill' }).then(() => null, (e: unknown) => e);
+      expect(answer).to.have.property('code', 'frame_malformed');
+      await session.exited;
+    }
+    const fresh = await child.waitForSession(5000);
+    expect(failed).to.equal(null);
+    expect(child.state).to.equal('running');
+    expect(store.getRequest('pill')!.phase).to.equal('quarantined');
+    expect(store.incidentsFor(operationIdFor('pill')).map((i) => i.kind)).to.deep.equal(['request_crash', 'request_crash', 'quarantined']);
+    // Refused before it reaches the channel: the same process answers what comes next.
+    const again = await child.request('echo', { misbehave: 'garbage' }, { requestId: 'pill' }).then(() => null, (e: unknown) => e);
+    expect(again).to.have.property('code', 'request_quarantined');
+    expect((await child.request('ping', {})).now).to.be.a('number');
+    expect(child.session!.pid).to.equal(fresh.pid);
     await child.stop(2000);
   });
 

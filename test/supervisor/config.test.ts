@@ -18,7 +18,7 @@ describe('custody.json', () => {
     expect(config.executors).to.have.length(1);
     expect(config.executors[0]).to.include({ name: 'default', max_in_flight: 16, claim_capacity: 50_000 });
     expect(config.executors[0]!.tools).to.deep.equal(['review-notes/*']);
-    expect(config.restart).to.deep.equal({ max_restarts: 5, period_s: 60, backoff_initial_ms: 200, backoff_max_ms: 10_000, failed_cooldown_s: 300 });
+    expect(config.restart).to.deep.equal({ max_restarts: 5, period_s: 60, backoff_initial_ms: 200, backoff_max_ms: 10_000, failed_cooldown_s: 300, quarantine_after_crashes: 2 });
     expect(config.bounds.max_frame_bytes).to.equal(1024 * 1024);
   });
 
@@ -46,6 +46,10 @@ describe('custody.json', () => {
     expect(messageOf({ restart: { failed_cooldown_s: 86_401 } })).to.match(/restart\.failed_cooldown_s.*got 86401/);
     expect(parseConfig({ restart: { failed_cooldown_s: 1 } }).restart.failed_cooldown_s).to.equal(1);
     expect(messageOf({ restart: { failed_cooldown_s: 0 } })).to.match(/restart\.failed_cooldown_s.*got 0/);
+    expect(parseConfig({ restart: { quarantine_after_crashes: 1 } }).restart.quarantine_after_crashes).to.equal(1);
+    expect(messageOf({ restart: { quarantine_after_crashes: 0 } })).to.match(/restart\.quarantine_after_crashes.*got 0/);
+    expect(parseConfig({ restart: { quarantine_after_crashes: 100 } }).restart.quarantine_after_crashes).to.equal(100);
+    expect(messageOf({ restart: { quarantine_after_crashes: 101 } })).to.match(/restart\.quarantine_after_crashes/);
   });
 
   it('names N executors executor-1 … executor-N in the default configuration', () => {

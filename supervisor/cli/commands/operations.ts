@@ -23,6 +23,7 @@ function describeOutcome(o: OperationOutcome): string {
   else if (o.outcome === 'finalization_denied') {
     lines.push(`Finalization denied: ${o.request_id} (${o.reason ?? ''}): the kernel refused to settle the executor's report (status ${reportStatus(o) ?? 'unknown'}); the effect may have happened; flagged for an operator`);
   } else if (o.final) lines.push(`Ended: ${o.request_id} (${o.outcome}: ${o.reason ?? ''})`);
+  else if (o.phase === 'quarantined') lines.push(`Quarantined: ${o.request_id} (${o.reason ?? ''}); it is not retried: see custody trace ${o.request_id}, release it with custody reconcile ${o.request_id}`);
   else lines.push(`Not complete: ${o.request_id} is ${o.phase}${o.reason ? ` (last: ${o.reason})` : ''}; see custody trace ${o.request_id}`);
   lines.push(`  operation ${o.operation_id}`);
   if (o.output !== null && o.output !== undefined) lines.push('', formatOutput(o.output));
@@ -91,7 +92,7 @@ export async function reportCommand(client: ServiceClient, out: Output, name: st
 
 export async function opsCommand(client: ServiceClient, out: Output): Promise<number> {
   const { body } = await client.get('/v1/operations?limit=1000');
-  const operations = body.operations as Array<{ name: string; operation_id: string; tool: string; state: string; phase: string | null; updated_at: number; flag: string | null }>;
+  const operations = body.operations as Array<{ name: string; operation_id: string; tool: string; state: string | null; phase: string | null; updated_at: number; flag: string | null }>;
   out.result(body, () =>
     operations.length === 0
       ? 'No operations yet.'
