@@ -15,6 +15,7 @@ import { cancelEffect } from './handlers/cancel.js';
 import { archiveReconciled, getClaim } from './handlers/claims.js';
 import { executeOnce } from './handlers/execute.js';
 import { reconcileOperation } from './handlers/reconcile.js';
+import { HeadWitness } from './head-witness.js';
 import { Archiver } from './ledger/archive.js';
 import { Ledger } from './ledger/ledger.js';
 import { ReconcileBudget } from './reconcile-budget.js';
@@ -72,7 +73,13 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
   }
 
   let open = true;
-  const ledger = new Ledger(state.stores, state.lock);
+  const ledger = new Ledger(state.stores, state.lock, (error) => {
+    log.error('store_replaced', errorFields(error));
+    // After the refusal has been answered: the next process opens what the path names.
+    setTimeout(() => options.exit(EXIT.software), 50);
+  });
+  const witness = new HeadWitness(ledger.head());
+  ledger.onAdvanced = (head) => void witness.announce(head);
   const context: ExecutorContext = {
     ledger,
     archiver: new Archiver(ledger, state.stores.archive),
@@ -87,6 +94,7 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
       perSession: settings.runtime.reconcilePerSession,
       windowMs: settings.runtime.reconcileWindowMs,
     }),
+    witness,
     dropReply: () => options.exit(EXIT.dropReply),
     isOpen: () => open,
   };
@@ -98,6 +106,7 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
     claim_capacity: config.claimCapacity,
     report_max_bytes: reportMaxBytes,
     live_claims: ledger.liveCount(),
+    head: ledger.head(),
     tools: [...host.descriptors.values()].map((d) => ({ tool: d.tool, contract: d.contract, problem: d.problem })),
   });
   for (const descriptor of host.descriptors.values()) {
@@ -115,6 +124,8 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
     // Losing the supervisor lets a running effect finish and retain its report, bounded by its deadline.
     drainTimeoutMs: settings.runtime.drainTimeoutMs ?? longestDeadline + DRAIN_MARGIN_MS,
     handle: (kind: MessageKind, body: unknown, request: RequestContext) => handle(context, kind as ExecutorKind, body, request),
+    head: () => ledger.head(),
+    attachPeer: (peer) => witness.attach(peer),
     stopAccepting: () => log.info('executor_draining', { effects_running: context.inFlight.size }),
     close: async () => {
       await host.close();
@@ -137,6 +148,9 @@ async function handle(context: ExecutorContext, kind: ExecutorKind, body: unknow
       return getClaim(context, body as RequestOf<'claims.get'>);
     case 'archive':
       return archiveReconciled(context, body as RequestOf<'archive'>);
+    case 'head.witnessed':
+      context.witness.acknowledge((body as RequestOf<'head.witnessed'>).head);
+      return {};
     default: {
       const never: never = kind;
       throw new CustodyError('unexpected_message', `an executor does not serve ${String(never)}`);

@@ -29,6 +29,10 @@ const code = await runChild({
         log.error('store_lock_lost', errorFields(error));
         process.exit(EXIT.software);
       },
+      onStoreReplaced: (error) => {
+        log.error('store_replaced', errorFields(error));
+        setTimeout(() => process.exit(EXIT.software), 50);
+      },
     }),
 });
 process.exit(code);

@@ -35,6 +35,8 @@ export interface KernelSetupOptions {
   readonly maxFrameBytes: number;
   /** The store lock was lost: another process may own the store. Must stop this process. */
   readonly onLockLost: (error: CustodyError) => void;
+  /** kernel.db's path no longer names the open file. Must stop this process (after the refusals are answered). */
+  readonly onStoreReplaced?: (error: CustodyError) => void;
 }
 
 export async function setupKernel(options: KernelSetupOptions): Promise<KernelService> {
@@ -45,7 +47,7 @@ export async function setupKernel(options: KernelSetupOptions): Promise<KernelSe
   const lock = await acquireDirLock(dir, { onCompromised: options.onLockLost });
   try {
     const kernel = preamble.mode === 'provision' ? provision(dir, base) : open(dir, base);
-    return new KernelService(kernel, lock);
+    return new KernelService(kernel, lock, options.onStoreReplaced);
   } catch (error) {
     await lock.release();
     throw error;

@@ -116,6 +116,10 @@ const CODES = {
   reply_dropped: { class: 'unknown', summary: 'the executor retained its report and exited without replying (lost-reply drill)' },
   usage: { class: 'usage', summary: 'the command line is wrong' },
   internal: { class: 'internal', summary: 'an internal error; see the log' },
+  // Store rollback (issue 8, item 2): a witness outside each store.
+  store_rolled_back: { class: 'refused', summary: "a store's head is below the head the supervisor witnessed: it was restored from an older copy or lost its last writes" },
+  store_replaced: { class: 'internal', summary: 'the store path no longer names the file this process opened (renamed or replaced while running)' },
+  head_unwitnessed: { class: 'unknown', summary: 'the supervisor did not acknowledge a claim head before the deadline; the effect was not run' },
 } as const satisfies Record<string, { class: ErrorClass; summary: string }>;
 
 export type ErrorCode = keyof typeof CODES;

@@ -43,6 +43,14 @@ export interface SpawnChildOptions {
   readonly onStderrLine?: (line: string) => void;
   /** The channel stopped (poisoned or closed), first reason. */
   readonly onChannelEnd?: (reason: CustodyError, state: string) => void;
+  /**
+   * Record a head the child announced (docs/ROLLBACK.md). A kernel's is
+   * recorded synchronously, before the answers that follow it are delivered;
+   * an executor's may be recorded later (group commit): once the promise
+   * resolves the executor is told `head.witnessed`. Default: remembered in
+   * memory only (tests, provisioning).
+   */
+  readonly onHead?: (head: number) => void | Promise<void>;
 }
 
 export interface ChildSession {
@@ -108,6 +116,14 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
     peerRole: options.role,
     maxInFlight: options.maxInFlight,
     ...(options.onChannelEnd ? { onTerminated: options.onChannelEnd } : {}),
+    onHead: (head) => {
+      const recorded = options.onHead?.(head);
+      if (options.role !== 'executor') return;
+      // The executor waits for this before it runs an effect; a failed record leaves it waiting, never acknowledged.
+      void Promise.resolve(recorded)
+        .then(() => channel.request('head.witnessed', { head }))
+        .catch((error: unknown) => log.warn('head_not_witnessed', { head, ...errorFields(error) }));
+    },
   });
   child.stdin.write(
     encodePreamble({

@@ -58,4 +58,10 @@ export const EXECUTOR_MESSAGES = {
       not_archived: z.array(z.strictObject({ operation_id: hex32, reason: z.enum(NOT_ARCHIVED_REASONS) })).max(10_000),
     }),
   },
+  /** The supervisor durably recorded this head (docs/ROLLBACK.md); an effect waiting on a claim at or below it may run. */
+  'head.witnessed': {
+    to: ['executor'],
+    request: z.strictObject({ head: nonNegativeInt }),
+    result: z.strictObject({}),
+  },
 } as const satisfies Record<string, MessageSpec>;

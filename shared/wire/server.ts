@@ -81,6 +81,17 @@ export class ServerChannel {
     this.#core.poison(reason);
   }
 
+  /** A frame the child sends unasked after its hello (`head`); its id is its kind. False when it could not be sent. */
+  sendUnasked(kind: string, body: Record<string, unknown>): boolean {
+    try {
+      this.#core.send(kind, kind, body);
+      return true;
+    } catch (error) {
+      this.#log.warn('frame_not_sent', { kind, ...errorFields(error) });
+      return false;
+    }
+  }
+
   #onFrame(frame: Frame): void {
     const kind = frame.kind;
     if (!isMessageKind(kind) || !(MESSAGES[kind].to as readonly string[]).includes(this.#role)) {

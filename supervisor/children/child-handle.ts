@@ -25,6 +25,7 @@ import { processStartTicks } from './proc-stat.js';
 import { killGroupAndWait } from './process-group.js';
 import { RestartIntensity } from './restart-intensity.js';
 import { SessionWaiters } from './session-waiters.js';
+import { type HeadWitnessStore, rolledBack } from './witness.js';
 import { Slots } from './slots.js';
 
 export type ChildState = 'stopped' | 'starting' | 'running' | 'backoff' | 'failed' | 'stopping';
@@ -57,6 +58,8 @@ export interface ChildDeps {
   readonly limits: FrameLimits;
   readonly timing: Timing;
   readonly restart: RestartPolicy;
+  /** The witness of store heads (docs/ROLLBACK.md): a hello below it is refused. */
+  readonly witness: HeadWitnessStore;
   /** The identity every hello must prove, from the pins recorded at init. */
   readonly pin: () => PinnedIdentity | null;
   /** The child exceeded its restart intensity or cannot prove its identity. */
@@ -212,13 +215,16 @@ export class ChildHandle {
         log: this.#deps.log,
         onStderrLine: (line) => this.#forwardStderr(line),
         onChannelEnd: (reason, state) => this.#onChannelEnd(reason, state),
+        onHead: (head) => this.#onHead(head),
       });
+      await this.#checkHead(session);
     } catch (error) {
       const reason = toCustodyError(error, 'peer_exited');
       this.#clearLock(null);
       if (this.#machine.is('stopping', 'stopped')) throw reason;
-      this.#deps.store.recordIncident({ child: spec.name, kind: 'start_failed', code: reason.code, message: reason.message });
-      if (reason.code === 'identity_mismatch' || reason.code === 'hello_invalid') {
+      this.#deps.store.recordIncident({ child: spec.name, kind: reason.code === 'store_rolled_back' ? 'store_rolled_back' : 'start_failed', code: reason.code, message: reason.message });
+      // A rolled-back store is refused for good: restarting it would only be refused again (docs/ROLLBACK.md).
+      if (reason.code === 'identity_mismatch' || reason.code === 'hello_invalid' || reason.code === 'store_rolled_back') {
         this.#fail(reason);
         throw reason;
       }
@@ -245,6 +251,33 @@ export class ChildHandle {
       void this.killAndReap('heartbeat missed');
     });
     this.#waiters.resolveAll(session);
+  }
+
+  /**
+   * The hello's head against the witness (docs/ROLLBACK.md): below it, the
+   * process is killed and reaped before anything is asked of it, and the
+   * start fails with store_rolled_back; at or above it, it becomes the witness.
+   */
+  async #checkHead(session: ChildSession): Promise<void> {
+    const witnessed = this.#deps.witness.head(this.name);
+    if (session.hello.head >= witnessed) {
+      this.#deps.witness.recordNow(this.name, session.hello.head);
+      return;
+    }
+    session.kill('SIGKILL');
+    await session.exited;
+    await killGroupAndWait(session.pid, GROUP_EXIT_WAIT_MS);
+    const store = this.spec.lockDir ? `${this.spec.lockDir}/${this.spec.role === 'kernel' ? 'kernel.db' : 'ledger.db'}` : `(remote ${this.spec.role} ${this.name})`;
+    throw rolledBack(this.name, this.spec.role, store, session.hello.head, witnessed);
+  }
+
+  /** A head frame: the kernel's is recorded before its answers are acted on, an executor's with its turn's batch. */
+  #onHead(head: number): void | Promise<void> {
+    if (this.spec.role === 'kernel') {
+      this.#deps.witness.recordNow(this.name, head);
+      return;
+    }
+    return this.#deps.witness.record(this.name, head);
   }
 
   #onChannelEnd(reason: CustodyError, state: string): void {

@@ -89,6 +89,8 @@ export class SupervisorStore {
   readonly #setPhase: Database.Statement;
   readonly #bumpAttempts: Database.Statement;
   readonly #openRequests: Database.Statement<[], RequestRow>;
+  readonly #getWitness: Database.Statement<[string], { head: number }>;
+  readonly #raiseWitness: Database.Statement;
   /** One prepared UPDATE per set of patched columns, made on first use. */
   readonly #patches = new Map<string, Database.Statement>();
 
@@ -131,6 +133,11 @@ export class SupervisorStore {
     this.#setPhase = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ? AND phase = ?');
     this.#bumpAttempts = db.prepare('UPDATE requests SET attempts = attempts + 1, updated_at = ? WHERE request_id = ?');
     this.#openRequests = db.prepare("SELECT * FROM requests WHERE phase NOT IN ('settled', 'refused') ORDER BY created_at");
+    this.#getWitness = db.prepare('SELECT head FROM witness WHERE name = ?');
+    this.#raiseWitness = db.prepare(
+      `INSERT INTO witness (name, head, updated_at) VALUES (@name, @head, @now)
+       ON CONFLICT (name) DO UPDATE SET head = excluded.head, updated_at = excluded.updated_at WHERE excluded.head > witness.head`,
+    );
   }
 
   close(): void {
@@ -177,6 +184,21 @@ export class SupervisorStore {
 
   recentIncidents(limit: number): IncidentRow[] {
     return this.#recentIncidents.all(limit);
+  }
+
+  // ---------------------------------------------------------------- witness
+
+  /** The highest head a child's store has presented (docs/ROLLBACK.md); 0 when none was seen yet. */
+  witnessedHead(name: string): number {
+    return this.#getWitness.get(name)?.head ?? 0;
+  }
+
+  /** Raise the witnessed heads (never lowered), all in one durable transaction. */
+  raiseWitness(heads: ReadonlyMap<string, number>): void {
+    const now = nowMs();
+    this.db.transaction(() => {
+      for (const [name, head] of heads) this.#raiseWitness.run({ name, head, now });
+    }).immediate();
   }
 
   // --------------------------------------------------------------- requests
