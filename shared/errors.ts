@@ -117,7 +117,8 @@ const CODES = {
   usage: { class: 'usage', summary: 'the command line is wrong' },
   internal: { class: 'internal', summary: 'an internal error; see the log' },
   // Store rollback (issue 8, item 2): a witness outside each store.
-  store_rolled_back: { class: 'refused', summary: "a store's head is below the head the supervisor witnessed: it was restored from an older copy or lost its last writes" },
+  // Class unknown (exit 4), not refused (exit 3): what the refused store would have answered is not known, and 3 reads as "ended without effect".
+  store_rolled_back: { class: 'unknown', summary: "a store's head is below the head the supervisor witnessed (restored from an older copy, or its last writes lost): it is refused; outcomes it would answer for are unknown" },
   store_replaced: { class: 'internal', summary: 'the store path no longer names the file this process opened (renamed or replaced while running)' },
   head_unwitnessed: { class: 'unknown', summary: 'the supervisor did not acknowledge a claim head before the deadline; the effect was not run' },
 } as const satisfies Record<string, { class: ErrorClass; summary: string }>;
