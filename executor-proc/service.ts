@@ -12,7 +12,7 @@ import { type RequestContext } from '../shared/wire/server.js';
 import { AdapterHost } from './adapters/host-client.js';
 import { type ExecutorContext } from './context.js';
 import { cancelEffect } from './handlers/cancel.js';
-import { archiveReconciled, getClaim } from './handlers/claims.js';
+import { archiveReconciled, getClaim, recoverLedger } from './handlers/claims.js';
 import { executeOnce } from './handlers/execute.js';
 import { reconcileOperation } from './handlers/reconcile.js';
 import { HeadWitness } from './head-witness.js';
@@ -148,6 +148,8 @@ async function handle(context: ExecutorContext, kind: ExecutorKind, body: unknow
       return getClaim(context, body as RequestOf<'claims.get'>);
     case 'archive':
       return archiveReconciled(context, body as RequestOf<'archive'>);
+    case 'ledger.recover':
+      return recoverLedger(context, body as RequestOf<'ledger.recover'>);
     case 'head.witnessed':
       context.witness.acknowledge((body as RequestOf<'head.witnessed'>).head);
       return {};

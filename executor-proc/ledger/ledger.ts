@@ -248,6 +248,38 @@ export class Ledger {
       .immediate(), 'refused');
   }
 
+  /**
+   * The way back after a restore (docs/ROLLBACK.md): record a claim the
+   * supervisor witnessed and this ledger lost. It has no report, so it is
+   * outcome_unknown: never run again, settled by reconciliation. Its
+   * claimed_at is the window's opening: the real time was lost with the
+   * ledger, and the witness proves the claim was made inside the window.
+   */
+  recoverClaim(subject: ClaimSubject): boolean {
+    this.#assertWritable();
+    return this.#db
+      .transaction((): boolean => {
+        if (this.records.find(subject.operationId)) return false;
+        const now = this.#advanceClock();
+        CLAIM_MACHINE.assertMove('unclaimed', 'claimed', subject.operationId);
+        this.#insertClaim.run({ ...subject, claimId: newClaimId('claim'), kind: 'claim', claimedAt: subject.notBefore, recordedAt: now });
+        this.#advanceHead();
+        return true;
+      })
+      .immediate();
+  }
+
+  /** Raise the head to at least `to` (the supervisor's witness), once the lost claims are recorded again. */
+  raiseHeadTo(to: number): number {
+    this.#assertWritable();
+    return this.#db
+      .transaction((): number => {
+        this.#db.prepare('UPDATE head SET seq = ? WHERE id = 1 AND seq < ?').run(to, to);
+        return this.head();
+      })
+      .immediate();
+  }
+
   #announced<T extends { kind: string }>(outcome: T, advancedKind: string): T {
     if (outcome.kind === advancedKind) this.onAdvanced(this.head());
     return outcome;

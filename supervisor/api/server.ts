@@ -58,6 +58,7 @@ const ROUTES: readonly Route[] = [
   route('POST', '/v1/grants', 'control', async (c) => handlers.addGrant(c.service, await c.body(grantAddBody))),
   route('DELETE', '/v1/grants/:id', 'control', (c) => handlers.revokeGrant(c.service, c.params.id!)),
   route('POST', '/v1/archive', 'control', (c) => handlers.archive(c.service)),
+  route('POST', '/v1/executors/:name/recover-rollback', 'control', (c) => handlers.recoverRollbackOf(c.service, c.params.name!)),
   route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) })),
 ];
 

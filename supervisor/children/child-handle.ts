@@ -36,8 +36,12 @@ export const CHILD_MACHINE = defineMachine<ChildState>('child', {
   running: ['backoff', 'failed', 'stopping'],
   backoff: ['starting', 'failed', 'stopping'],
   stopping: ['stopped'],
-  failed: ['stopping'],
+  // failed → starting: only `custody recover-rollback`, the operator's way back for a rolled-back ledger.
+  failed: ['starting', 'stopping'],
 });
+
+/** What the way back does on the refused process before its head is checked again (docs/ROLLBACK.md). */
+export type RollbackRecovery = (session: ChildSession, witnessed: number) => Promise<number>;
 
 export interface ChildSpec {
   readonly name: string;
@@ -84,7 +88,7 @@ export class ChildHandle {
   readonly #deps: ChildDeps;
   readonly #log: Logger;
   readonly #machine: Machine<ChildState>;
-  readonly #intensity: RestartIntensity;
+  #intensity: RestartIntensity;
   #session: ChildSession | null = null;
   #spawning: Promise<void> | null = null;
   #restarts = 0;
@@ -95,6 +99,7 @@ export class ChildHandle {
   #failure: CustodyError | null = null;
   #lastExit: string | null = null;
   #kill: KillIntent | null = null;
+  #recovery: RollbackRecovery | null = null;
 
   constructor(spec: ChildSpec, deps: ChildDeps) {
     this.spec = spec;
@@ -136,6 +141,30 @@ export class ChildHandle {
   async start(): Promise<void> {
     this.#machine.moveTo('starting', 'start');
     await this.#spawnTracked();
+  }
+
+  /**
+   * The operator's way back for a store refused as rolled back: start a
+   * process again and, since its hello head is below the witness, let
+   * `recovery` give it what it lost and raise its head before it serves.
+   * Refused unless the child is failed for store_rolled_back.
+   */
+  async recoverRollback(recovery: RollbackRecovery): Promise<void> {
+    if (!this.#machine.is('failed') || this.#failure?.code !== 'store_rolled_back') {
+      throw new CustodyError(
+        'bad_request',
+        `${this.name} is ${this.#machine.state}${this.#failure ? ` (${this.#failure.code})` : ''}, not refused for a rolled-back store; there is nothing to recover`,
+      );
+    }
+    this.#recovery = recovery;
+    this.#failure = null;
+    this.#intensity = new RestartIntensity(this.#deps.restart);
+    try {
+      this.#machine.moveTo('starting', 'recover-rollback');
+      await this.#spawnTracked();
+    } finally {
+      this.#recovery = null;
+    }
   }
 
   /** The running session, waiting for a restart in progress; rejects when the child failed or stops. */
@@ -264,11 +293,25 @@ export class ChildHandle {
       this.#deps.witness.recordNow(this.name, session.hello.head);
       return;
     }
+    let recoveryFailed = '';
+    if (this.#recovery) {
+      try {
+        const raised = await this.#recovery(session, witnessed);
+        if (raised >= witnessed) {
+          this.#deps.witness.recordNow(this.name, raised);
+          return;
+        }
+        recoveryFailed = `; recover-rollback left its head at ${raised}`;
+      } catch (error) {
+        recoveryFailed = `; recover-rollback failed: ${toCustodyError(error).message}`;
+      }
+    }
     session.kill('SIGKILL');
     await session.exited;
     await killGroupAndWait(session.pid, GROUP_EXIT_WAIT_MS);
     const store = this.spec.lockDir ? `${this.spec.lockDir}/${this.spec.role === 'kernel' ? 'kernel.db' : 'ledger.db'}` : `(remote ${this.spec.role} ${this.name})`;
-    throw rolledBack(this.name, this.spec.role, store, session.hello.head, witnessed);
+    const refusal = rolledBack(this.name, this.spec.role, store, session.hello.head, witnessed);
+    throw recoveryFailed ? new CustodyError('store_rolled_back', refusal.message + recoveryFailed) : refusal;
   }
 
   /** A head frame: the kernel's is recorded before its answers are acted on, an executor's with its turn's batch. */

@@ -27,59 +27,91 @@ describe('store rollback through the service', function () {
   this.timeout(120_000);
   let services: TestService[] = [];
 
-  afterEach(() => {
+  // after, not afterEach: the tests of one restored state share its service.
+  after(() => {
     for (const service of services) service.cleanup();
     services = [];
   });
 
-  it('refuses a ledger restored in place (same inode) with store_rolled_back: no "ended without effect", the hold stays, an incident names the store and both heads', async () => {
-    const service = await startService();
-    services.push(service);
-    expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=one'])).code).to.equal(0);
-    const ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
-    const backup = path.join(path.dirname(service.dir), 'ledger.backup');
-    copyFileSync(ledger, backup);
+  describe('a ledger restored in place (same inode) after an effect whose reply was lost', () => {
+    let again: TestService;
+    let ledger: string;
+    let witnessed: number;
+    let restoredHead: number;
 
-    expect((await service.cli(['authorize', 'review-notes/append', '--arg', 'note=two', '--operation', 'op-2'])).code).to.equal(0);
-    expect((await service.cli(['execute', 'op-2', '--drop-reply'])).code).to.equal(75);
-    expect(journal(service)).to.have.length(2);
-    expect(await service.stop()).to.equal(0);
-    const witnessed = (await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT head FROM witness WHERE name = 'default'"))[0]?.head as number;
+    before(async () => {
+      // No sweep may settle op-2 between the lost reply and the stop: the restore must meet it open, as in the report.
+      const service = await startService({ config: { timing: { recovery_sweep_ms: 600_000 } } });
+      services.push(service);
+      expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=one'])).code).to.equal(0);
+      ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
+      const backup = path.join(path.dirname(service.dir), 'ledger.backup');
+      copyFileSync(ledger, backup);
 
-    // The operator's restore: the old bytes into the same file (same device and inode), its -wal and -shm removed.
-    writeFileSync(ledger, readFileSync(backup));
-    rmSync(`${ledger}-wal`, { force: true });
-    rmSync(`${ledger}-shm`, { force: true });
-    const restoredHead = (await sqlite(ledger, 'SELECT seq FROM head'))[0]?.seq as number | undefined;
-    expect(restoredHead ?? 0, 'the restored copy is older than the witness').to.be.below(witnessed);
+      expect((await service.cli(['authorize', 'review-notes/append', '--arg', 'note=two', '--operation', 'op-2'])).code).to.equal(0);
+      expect((await service.cli(['execute', 'op-2', '--drop-reply'])).code).to.equal(75);
+      expect(journal(service)).to.have.length(2);
+      expect(await service.stop()).to.equal(0);
+      witnessed = (await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT head FROM witness WHERE name = 'default'"))[0]?.head as number;
 
-    const again = await service.restart();
-    services.push(again);
-    const reconciled = await again.cli(['reconcile', 'op-2', '--wait', '5s']);
-    // 4: not complete, the outcome unknown; never 3 (ended without effect) nor 0.
-    expect(reconciled.code, reconciled.stdout + reconciled.stderr).to.equal(4);
-    expect(reconciled.stdout + reconciled.stderr).to.not.match(/without effect/i);
-    expect(reconciled.stdout + reconciled.stderr).to.contain('store_rolled_back');
+      // The operator's restore: the old bytes into the same file (same device and inode), its -wal and -shm removed.
+      writeFileSync(ledger, readFileSync(backup));
+      rmSync(`${ledger}-wal`, { force: true });
+      rmSync(`${ledger}-shm`, { force: true });
+      restoredHead = ((await sqlite(ledger, 'SELECT seq FROM head'))[0]?.seq as number | undefined) ?? 0;
+      expect(restoredHead, 'the restored copy is older than the witness').to.be.below(witnessed);
+      again = await service.restart();
+      services.push(again);
+    });
 
-    const kernelDb = path.join(again.paths.kernelDir, 'kernel.db');
-    const [operation] = await sqlite(kernelDb, "SELECT state, hold FROM operations_view WHERE request_id = 'op-2'");
-    expect(operation?.hold, 'the hold is not released').to.not.equal('released');
-    expect(operation?.state).to.not.match(/released|never_claimed/);
-    expect(journal(again), 'the effect is never run again').to.have.length(2);
+    it('is refused with store_rolled_back: reconcile is not "ended without effect" (exit 4), the hold stays, an incident names the store and both heads', async () => {
+      const reconciled = await again.cli(['reconcile', 'op-2', '--wait', '5s']);
+      // 4: not complete, the outcome unknown; never 3 (ended without effect) nor 0.
+      expect(reconciled.code, reconciled.stdout + reconciled.stderr).to.equal(4);
+      expect(reconciled.stdout + reconciled.stderr).to.not.match(/without effect/i);
+      expect(reconciled.stdout + reconciled.stderr).to.contain('store_rolled_back');
 
-    const incidents = await sqlite(path.join(again.paths.supervisorDir, 'supervisor.db'), "SELECT kind, message FROM incidents WHERE code = 'store_rolled_back' ORDER BY id");
-    expect(incidents.map((i) => i.kind)).to.include('store_rolled_back');
-    const message = String(incidents[0]?.message);
-    expect(message).to.contain(ledger);
-    expect(message).to.contain(`head ${restoredHead ?? 0}`);
-    expect(message).to.contain(`head ${witnessed}`);
-    expect(message).to.contain('custody recover-rollback default');
+      const [operation] = await sqlite(path.join(again.paths.kernelDir, 'kernel.db'), "SELECT state, hold FROM operations_view WHERE request_id = 'op-2'");
+      expect(operation?.hold, 'the hold is not released').to.not.equal('released');
+      expect(operation?.state).to.not.match(/released|never_claimed/);
+      expect(journal(again), 'the effect is never run again').to.have.length(2);
 
-    // Failed for good, not restarted in a loop, and said so by status.
-    const status = await again.cli(['status', '--json']);
-    const executor = (JSON.parse(status.stdout) as { children: Array<{ name: string; state: string; restarts: number }> }).children.find((c) => c.name === 'default');
-    expect(executor?.state).to.equal('failed');
-    expect(executor?.restarts).to.equal(0);
+      const incidents = await sqlite(path.join(again.paths.supervisorDir, 'supervisor.db'), "SELECT kind, message FROM incidents WHERE code = 'store_rolled_back' ORDER BY id");
+      expect(incidents.map((i) => i.kind)).to.include('store_rolled_back');
+      const message = String(incidents[0]?.message);
+      expect(message).to.contain(ledger);
+      expect(message).to.contain(`head ${restoredHead}`);
+      expect(message).to.contain(`head ${witnessed}`);
+      expect(message).to.contain('custody recover-rollback default');
+
+      // Failed for good, not restarted in a loop, and said so by status.
+      const status = await again.cli(['status', '--json']);
+      const executor = (JSON.parse(status.stdout) as { children: Array<{ name: string; state: string; restarts: number }> }).children.find((c) => c.name === 'default');
+      expect(executor?.state).to.equal('failed');
+      expect(executor?.restarts).to.equal(0);
+    });
+
+    it('takes the way back with recover-rollback: op-2 is recorded again as a claim with no report, never re-run, and reconciliation settles it from the journal', async () => {
+      const recovered = await again.cli(['recover-rollback', 'default', '--json']);
+      expect(recovered.code, recovered.stderr).to.equal(0);
+      const result = JSON.parse(recovered.stdout) as { recorded: string[]; head: number; witnessed: number };
+      const [request] = await sqlite(path.join(again.paths.supervisorDir, 'supervisor.db'), "SELECT operation_id FROM requests WHERE request_id = 'op-2'");
+      expect(result.recorded).to.include(request?.operation_id);
+      expect(result.head).to.be.at.least(witnessed);
+      const [claim] = await sqlite(ledger, `SELECT kind FROM claims WHERE operation_id = '${String(request?.operation_id)}'`);
+      expect(claim?.kind).to.equal('claim');
+
+      const reconciled = await again.cli(['reconcile', 'op-2', '--json']);
+      expect(reconciled.code, reconciled.stdout + reconciled.stderr).to.equal(0);
+      const [operation] = await sqlite(path.join(again.paths.kernelDir, 'kernel.db'), "SELECT state, hold FROM operations_view WHERE request_id = 'op-2'");
+      expect(operation?.hold).to.equal('consumed');
+      expect(journal(again), 'one line per effect, still').to.have.length(2);
+      // It serves again, and the next operation goes through.
+      expect((await again.cli(['invoke', 'review-notes/append', '--arg', 'note=three'])).code).to.equal(0);
+      expect(journal(again)).to.have.length(3);
+      const again2 = await again.cli(['recover-rollback', 'default']);
+      expect(again2.code, 'nothing to recover once it serves').to.not.equal(0);
+    });
   });
 
   it('refuses a kernel whose kernel.db lost its -wal after kill -9: the service says store_rolled_back and does not start', async () => {
