@@ -1,8 +1,10 @@
 // The operator's way back after restoring an executor's ledger from a backup
 // on purpose (docs/ROLLBACK.md, `custody recover-rollback NAME`). The ledger
 // was refused with store_rolled_back; this gives it back every operation the
-// supervisor knows was dispatched to it and is not settled — each carried by
-// its kernel-signed authorization, which the executor verifies — so it
+// supervisor knows was dispatched to it and is not settled, and every settled
+// one whose window is still open (an `execute` replay of it must not find the
+// ledger empty and run it again) — each carried by its kernel-signed
+// authorization, which the executor verifies — so it
 // records them as claims without a report (outcome unknown, never run again),
 // raises its head to the witness and serves again. Those operations are then
 // settled by reconciliation (the tool is asked what happened, or they stay
@@ -10,10 +12,17 @@
 import { canonicalBytes } from '../../shared/canonical/jcs.js';
 import { CustodyError } from '../../shared/errors.js';
 import { RECOVER_CLAIMS_PER_MESSAGE } from '../../shared/protocol/executor-messages.js';
-import { type Invocation } from '../../shared/protocol/artifacts.js';
 import { type ChildHandle } from '../children/child-handle.js';
 import { type SupervisorStore } from '../store/supervisor-store.js';
+import { readEnvelope } from '../../shared/artifacts/artifact.js';
+import { nowMs } from '../../shared/clock.js';
+import { type Invocation, authorizationBody } from '../../shared/protocol/artifacts.js';
 import { expectedOf } from './kernel-steps.js';
+import { FINAL_PHASES } from './phases.js';
+
+function windowClosesAt(authorization: string): number {
+  return authorizationBody.parse(readEnvelope(authorization).envelope.body).expires_at;
+}
 
 export interface RollbackRecoveryResult {
   readonly executor: string;
@@ -33,9 +42,10 @@ interface Entry {
 export async function recoverRollback(store: SupervisorStore, executor: ChildHandle, maxFrameBytes: number): Promise<RollbackRecoveryResult> {
   const pin = store.getPin(executor.name);
   if (!pin) throw new CustodyError('not_found', `no executor named ${executor.name} is pinned`);
+  const now = nowMs();
   const entries: Entry[] = store
-    .openRequests()
-    .filter((row) => row.executor === pin.identity_id && row.authorization !== null && row.expected !== null)
+    .requestsDispatchedTo(pin.identity_id)
+    .filter((row) => !FINAL_PHASES.has(row.phase) || windowClosesAt(row.authorization!) > now)
     .map((row) => ({ authorization: row.authorization!, expected: expectedOf(row) }));
   const recorded: string[] = [];
   let already = 0;

@@ -90,6 +90,7 @@ export class SupervisorStore {
   readonly #bumpAttempts: Database.Statement;
   readonly #openRequests: Database.Statement<[], RequestRow>;
   readonly #getWitness: Database.Statement<[string], { head: number }>;
+  readonly #dispatchedTo: Database.Statement<[string], RequestRow>;
   readonly #raiseWitness: Database.Statement;
   /** One prepared UPDATE per set of patched columns, made on first use. */
   readonly #patches = new Map<string, Database.Statement>();
@@ -134,6 +135,7 @@ export class SupervisorStore {
     this.#bumpAttempts = db.prepare('UPDATE requests SET attempts = attempts + 1, updated_at = ? WHERE request_id = ?');
     this.#openRequests = db.prepare("SELECT * FROM requests WHERE phase NOT IN ('settled', 'refused') ORDER BY created_at");
     this.#getWitness = db.prepare('SELECT head FROM witness WHERE name = ?');
+    this.#dispatchedTo = db.prepare('SELECT * FROM requests WHERE executor = ? AND authorization IS NOT NULL AND expected IS NOT NULL ORDER BY created_at');
     this.#raiseWitness = db.prepare(
       `INSERT INTO witness (name, head, updated_at) VALUES (@name, @head, @now)
        ON CONFLICT (name) DO UPDATE SET head = excluded.head, updated_at = excluded.updated_at WHERE excluded.head > witness.head`,
@@ -191,6 +193,11 @@ export class SupervisorStore {
   /** The highest head a child's store has presented (docs/ROLLBACK.md); 0 when none was seen yet. */
   witnessedHead(name: string): number {
     return this.#getWitness.get(name)?.head ?? 0;
+  }
+
+  /** Every request whose authorization was dispatched to this executor identity, settled or not. */
+  requestsDispatchedTo(executorId: string): RequestRow[] {
+    return this.#dispatchedTo.all(executorId);
   }
 
   /** Raise the witnessed heads (never lowered), all in one durable transaction. */
