@@ -120,11 +120,27 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
       const recorded = options.onHead?.(head);
       if (options.role !== 'executor') return;
       // The executor waits for this before it runs an effect; a failed record leaves it waiting, never acknowledged.
-      void Promise.resolve(recorded)
-        .then(() => channel.request('head.witnessed', { head }))
-        .catch((error: unknown) => log.warn('head_not_witnessed', { head, ...errorFields(error) }));
+      void Promise.resolve(recorded).then(
+        () => acknowledge(head),
+        (error: unknown) => log.warn('head_not_witnessed', { head, ...errorFields(error) }),
+      );
     },
   });
+  // One head.witnessed per turn, with the highest head recorded: the heads of one group commit share one answer.
+  let recordedHead = -1;
+  let acknowledgedHead = -1;
+  let ackScheduled = false;
+  const acknowledge = (head: number) => {
+    recordedHead = Math.max(recordedHead, head);
+    if (ackScheduled) return;
+    ackScheduled = true;
+    setImmediate(() => {
+      ackScheduled = false;
+      if (recordedHead <= acknowledgedHead) return;
+      acknowledgedHead = recordedHead;
+      channel.request('head.witnessed', { head: recordedHead }).catch((error: unknown) => log.warn('head_not_witnessed', { head: recordedHead, ...errorFields(error) }));
+    });
+  };
   child.stdin.write(
     encodePreamble({
       custody: PREAMBLE_TAG,

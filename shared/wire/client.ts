@@ -122,7 +122,8 @@ export class ClientChannel {
     if (!checked.success) {
       return Promise.reject(new CustodyError('schema_violation', `outgoing ${kind}: ${describeIssues(checked.error)}`));
     }
-    if (this.#pending.size >= this.#maxInFlight) {
+    // head.witnessed is what effects in flight wait for: never refused for their number (docs/ROLLBACK.md).
+    if (this.#pending.size >= this.#maxInFlight && kind !== 'head.witnessed') {
       return Promise.reject(new CustodyError('too_many_in_flight', `${this.#maxInFlight} requests already in flight to this ${this.#peerRole}`));
     }
     const id = options.id ?? `q${++this.#nextId}`;

@@ -19,8 +19,12 @@ import { type ChannelState, FrameChannel, type FrameChannelOptions } from './cha
 import { type Frame } from './frame-codec.js';
 import { describeIssues } from './session.js';
 
-/** Control messages are answered even when the bound on requests in flight is reached. */
-const CONTROL_KINDS: ReadonlySet<string> = new Set(['ping', 'cancel', 'shutdown']);
+/**
+ * Control messages are answered even when the bound on requests in flight is
+ * reached. `head.witnessed` is one: effects in flight wait for it, so bounding
+ * it by them could starve them (docs/ROLLBACK.md).
+ */
+const CONTROL_KINDS: ReadonlySet<string> = new Set(['ping', 'cancel', 'shutdown', 'head.witnessed']);
 
 export interface RequestContext {
   /** The request's frame id. */

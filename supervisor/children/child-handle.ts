@@ -314,13 +314,15 @@ export class ChildHandle {
     throw recoveryFailed ? new CustodyError('store_rolled_back', refusal.message + recoveryFailed) : refusal;
   }
 
-  /** A head frame: the kernel's is recorded before its answers are acted on, an executor's with its turn's batch. */
-  #onHead(head: number): void | Promise<void> {
-    if (this.spec.role === 'kernel') {
-      this.#deps.witness.recordNow(this.name, head);
-      return;
-    }
-    return this.#deps.witness.record(this.name, head);
+  /**
+   * A head frame, group-committed (docs/ROLLBACK.md): the kernel's goes with
+   * the request write that follows its decision, before the supervisor acts
+   * on it; an executor waits for head.witnessed, sent once it is durable.
+   */
+  #onHead(head: number): Promise<void> {
+    const durable = this.#deps.witness.record(this.name, head);
+    durable.catch((error: unknown) => this.#log.error('witness_not_recorded', { head, ...errorFields(error) }));
+    return durable;
   }
 
   #onChannelEnd(reason: CustodyError, state: string): void {

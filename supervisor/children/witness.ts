@@ -1,20 +1,15 @@
 // The supervisor's witness of its children's store heads (docs/ROLLBACK.md).
 // A head is kept in supervisor.db, outside the store it counts, and never
-// lowered. A kernel's head is recorded at once, before the answers that follow
-// its `head` frame are acted on. Executors' heads are group-committed: every
-// head announced within one turn of the event loop goes into one transaction
-// (one fsync), and each announcer hears back only after that commit.
+// lowered. Heads are group-committed: written with the next request write of
+// supervisor.db (a kernel decision is always followed by one before the
+// supervisor acts on it) or, at the latest, in one transaction at the end of
+// the event-loop turn in which they arrived; an executor hears
+// head.witnessed only after that commit.
 import { CustodyError } from '../../shared/errors.js';
 import { type SupervisorStore } from '../store/supervisor-store.js';
 
-interface Batch {
-  readonly heads: Map<string, number>;
-  readonly committed: Promise<void>;
-}
-
 export class HeadWitnessStore {
   readonly #store: SupervisorStore;
-  #batch: Batch | null = null;
 
   constructor(store: SupervisorStore) {
     this.#store = store;
@@ -25,34 +20,15 @@ export class HeadWitnessStore {
     return this.#store.witnessedHead(name);
   }
 
-  /** Record now, synchronously and durably (a kernel's head; a hello's head). */
+  /** Record now, synchronously and durably (a hello's head). */
   recordNow(name: string, head: number): void {
     if (head <= this.#store.witnessedHead(name)) return;
     this.#store.raiseWitness(new Map([[name, head]]));
   }
 
-  /** Record with the other heads of this event-loop turn; resolves once durable. */
+  /** Record with the next write of supervisor.db or the turn's group commit; resolves once durable. */
   record(name: string, head: number): Promise<void> {
-    let batch = this.#batch;
-    if (!batch) {
-      const heads = new Map<string, number>();
-      const committed = new Promise<void>((resolve, reject) => {
-        setImmediate(() => {
-          this.#batch = null;
-          try {
-            this.#store.raiseWitness(heads);
-            resolve();
-          } catch (error) {
-            reject(error instanceof CustodyError ? error : new CustodyError('internal', `witness not recorded: ${String(error)}`, { cause: error }));
-          }
-        });
-      });
-      committed.catch(() => undefined);
-      batch = { heads, committed };
-      this.#batch = batch;
-    }
-    batch.heads.set(name, Math.max(head, batch.heads.get(name) ?? 0));
-    return batch.committed;
+    return this.#store.witnessLater(name, head);
   }
 }
 

@@ -92,6 +92,10 @@ export class SupervisorStore {
   readonly #getWitness: Database.Statement<[string], { head: number }>;
   readonly #dispatchedTo: Database.Statement<[string], RequestRow>;
   readonly #raiseWitness: Database.Statement;
+  /** Witness heads announced but not yet written: they go with the next write transaction, or at the end of the turn. */
+  readonly #pendingHeads = new Map<string, number>();
+  #pendingWaiters: Array<{ resolve(): void; reject(reason: unknown): void }> = [];
+  #flushScheduled = false;
   /** One prepared UPDATE per set of patched columns, made on first use. */
   readonly #patches = new Map<string, Database.Statement>();
 
@@ -202,10 +206,76 @@ export class SupervisorStore {
 
   /** Raise the witnessed heads (never lowered), all in one durable transaction. */
   raiseWitness(heads: ReadonlyMap<string, number>): void {
+    this.db.transaction(() => this.#writeHeads(heads)).immediate();
+  }
+
+  /**
+   * Group commit of witness heads (docs/ROLLBACK.md): the head is written with
+   * the next request transaction of this store (a kernel decision is always
+   * followed by one, before the supervisor acts on it), or at the end of this
+   * event-loop turn, whichever comes first. Resolves once it is durable.
+   */
+  witnessLater(name: string, head: number): Promise<void> {
+    this.#pendingHeads.set(name, Math.max(head, this.#pendingHeads.get(name) ?? 0));
+    const durable = new Promise<void>((resolve, reject) => this.#pendingWaiters.push({ resolve, reject }));
+    this.#scheduleFlush();
+    return durable;
+  }
+
+  #scheduleFlush(): void {
+    if (this.#flushScheduled) return;
+    this.#flushScheduled = true;
+    setImmediate(() => {
+      this.#flushScheduled = false;
+      if (this.#pendingHeads.size === 0 || !this.db.open) return;
+      const { heads, waiters } = this.#takePending();
+      try {
+        this.raiseWitness(heads);
+      } catch (error) {
+        for (const waiter of waiters) waiter.reject(error);
+        return;
+      }
+      for (const waiter of waiters) waiter.resolve();
+    });
+  }
+
+  #takePending(): { heads: Map<string, number>; waiters: Array<{ resolve(): void; reject(reason: unknown): void }> } {
+    const heads = new Map(this.#pendingHeads);
+    const waiters = this.#pendingWaiters;
+    this.#pendingHeads.clear();
+    this.#pendingWaiters = [];
+    return { heads, waiters };
+  }
+
+  #writeHeads(heads: ReadonlyMap<string, number>): void {
     const now = nowMs();
-    this.db.transaction(() => {
-      for (const [name, head] of heads) this.#raiseWitness.run({ name, head, now });
-    }).immediate();
+    for (const [name, head] of heads) this.#raiseWitness.run({ name, head, now });
+  }
+
+  /** Run a write in one IMMEDIATE transaction that also carries the pending witness heads (inside another transaction: that one carries them). */
+  #withPendingHeads<T>(work: () => T): T {
+    if (this.db.inTransaction || this.#pendingHeads.size === 0) {
+      return this.db.inTransaction ? work() : this.db.transaction(work).immediate();
+    }
+    const { heads, waiters } = this.#takePending();
+    let result: T;
+    try {
+      result = this.db
+        .transaction(() => {
+          const value = work();
+          this.#writeHeads(heads);
+          return value;
+        })
+        .immediate();
+    } catch (error) {
+      // Not written: they wait for the next write or the end of the turn.
+      for (const [name, head] of heads) this.#pendingHeads.set(name, Math.max(head, this.#pendingHeads.get(name) ?? 0));
+      this.#pendingWaiters.push(...waiters);
+      this.#scheduleFlush();
+      throw error;
+    }
+    for (const waiter of waiters) waiter.resolve();
+    return result;
   }
 
   // --------------------------------------------------------------- requests
@@ -245,7 +315,7 @@ export class SupervisorStore {
 
   /** Move a request to a phase through the transition table; staying in place is a no-op. */
   movePhase(requestId: string, to: RequestPhase, patch: RequestPatch = {}): RequestRow {
-    const apply = this.db.transaction(() => {
+    return this.#withPendingHeads(() => {
       const current = this.#getRequest.get(requestId);
       if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
       if (current.phase !== to) {
@@ -255,15 +325,14 @@ export class SupervisorStore {
       this.patchRequest(requestId, patch);
       return this.#getRequest.get(requestId)!;
     });
-    return apply.immediate();
   }
 
   /** Move to `executing` and count the attempt, in one transaction: the row returned carries the new count. */
   startAttempt(requestId: string): RequestRow {
-    return this.db.transaction(() => {
+    return this.#withPendingHeads(() => {
       this.movePhase(requestId, 'executing');
       this.#bumpAttempts.run(nowMs(), requestId);
       return this.#getRequest.get(requestId)!;
-    }).immediate();
+    });
   }
 }
