@@ -86,9 +86,11 @@ describe('store rollback through the service', function () {
 
       // Failed for good, not restarted in a loop, and said so by status.
       const status = await again.cli(['status', '--json']);
-      const executor = (JSON.parse(status.stdout) as { children: Array<{ name: string; state: string; restarts: number }> }).children.find((c) => c.name === 'default');
+      expect(status.code, 'status says a child failed').to.equal(4);
+      const executor = (JSON.parse(status.stdout) as { children: Array<{ name: string; state: string; restarts: number; failure: string | null }> }).children.find((c) => c.name === 'default');
       expect(executor?.state).to.equal('failed');
       expect(executor?.restarts).to.equal(0);
+      expect(executor?.failure).to.contain('custody recover-rollback default');
     });
 
     it('takes the way back with recover-rollback: op-2 is recorded again as a claim with no report, never re-run, and reconciliation settles it from the journal', async () => {
