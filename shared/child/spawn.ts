@@ -44,11 +44,11 @@ export interface SpawnChildOptions {
   /** The channel stopped (poisoned or closed), first reason. */
   readonly onChannelEnd?: (reason: CustodyError, state: string) => void;
   /**
-   * Record a head the child announced (docs/ROLLBACK.md). A kernel's is
-   * recorded synchronously, before the answers that follow it are delivered;
-   * an executor's may be recorded later (group commit): once the promise
-   * resolves the executor is told `head.witnessed`. Default: remembered in
-   * memory only (tests, provisioning).
+   * Record a head the child announced (docs/ROLLBACK.md); called before the
+   * answers that follow it are delivered. For an executor, once the promise
+   * resolves (the head is durable) it is told `head.witnessed`. Default:
+   * nothing is recorded and the head is acknowledged at once (tests,
+   * provisioning).
    */
   readonly onHead?: (head: number) => void | Promise<void>;
 }

@@ -41,8 +41,8 @@ export interface ClientChannelOptions extends FrameChannelOptions {
   readonly onTerminated?: (reason: CustodyError, state: ChannelState) => void;
   /**
    * The child's store head advanced (a `head` frame, docs/ROLLBACK.md). Called
-   * in frame order, so a synchronous record happens before any later answer
-   * is delivered. Without it a `head` frame is a protocol fault.
+   * in frame order, before any later answer is delivered. Without it a `head`
+   * frame is a protocol fault.
    */
   readonly onHead?: (head: number) => void;
 }
