@@ -6,6 +6,7 @@ import { type Logger } from '../shared/log.js';
 import { type ReportStatus } from '../shared/protocol/artifacts.js';
 import { type AdapterDescriptor } from './adapters/contract.js';
 import { type AdapterHost } from './adapters/host-client.js';
+import { type HeadWitness } from './head-witness.js';
 import { type Archiver } from './ledger/archive.js';
 import { type Ledger } from './ledger/ledger.js';
 import { type ReconcileBudget } from './reconcile-budget.js';
@@ -33,6 +34,8 @@ export interface ExecutorContext {
   readonly log: Logger;
   readonly inFlight: Map<string, InFlightEffect>;
   readonly reconcileBudget: ReconcileBudget;
+  /** The supervisor's witness of the ledger head (docs/ROLLBACK.md). */
+  readonly witness: HeadWitness;
   /** The lost-reply drill: end the process with exit code 75, now. */
   readonly dropReply: () => never;
   /** False once the stores are closed: a late effect can no longer be recorded. */

@@ -4,7 +4,7 @@
 // and releases the host, the stores and the lock, in that order.
 import { EXIT, type ChildService } from '../shared/child/runtime.js';
 import { CustodyError } from '../shared/errors.js';
-import { type Logger } from '../shared/log.js';
+import { type Logger, errorFields } from '../shared/log.js';
 import { type EXECUTOR_MESSAGES } from '../shared/protocol/executor-messages.js';
 import { type MessageKind, type RequestOf } from '../shared/protocol/messages.js';
 import { type Preamble } from '../shared/protocol/preamble.js';
@@ -12,10 +12,11 @@ import { type RequestContext } from '../shared/wire/server.js';
 import { AdapterHost } from './adapters/host-client.js';
 import { type ExecutorContext } from './context.js';
 import { cancelEffect } from './handlers/cancel.js';
-import { archiveReconciled, getClaim } from './handlers/claims.js';
+import { archiveReconciled, getClaim, recoverLedger } from './handlers/claims.js';
 import { checkToolArguments, listTools } from './handlers/tools.js';
 import { executeOnce } from './handlers/execute.js';
 import { reconcileOperation } from './handlers/reconcile.js';
+import { HeadWitness } from './head-witness.js';
 import { Archiver } from './ledger/archive.js';
 import { Ledger } from './ledger/ledger.js';
 import { ReconcileBudget } from './reconcile-budget.js';
@@ -69,7 +70,13 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
   }
 
   let open = true;
-  const ledger = new Ledger(state.stores, state.lock);
+  const ledger = new Ledger(state.stores, state.lock, (error) => {
+    log.error('store_replaced', errorFields(error));
+    // After the refusal has been answered: the next process opens what the path names.
+    setTimeout(() => options.exit(EXIT.software), 50);
+  });
+  const witness = new HeadWitness(ledger.head());
+  ledger.onAdvanced = (head) => void witness.announce(head);
   const context: ExecutorContext = {
     ledger,
     archiver: new Archiver(ledger, state.stores.archive),
@@ -84,6 +91,7 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
       perSession: settings.runtime.reconcilePerSession,
       windowMs: settings.runtime.reconcileWindowMs,
     }),
+    witness,
     dropReply: () => options.exit(EXIT.dropReply),
     isOpen: () => open,
   };
@@ -95,6 +103,7 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
     claim_capacity: config.claimCapacity,
     report_max_bytes: reportMaxBytes,
     live_claims: ledger.liveCount(),
+    head: ledger.head(),
     tools: [...host.descriptors.values()].map((d) => ({ tool: d.tool, contract: d.contract, problem: d.problem })),
   });
   for (const descriptor of host.descriptors.values()) {
@@ -112,6 +121,8 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
     // Losing the supervisor lets a running effect finish and retain its report, bounded by its deadline.
     drainTimeoutMs: settings.runtime.drainTimeoutMs ?? longestDeadline + DRAIN_MARGIN_MS,
     handle: (kind: MessageKind, body: unknown, request: RequestContext) => handle(context, kind as ExecutorKind, body, request),
+    head: () => ledger.head(),
+    attachPeer: (peer) => witness.attach(peer),
     stopAccepting: () => log.info('executor_draining', { effects_running: context.inFlight.size }),
     close: async () => {
       await host.close();
@@ -138,6 +149,11 @@ async function handle(context: ExecutorContext, kind: ExecutorKind, body: unknow
       return listTools(context);
     case 'arguments.check':
       return checkToolArguments(context, body as RequestOf<'arguments.check'>);
+    case 'ledger.recover':
+      return recoverLedger(context, body as RequestOf<'ledger.recover'>);
+    case 'head.witnessed':
+      context.witness.acknowledge((body as RequestOf<'head.witnessed'>).head);
+      return {};
     default: {
       const never: never = kind;
       throw new CustodyError('unexpected_message', `an executor does not serve ${String(never)}`);

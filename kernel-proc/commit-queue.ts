@@ -39,16 +39,22 @@ export interface CommitQueueOptions {
   readonly assertWritable: () => void;
   /** Runs first in every batch, in its own savepoint; a failure is logged and the batch goes on. */
   readonly beforeEachBatch?: Unit<void>;
+  /** Inside the batch's transaction, once, when it changed any row: raise the store head (docs/ROLLBACK.md). */
+  readonly advanceHead?: () => void;
+  /** After a batch that raised the head has committed, before any of its answers is sent. */
+  readonly headAdvanced?: () => void;
   readonly log: Logger;
 }
 
 export class CommitQueue {
   readonly #options: CommitQueueOptions;
   readonly #queue: Queued[] = [];
+  readonly #totalChanges: Database.Statement<[], { n: number }>;
   #scheduled = false;
 
   constructor(options: CommitQueueOptions) {
     this.#options = options;
+    this.#totalChanges = options.db.prepare('SELECT total_changes() AS n');
   }
 
   /** Queue a unit; resolves with its value (or rejects with its refusal) after its batch has committed. */
@@ -76,7 +82,8 @@ export class CommitQueue {
   }
 
   #flush(batch: Queued[]): void {
-    const { db, clock, assertWritable, beforeEachBatch, log } = this.#options;
+    const { db, clock, assertWritable, beforeEachBatch, advanceHead, headAdvanced, log } = this.#options;
+    let advanced = false;
     const now = clock();
     const cutpoints: string[] = [];
     const outcomes: Outcome[] = [];
@@ -93,11 +100,16 @@ export class CommitQueue {
     try {
       assertWritable();
       db.transaction(() => {
+        const before = this.#totalChanges.get()!.n;
         if (beforeEachBatch) {
           const swept = runSavepoint(beforeEachBatch);
           if (!swept.ok) log.error('sweep_failed', errorFields(swept.error));
         }
         for (const queued of batch) outcomes.push(runSavepoint(queued.unit));
+        if (advanceHead && this.#totalChanges.get()!.n !== before) {
+          advanceHead();
+          advanced = true;
+        }
       }).immediate();
     } catch (error) {
       const failure = fromStore(error);
@@ -108,6 +120,8 @@ export class CommitQueue {
     log.debug('batch_committed', { units: batch.length });
     // Committed. A test's kill -9 lands here: after the commit, before any answer.
     for (const cutpoint of cutpoints) crashPoint('kernel', cutpoint);
+    // The head frame goes out before the answers, so the supervisor has witnessed it before it acts on them.
+    if (advanced) headAdvanced?.();
     batch.forEach((queued, index) => {
       const outcome = outcomes[index]!;
       if (outcome.ok) queued.resolve(outcome.value);

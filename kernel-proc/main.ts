@@ -4,6 +4,7 @@
 import { Command } from 'commander';
 import { EXIT, runChild } from '../shared/child/runtime.js';
 import { setupKernel } from './setup.js';
+import { errorFields } from '../shared/log.js';
 
 const program = new Command()
   .name('kernel-proc')
@@ -23,6 +24,10 @@ const code = await runChild({
       preamble,
       log,
       maxFrameBytes: limits.maxFrameBytes,
+      onStoreReplaced: (error) => {
+        log.error('store_replaced', errorFields(error));
+        setTimeout(() => process.exit(EXIT.software), 50);
+      },
     }),
 });
 process.exit(code);

@@ -2,7 +2,8 @@
 // decision through the one write queue (commit-queue.ts); an expiry sweep runs
 // before every batch and on a timer. One exhaustive switch over the kinds.
 import { canonicalBytes } from '../shared/canonical/jcs.js';
-import { type ChildIdentity, type ChildService } from '../shared/child/runtime.js';
+import { statSync } from 'node:fs';
+import { type ChildIdentity, type ChildPeer, type ChildService } from '../shared/child/runtime.js';
 import { nowMs } from '../shared/clock.js';
 import { CustodyError } from '../shared/errors.js';
 import { errorFields } from '../shared/log.js';
@@ -33,21 +34,66 @@ export class KernelService implements ChildService {
   readonly #lock: DirLock;
   readonly #queue: CommitQueue;
   readonly #timer: NodeJS.Timeout;
+  readonly #onReplaced: (error: CustodyError) => void;
+  #peer: ChildPeer | null = null;
+  #replaced: CustodyError | null = null;
 
-  constructor(kernel: Kernel, lock: DirLock) {
+  constructor(kernel: Kernel, lock: DirLock, onReplaced: (error: CustodyError) => void = () => undefined) {
     this.#kernel = kernel;
     this.#lock = lock;
+    this.#onReplaced = onReplaced;
     this.identity = { id: KERNEL_ID, keyEpoch: KERNEL_KEY_EPOCH, signer: kernel.signer };
     this.#queue = new CommitQueue({
       db: kernel.store.db,
       maxBatch: kernel.settings.commit_batch_max,
       clock: nowMs,
-      assertWritable: () => lock.assertHeld(),
+      assertWritable: () => {
+        lock.assertHeld();
+        this.#assertSameFile();
+      },
       beforeEachBatch: (context) => void sweepExpired(kernel, context),
+      advanceHead: () => kernel.store.raiseHead(),
+      headAdvanced: () => void this.#peer?.sendHead(kernel.store.head()),
       log: kernel.log,
     });
     this.#timer = setInterval(() => this.#sweepIfDue(), kernel.settings.sweep_interval_ms);
     this.#timer.unref();
+  }
+
+  /** The store head presented in the signed hello (docs/ROLLBACK.md). */
+  head(): number {
+    return this.#kernel.store.head();
+  }
+
+  attachPeer(peer: ChildPeer): void {
+    this.#peer = peer;
+  }
+
+  /**
+   * kernel.db's path must still name the file this process opened (one stat
+   * per write batch): a store renamed or replaced while running takes no
+   * decision, and the process is replaced so the next one opens what the path
+   * names and presents its head.
+   */
+  #assertSameFile(): void {
+    if (!this.#replaced) {
+      const file = this.#kernel.store.file;
+      let found: { dev: number; ino: number } | null;
+      try {
+        const stat = statSync(file.path);
+        found = { dev: stat.dev, ino: stat.ino };
+      } catch {
+        found = null;
+      }
+      if (found && found.dev === file.dev && found.ino === file.ino) return;
+      this.#replaced = new CustodyError(
+        'store_replaced',
+        `kernel store ${file.path} now names ${found ? `device ${found.dev} inode ${found.ino}` : 'nothing'}, not the file this process opened ` +
+          `(device ${file.dev} inode ${file.ino}): it was renamed or replaced while running; no decision was written, and the kernel restarts on whatever the path names — put the original file back`,
+      );
+      this.#onReplaced(this.#replaced);
+    }
+    throw this.#replaced;
   }
 
   handle(kind: MessageKind, body: unknown): Promise<unknown> {

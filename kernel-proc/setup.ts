@@ -33,6 +33,8 @@ export interface KernelSetupOptions {
   readonly log: Logger;
   /** The session's frame bound (shared/child/runtime.ts checked it against this build's). */
   readonly maxFrameBytes: number;
+  /** kernel.db's path no longer names the open file. Must stop this process (after the refusals are answered). */
+  readonly onStoreReplaced?: (error: CustodyError) => void;
 }
 
 export async function setupKernel(options: KernelSetupOptions): Promise<KernelService> {
@@ -43,7 +45,7 @@ export async function setupKernel(options: KernelSetupOptions): Promise<KernelSe
   const lock = await acquireDirLock(dir);
   try {
     const kernel = preamble.mode === 'provision' ? provision(dir, base) : open(dir, base);
-    return new KernelService(kernel, lock);
+    return new KernelService(kernel, lock, options.onStoreReplaced);
   } catch (error) {
     await lock.release();
     throw error;

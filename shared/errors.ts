@@ -128,6 +128,11 @@ const CODES = {
   // issue 8: poison pills and a full disk (docs/POISON-AND-DISK.md)
   request_quarantined: { class: 'unknown', summary: 'the request crashed or poisoned a child twice and is parked; it is not retried until an operator releases it' },
   storage_full: { class: 'unknown', summary: 'a store or file could not be written: its filesystem is full; free space, then ask again with the same name' },
+  // Store rollback (issue 8, item 2): a witness outside each store.
+  // Class unknown (exit 4), not refused (exit 3): what the refused store would have answered is not known, and 3 reads as "ended without effect".
+  store_rolled_back: { class: 'unknown', summary: "a store's head is below the head the supervisor witnessed (restored from an older copy, or its last writes lost): it is refused; outcomes it would answer for are unknown" },
+  store_replaced: { class: 'internal', summary: 'the store path no longer names the file this process opened (renamed or replaced while running)' },
+  head_unwitnessed: { class: 'unknown', summary: 'the supervisor did not acknowledge a claim head before the deadline; the effect was not run' },
 } as const satisfies Record<string, { class: ErrorClass; summary: string }>;
 
 export type ErrorCode = keyof typeof CODES;

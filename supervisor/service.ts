@@ -15,6 +15,7 @@ import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
 import { isGone } from './children/proc-stat.js';
 import { executorSpec, kernelSpec } from './children/specs.js';
+import { HeadWitnessStore } from './children/witness.js';
 import { loadConfig } from './config/load.js';
 import { type CustodyConfig } from './config/schema.js';
 import { type OperationContext } from './operations/context.js';
@@ -92,8 +93,10 @@ export class Service {
     const kernelPin = store.getPin('kernel');
     if (!kernelPin) throw new CustodyError('store_missing', `${paths.root} has no kernel pin; run custody init`);
     const limits = { maxFrameBytes: config.bounds.max_frame_bytes, maxDepth: config.bounds.max_depth };
+    const witness = new HeadWitnessStore(store);
     const deps = (name: string) => ({
       store,
+      witness,
       log,
       limits,
       timing: config.timing,
@@ -169,9 +172,21 @@ export class Service {
   async #boot(port: number): Promise<void> {
     const bootWait = this.config.timing.hello_timeout_ms * (this.config.restart.max_restarts + 1) + this.config.restart.backoff_max_ms * this.config.restart.max_restarts;
     const up = (child: ChildHandle) => child.start().catch(() => child.waitForSession(bootWait)).then(() => undefined);
+    // An executor refused for a rolled-back ledger stays failed while the
+    // service serves the rest, so its operator can see it and take the way back.
+    const upExecutor = (child: ChildHandle) =>
+      up(child).catch((error: unknown) => {
+        if (child.failure?.code !== 'store_rolled_back') throw error;
+        process.stderr.write(`custody: executor ${child.name} is refused and stays failed: ${child.failure.message}\n`);
+      });
     try {
+      const kernelUp = up(this.kernel).catch((error: unknown) => {
+        if (this.kernel.failure?.code === 'store_rolled_back') process.stderr.write(`custody: the kernel is refused; the service does not start: ${this.kernel.failure.message}
+`);
+        throw error;
+      });
       // allSettled: every start has ended (or failed for good) before a failure stops them all.
-      const started = await Promise.allSettled([this.kernel, ...this.executors.values()].map(up));
+      const started = await Promise.allSettled([kernelUp, ...[...this.executors.values()].map(upExecutor)]);
       for (const outcome of started) if (outcome.status === 'rejected') throw outcome.reason;
       await this.#pinTools();
       this.#api = await startApiServer(this, port);

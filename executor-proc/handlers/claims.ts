@@ -1,6 +1,7 @@
 // The readable side of the ledger over the wire: one operation's claim as
 // claims_view shows it (live or archived), and explicit archival.
 import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
+import { verifyAuthorization } from '../authorization.js';
 import { type ExecutorContext } from '../context.js';
 
 export function getClaim(context: ExecutorContext, body: RequestOf<'claims.get'>): ResultOf<'claims.get'> {
@@ -23,4 +24,23 @@ export function archiveReconciled(context: ExecutorContext, body: RequestOf<'arc
   const result = context.archiver.archive(body.reconciled);
   context.log.info('archived', { archived: result.archived, live: result.live, not_archived: result.notArchived.length });
   return { archived: result.archived, live: result.live, not_archived: [...result.notArchived] };
+}
+
+/**
+ * The way back after a restore (docs/ROLLBACK.md): each entry must be an
+ * authorization the pinned kernel signed for this executor (verified as for
+ * execute, without the window); those the ledger lacks are recorded as claims
+ * without a report, then the head is raised to the supervisor's witness.
+ */
+export function recoverLedger(context: ExecutorContext, body: RequestOf<'ledger.recover'>): ResultOf<'ledger.recover'> {
+  const verified = body.claims.map((entry) => verifyAuthorization(entry.authorization, entry.expected, context.ledger.config));
+  const recorded: string[] = [];
+  let already = 0;
+  for (const { subject } of verified) {
+    if (context.ledger.recoverClaim(subject)) recorded.push(subject.operationId);
+    else already++;
+  }
+  const head = context.ledger.raiseHeadTo(body.raise_head_to);
+  context.log.warn('ledger_recovered', { recorded, already, head });
+  return { recorded, already, head };
 }

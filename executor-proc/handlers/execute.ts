@@ -56,6 +56,10 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
       break;
   }
   crashPoint('executor', 'after_claim');
+  // The witness exists before the effect (docs/ROLLBACK.md): a ledger restored
+  // from before this claim is refused at its next hello, never asked "did it
+  // run?" and answering "never claimed".
+  await context.witness.announceAndWait(context.ledger.head(), deadlineFor(context, descriptor), claim.record.operationId);
 
   // Steps 4 and 5.
   const ended = await runTracked(context, descriptor, claim.record, verified, body, frameId);

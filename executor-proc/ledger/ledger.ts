@@ -4,6 +4,7 @@
 // on inside it. Time comes from max(clock, high-water mark), and the mark is
 // stored before any answer that depends on time, refusals included.
 import { randomBytes } from 'node:crypto';
+import { statSync } from 'node:fs';
 import type Database from 'better-sqlite3';
 import { type SignedArtifact } from '../../shared/artifacts/artifact.js';
 import { nowMs } from '../../shared/clock.js';
@@ -49,6 +50,9 @@ export interface WriteGuard {
   assertHeld(): void;
 }
 
+/** Called once when the ledger's path no longer names the open file: the process must stop and be replaced. */
+export type OnReplaced = (error: CustodyError) => void;
+
 export function newClaimId(kind: 'claim' | 'refusal'): string {
   return `${kind === 'claim' ? 'c' : 'r'}${randomBytes(12).toString('hex')}`;
 }
@@ -63,11 +67,22 @@ export class Ledger {
   readonly #countLive: Database.Statement<[], { n: number }>;
   readonly #insertClaim: Database.Statement;
   readonly #insertReport: Database.Statement;
+  readonly #readHead: Database.Statement<[], { seq: number }>;
+  readonly #raiseHead: Database.Statement<[]>;
+  readonly #file: ExecutorStores['ledgerFile'];
+  readonly #onReplaced: OnReplaced;
+  #replaced: CustodyError | null = null;
+  /** Told the new head after a report or a refusal commits (docs/ROLLBACK.md); claims are witnessed by their caller. */
+  onAdvanced: (head: number) => void = () => undefined;
 
-  constructor(stores: ExecutorStores, guard: WriteGuard) {
+  constructor(stores: ExecutorStores, guard: WriteGuard, onReplaced: OnReplaced = () => undefined) {
     this.config = stores.config;
     this.#db = stores.ledger;
     this.#guard = guard;
+    this.#file = stores.ledgerFile;
+    this.#onReplaced = onReplaced;
+    this.#readHead = this.#db.prepare('SELECT seq FROM head WHERE id = 1');
+    this.#raiseHead = this.#db.prepare('UPDATE head SET seq = seq + 1 WHERE id = 1');
     this.records = new RecordReader(stores.ledger, stores.archive);
     this.#readHwm = this.#db.prepare('SELECT hwm_ms FROM clock WHERE id = 1');
     this.#raiseHwm = this.#db.prepare('UPDATE clock SET hwm_ms = ? WHERE id = 1 AND hwm_ms < ?');
@@ -93,6 +108,45 @@ export class Ledger {
     return row.hwm_ms;
   }
 
+  /** The head (docs/ROLLBACK.md): how many claims, refusals and reports this ledger has ever recorded. */
+  head(): number {
+    const row = this.#readHead.get();
+    if (!row) throw new CustodyError('store_corrupt', 'ledger head row is missing');
+    return row.seq;
+  }
+
+  #advanceHead(): void {
+    this.#raiseHead.run();
+  }
+
+  /**
+   * Every write first checks that the ledger's path still names the file this
+   * process opened (one stat): a ledger renamed away or replaced while running
+   * takes no claim, refusal or report, and the process is replaced so that the
+   * next one opens what the path names (and presents its head).
+   */
+  #assertWritable(): void {
+    this.#guard.assertHeld();
+    if (!this.#replaced) {
+      let found: { dev: number; ino: number } | null;
+      try {
+        const stat = statSync(this.#file.path);
+        found = { dev: stat.dev, ino: stat.ino };
+      } catch {
+        found = null;
+      }
+      if (found && found.dev === this.#file.dev && found.ino === this.#file.ino) return;
+      const where = found ? `device ${found.dev} inode ${found.ino}` : 'nothing';
+      this.#replaced = new CustodyError(
+        'store_replaced',
+        `ledger ${this.#file.path} now names ${where}, not the file this process opened (device ${this.#file.dev} inode ${this.#file.ino}): ` +
+          'it was renamed or replaced while running; nothing was written, and this executor restarts on whatever the path names — put the original file back',
+      );
+      this.#onReplaced(this.#replaced);
+    }
+    throw this.#replaced;
+  }
+
   liveCount(): number {
     return this.#countLive.get()?.n ?? 0;
   }
@@ -109,7 +163,7 @@ export class Ledger {
 
   /** A time-based answer given outside claim/report/refusal (archival): store the mark first. */
   stampClock(): number {
-    this.#guard.assertHeld();
+    this.#assertWritable();
     return this.#db.transaction(() => this.#advanceClock()).immediate();
   }
 
@@ -123,7 +177,7 @@ export class Ledger {
    * a closed window.
    */
   claim(subject: ClaimSubject): ClaimOutcome {
-    this.#guard.assertHeld();
+    this.#assertWritable();
     return this.#db
       .transaction((): ClaimOutcome => {
         const existing = this.records.find(subject.operationId);
@@ -136,6 +190,7 @@ export class Ledger {
         if (live >= this.config.claimCapacity - this.config.refusalReserve) return { kind: 'full', live };
         CLAIM_MACHINE.assertMove('unclaimed', 'claimed', subject.operationId);
         this.#insertClaim.run({ ...subject, claimId: newClaimId('claim'), kind: 'claim', claimedAt: now, recordedAt: now });
+        this.#advanceHead();
         return { kind: 'claimed', record: this.#mustFind(subject.operationId) };
       })
       .immediate();
@@ -147,8 +202,8 @@ export class Ledger {
    * returned; the claim machine refuses a second terminal move.
    */
   retainReport(operationId: string, status: ReportStatus, sign: ReportSigner): RetainOutcome {
-    this.#guard.assertHeld();
-    return this.#db
+    this.#assertWritable();
+    return this.#announced(this.#db
       .transaction((): RetainOutcome => {
         const claim = this.records.live(operationId);
         if (!claim) throw new CustodyError('never_claimed', `operation ${operationId} has no claim in the live ledger to report on`);
@@ -158,9 +213,10 @@ export class Ledger {
         const finishedAt = this.#advanceClock(claim.claimedAt ?? 0);
         const report = sign(claim, finishedAt);
         this.#insertReport.run(operationId, claim.claimId, status, report.text, report.digest, finishedAt, finishedAt);
+        this.#advanceHead();
         return { kind: 'retained', record: this.#mustFind(operationId) };
       })
-      .immediate();
+      .immediate(), 'retained');
   }
 
   /**
@@ -170,8 +226,8 @@ export class Ledger {
    * kernel can release the hold. Refusals may use the reserved capacity.
    */
   refuse(subject: ClaimSubject, sign: ReportSigner): RefuseOutcome {
-    this.#guard.assertHeld();
-    return this.#db
+    this.#assertWritable();
+    return this.#announced(this.#db
       .transaction((): RefuseOutcome => {
         const existing = this.records.find(subject.operationId);
         if (existing) return { kind: 'existing', record: existing };
@@ -184,9 +240,49 @@ export class Ledger {
         const refusal = this.#mustFind(subject.operationId);
         const report = sign(refusal, now);
         this.#insertReport.run(subject.operationId, claimId, 'never_claimed', report.text, report.digest, now, now);
+        // A refusal and its report: one event each, as for a claim and its report.
+        this.#advanceHead();
+        this.#advanceHead();
         return { kind: 'refused', record: this.#mustFind(subject.operationId) };
       })
+      .immediate(), 'refused');
+  }
+
+  /**
+   * The way back after a restore (docs/ROLLBACK.md): record a claim the
+   * supervisor witnessed and this ledger lost. It has no report, so it is
+   * outcome_unknown: never run again, settled by reconciliation. Its
+   * claimed_at is the window's opening: the real time was lost with the
+   * ledger, and the witness proves the claim was made inside the window.
+   */
+  recoverClaim(subject: ClaimSubject): boolean {
+    this.#assertWritable();
+    return this.#db
+      .transaction((): boolean => {
+        if (this.records.find(subject.operationId)) return false;
+        const now = this.#advanceClock();
+        CLAIM_MACHINE.assertMove('unclaimed', 'claimed', subject.operationId);
+        this.#insertClaim.run({ ...subject, claimId: newClaimId('claim'), kind: 'claim', claimedAt: subject.notBefore, recordedAt: now });
+        this.#advanceHead();
+        return true;
+      })
       .immediate();
+  }
+
+  /** Raise the head to at least `to` (the supervisor's witness), once the lost claims are recorded again. */
+  raiseHeadTo(to: number): number {
+    this.#assertWritable();
+    return this.#db
+      .transaction((): number => {
+        this.#db.prepare('UPDATE head SET seq = ? WHERE id = 1 AND seq < ?').run(to, to);
+        return this.head();
+      })
+      .immediate();
+  }
+
+  #announced<T extends { kind: string }>(outcome: T, advancedKind: string): T {
+    if (outcome.kind === advancedKind) this.onAdvanced(this.head());
+    return outcome;
   }
 
   #mustFind(operationId: string): OperationRecord {

@@ -109,8 +109,29 @@ SELECT c.seq,
 FROM claims c LEFT JOIN reports r ON r.operation_id = c.operation_id;
 `;
 
+/**
+ * The head (docs/ROLLBACK.md): a sequence over every durable ledger event
+ * (claim, refusal, report), raised by one in the transaction that records the
+ * event and never lowered, archival included. The supervisor witnesses it
+ * outside this file, so a ledger restored from an older copy presents a head
+ * below the witness and is refused. A ledger from before the head starts at
+ * the number of its live rows.
+ */
+export const LEDGER_V2 = `
+CREATE TABLE head (
+  id  INTEGER PRIMARY KEY CHECK (id = 1),
+  seq INTEGER NOT NULL CHECK (typeof(seq) = 'integer' AND seq >= 0)
+);
+CREATE TRIGGER head_forward_only BEFORE UPDATE ON head WHEN NEW.seq < OLD.seq OR NEW.id <> OLD.id
+BEGIN SELECT RAISE(ABORT, 'the ledger head never goes back'); END;
+CREATE TRIGGER head_no_delete BEFORE DELETE ON head
+BEGIN SELECT RAISE(ABORT, 'the ledger head cannot be removed'); END;
+INSERT INTO head (id, seq) SELECT 1, (SELECT count(*) FROM claims) + (SELECT count(*) FROM reports);
+`;
+
 export const LEDGER_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'config, clock, claims and refusals, reports, guards, claims_view', sql: LEDGER_V1 },
+  { version: 2, description: 'head: a forward-only sequence over claims, refusals and reports', sql: LEDGER_V2 },
 ];
 
 /**

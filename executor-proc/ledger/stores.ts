@@ -24,6 +24,8 @@ export interface LedgerConfig {
 
 export interface ExecutorStores {
   readonly ledger: Database.Database;
+  /** The ledger's path and the file it named when opened: a claim checks the path still names it. */
+  readonly ledgerFile: { readonly path: string; readonly dev: number; readonly ino: number };
   readonly archive: Database.Database;
   readonly config: LedgerConfig;
 }
@@ -66,7 +68,7 @@ export function provisionStores(request: ProvisionRequest): ExecutorStores {
     archive
       .prepare('INSERT INTO config (id, executor_id, public_key, key_epoch, file_dev, file_ino, created_at) VALUES (1, ?, ?, ?, ?, ?, ?)')
       .run(config.executorId, config.publicKey, config.keyEpoch, archiveFile.dev, archiveFile.ino, now);
-    return { ledger, archive, config };
+    return { ledger, archive, config, ledgerFile: { path: path.join(dir, LEDGER_FILE), dev: file.dev, ino: file.ino } };
   } catch (error) {
     ledger.close();
     throw error;
@@ -83,7 +85,8 @@ export function openStores(dir: string, expect: OpenExpectation): ExecutorStores
     archive = openOrMissing(archiveSpec(dir));
     checkSchemaObjects(archive, `archive ${path.join(dir, ARCHIVE_FILE)}`, ARCHIVE_MIGRATIONS);
     checkArchiveConfig(archive, config, dir);
-    return { ledger, archive, config };
+    const file = storeFileIdentity(path.join(dir, LEDGER_FILE));
+    return { ledger, archive, config, ledgerFile: { path: path.join(dir, LEDGER_FILE), dev: file.dev, ino: file.ino } };
   } catch (error) {
     archive?.close();
     ledger.close();

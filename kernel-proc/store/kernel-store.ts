@@ -1,9 +1,10 @@
 // kernel.db: one connection, its tables, and the identity row that ties the
 // store to kernel.key. Provisioning and opening stay two separate doors
 // (shared/store/sqlite-store.ts): opening never creates a store.
+import path from 'node:path';
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
-import { type StoreSpec, openStore, provisionStore } from '../../shared/store/sqlite-store.js';
+import { type StoreSpec, openStore, provisionStore, storeFileIdentity } from '../../shared/store/sqlite-store.js';
 import { transitionRows } from '../machines.js';
 import { GrantsTable } from './grants-table.js';
 import { HoldsTable } from './holds-table.js';
@@ -33,9 +34,17 @@ export class KernelStore {
   readonly pins: PinsTable;
   readonly #identity: Database.Statement<[], StoredIdentity>;
   readonly #recordIdentity: Database.Statement<[StoredIdentity]>;
+  readonly #readHead: Database.Statement<[], { seq: number }>;
+  readonly #raiseHead: Database.Statement<[]>;
+  /** kernel.db's path and the file it named when opened: every write batch checks the path still names it. */
+  readonly file: { readonly path: string; readonly dev: number; readonly ino: number };
 
-  private constructor(db: Database.Database) {
+  private constructor(db: Database.Database, file: string) {
     this.db = db;
+    const identity = storeFileIdentity(file);
+    this.file = { path: file, dev: identity.dev, ino: identity.ino };
+    this.#readHead = db.prepare('SELECT seq FROM head WHERE singleton = 1');
+    this.#raiseHead = db.prepare('UPDATE head SET seq = seq + 1 WHERE singleton = 1');
     this.operations = new OperationsTable(db);
     this.holds = new HoldsTable(db);
     this.nonces = new NoncesTable(db);
@@ -50,18 +59,18 @@ export class KernelStore {
 
   /** Create kernel.db in `dir`; refuses an existing store (store_exists). */
   static provision(dir: string): KernelStore {
-    return KernelStore.#wrap(provisionStore(specFor(dir)));
+    return KernelStore.#wrap(provisionStore(specFor(dir)), dir);
   }
 
   /** Open an existing kernel.db; refuses a missing one (store_missing). */
   static open(dir: string): KernelStore {
-    return KernelStore.#wrap(openStore(specFor(dir)));
+    return KernelStore.#wrap(openStore(specFor(dir)), dir);
   }
 
-  static #wrap(db: Database.Database): KernelStore {
+  static #wrap(db: Database.Database, dir: string): KernelStore {
     try {
       checkTransitions(db);
-      return new KernelStore(db);
+      return new KernelStore(db, path.join(dir, KERNEL_DB_FILE));
     } catch (error) {
       db.close();
       throw error;
@@ -74,6 +83,18 @@ export class KernelStore {
 
   recordIdentity(identity: StoredIdentity): void {
     this.#recordIdentity.run(identity);
+  }
+
+  /** The head (docs/ROLLBACK.md): how many write batches this store has committed. */
+  head(): number {
+    const row = this.#readHead.get();
+    if (!row) throw new CustodyError('store_corrupt', 'kernel store head row is missing');
+    return row.seq;
+  }
+
+  /** Inside a write batch that changed something. */
+  raiseHead(): void {
+    this.#raiseHead.run();
   }
 
   close(): void {

@@ -218,8 +218,29 @@ SELECT g.capability_id, g.tool, g.subject, g.max_invocations, g.max_cost_units,
 FROM grants g;
 `;
 
+/**
+ * The head (docs/ROLLBACK.md): raised by one in every write batch that changed
+ * anything (a decision, a receipt, a consumed nonce, an expiry), in the same
+ * transaction, never lowered. The supervisor witnesses it outside this file,
+ * so a kernel.db that lost committed batches (its -wal deleted after a kill,
+ * an older copy restored) presents a lower head and is refused.
+ */
+const V2 = `
+CREATE TABLE head ( -- A forward-only count of committed write batches; the supervisor keeps the highest it has seen.
+  singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+  seq       INTEGER NOT NULL CHECK (typeof(seq) = 'integer' AND seq >= 0)
+);
+CREATE TRIGGER head_forward_only BEFORE UPDATE ON head WHEN NEW.seq < OLD.seq OR NEW.singleton <> OLD.singleton
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: head never goes back');
+END;
+${neverDeleted('head')}
+INSERT INTO head (singleton, seq) SELECT 1, (SELECT count(*) FROM receipts);
+`;
+
 export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'identity, grants, executor pins, operations, holds, nonces, receipts, views', sql: V1 },
+  { version: 2, description: 'head: a forward-only count of committed write batches', sql: V2 },
 ];
 
 export const KERNEL_DB_FILE = 'kernel.db';

@@ -14,7 +14,7 @@ import { type Signer } from '../crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../errors.js';
 import { type Logger, createLogger, errorFields } from '../log.js';
 import { type ChildRole } from '../protocol/common.js';
-import { FATAL_KIND, type MessageKind } from '../protocol/messages.js';
+import { FATAL_KIND, HEAD_KIND, type MessageKind } from '../protocol/messages.js';
 import { type Preamble } from '../protocol/preamble.js';
 import { type FrameLimits, DEFAULT_FRAME_LIMITS } from '../wire/frame-reader.js';
 import { signHello } from '../wire/hello.js';
@@ -52,6 +52,16 @@ export interface ChildService {
   stopAccepting?(): void;
   /** Called once everything in flight has answered; release stores and locks. */
   close?(): Promise<void> | void;
+  /** The head of the child's store, presented in the signed hello (docs/ROLLBACK.md); 0 without one. */
+  head?(): number;
+  /** Called once the channel is up: how the service announces a head that advanced (a `head` frame). */
+  attachPeer?(peer: ChildPeer): void;
+}
+
+/** What a service may send its supervisor unasked, besides answers. */
+export interface ChildPeer {
+  /** Send a `head` frame; false when the channel can no longer carry it. */
+  sendHead(head: number): boolean;
 }
 
 export interface ChildProgram {
@@ -227,8 +237,10 @@ export async function runChild(program: ChildProgram): Promise<number> {
     role: program.role,
     id: service.identity.id,
     keyEpoch: service.identity.keyEpoch,
+    head: service.head?.() ?? 0,
   });
   channel.start(hello, rest);
+  service.attachPeer?.({ sendHead: (head) => channel.sendUnasked(HEAD_KIND, { head }) });
   process.stdin.resume();
   log.info('child_serving', { id: service.identity.id, key_epoch: service.identity.keyEpoch, mode: preamble.mode });
   return finished;

@@ -43,6 +43,14 @@ export interface SpawnChildOptions {
   readonly onStderrLine?: (line: string) => void;
   /** The channel stopped (poisoned or closed), first reason. */
   readonly onChannelEnd?: (reason: CustodyError, state: string) => void;
+  /**
+   * Record a head the child announced (docs/ROLLBACK.md); called before the
+   * answers that follow it are delivered. For an executor, once the promise
+   * resolves (the head is durable) it is told `head.witnessed`. Default:
+   * nothing is recorded and the head is acknowledged at once (tests,
+   * provisioning).
+   */
+  readonly onHead?: (head: number) => void | Promise<void>;
 }
 
 export interface ChildSession {
@@ -108,7 +116,31 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
     peerRole: options.role,
     maxInFlight: options.maxInFlight,
     ...(options.onChannelEnd ? { onTerminated: options.onChannelEnd } : {}),
+    onHead: (head) => {
+      const recorded = options.onHead?.(head);
+      if (options.role !== 'executor') return;
+      // The executor waits for this before it runs an effect; a failed record leaves it waiting, never acknowledged.
+      void Promise.resolve(recorded).then(
+        () => acknowledge(head),
+        (error: unknown) => log.warn('head_not_witnessed', { head, ...errorFields(error) }),
+      );
+    },
   });
+  // One head.witnessed per turn, with the highest head recorded: the heads of one group commit share one answer.
+  let recordedHead = -1;
+  let acknowledgedHead = -1;
+  let ackScheduled = false;
+  const acknowledge = (head: number) => {
+    recordedHead = Math.max(recordedHead, head);
+    if (ackScheduled) return;
+    ackScheduled = true;
+    setImmediate(() => {
+      ackScheduled = false;
+      if (recordedHead <= acknowledgedHead) return;
+      acknowledgedHead = recordedHead;
+      channel.request('head.witnessed', { head: recordedHead }).catch((error: unknown) => log.warn('head_not_witnessed', { head: recordedHead, ...errorFields(error) }));
+    });
+  };
   child.stdin.write(
     encodePreamble({
       custody: PREAMBLE_TAG,

@@ -18,6 +18,9 @@ export const claimView = z.strictObject({
 /** Why a listed operation stayed in the live ledger. */
 export const NOT_ARCHIVED_REASONS = ['unknown_operation', 'already_archived', 'no_report', 'window_open'] as const;
 
+/** Claims per `ledger.recover` message; the supervisor also keeps each message within half the session's frame bound. */
+export const RECOVER_CLAIMS_PER_MESSAGE = 256;
+
 const reportResult = z.strictObject({ report: artifactText, status: reportStatus, replayed: z.boolean() });
 
 /** A tool an executor serves, as its adapter declares it (GET /v1/tools, `custody mcp`). */
@@ -78,5 +81,26 @@ export const EXECUTOR_MESSAGES = {
       live: nonNegativeInt,
       not_archived: z.array(z.strictObject({ operation_id: hex32, reason: z.enum(NOT_ARCHIVED_REASONS) })).max(10_000),
     }),
+  },
+  /**
+   * The operator's way back after a ledger was restored from an older copy
+   * (docs/ROLLBACK.md, `custody recover-rollback`): record each witnessed,
+   * kernel-authorized operation the ledger does not hold as a claim without a
+   * report (its outcome unknown, never run again), then raise the head to
+   * `raise_head_to`, the supervisor's witness.
+   */
+  'ledger.recover': {
+    to: ['executor'],
+    request: z.strictObject({
+      claims: z.array(z.strictObject({ authorization: artifactText, expected: invocation })).max(RECOVER_CLAIMS_PER_MESSAGE),
+      raise_head_to: nonNegativeInt,
+    }),
+    result: z.strictObject({ recorded: z.array(hex32).max(RECOVER_CLAIMS_PER_MESSAGE), already: nonNegativeInt, head: nonNegativeInt }),
+  },
+  /** The supervisor durably recorded this head (docs/ROLLBACK.md); an effect waiting on a claim at or below it may run. */
+  'head.witnessed': {
+    to: ['executor'],
+    request: z.strictObject({ head: nonNegativeInt }),
+    result: z.strictObject({}),
   },
 } as const satisfies Record<string, MessageSpec>;

@@ -1,9 +1,9 @@
 // The table of every message kind on the wire. Requests flow supervisor →
 // child; each gets exactly one `result` or `error` frame with the same id.
-// `hello` and `fatal` are the only frames a child sends unasked. The kinds
+// `hello`, `fatal` and `head` are the only frames a child sends unasked. The kinds
 // each child serves live in their own files; this one joins them.
 import { z } from 'zod';
-import { hex32, hex64, identifier, positiveInt, timestampMs, wireError } from './common.js';
+import { hex32, hex64, identifier, nonNegativeInt, positiveInt, timestampMs, wireError } from './common.js';
 import { EXECUTOR_MESSAGES } from './executor-messages.js';
 import { KERNEL_MESSAGES } from './kernel-messages.js';
 import { type MessageSpec, emptyBody } from './message-spec.js';
@@ -40,6 +40,8 @@ export const helloBody = z.strictObject({
   id: identifier,
   public_key: hex32,
   key_epoch: positiveInt,
+  /** The head of the child's store (docs/ROLLBACK.md): covered by the signature. */
+  head: nonNegativeInt,
   signature: hex64,
 });
 export type HelloBody = z.infer<typeof helloBody>;
@@ -48,8 +50,16 @@ export type HelloBody = z.infer<typeof helloBody>;
 export const fatalBody = wireError;
 export const errorBody = wireError;
 
+/**
+ * A child's store head advanced (docs/ROLLBACK.md): sent unasked, before the
+ * answer that depends on it. The supervisor records it durably; an executor
+ * waits for `head.witnessed` before it runs an effect.
+ */
+export const headBody = z.strictObject({ head: nonNegativeInt });
+
 /** Frame kinds that are not requests. */
 export const RESULT_KIND = 'result';
 export const ERROR_KIND = 'error';
 export const HELLO_KIND = 'hello';
 export const FATAL_KIND = 'fatal';
+export const HEAD_KIND = 'head';

@@ -10,6 +10,7 @@ import { type ChildRole } from '../protocol/common.js';
 import {
   ERROR_KIND,
   FATAL_KIND,
+  HEAD_KIND,
   HELLO_KIND,
   type HelloBody,
   MESSAGES,
@@ -19,6 +20,7 @@ import {
   type ResultOf,
   errorBody,
   fatalBody,
+  headBody,
   helloBody,
 } from '../protocol/messages.js';
 import { type ChannelState, FrameChannel, type FrameChannelOptions } from './channel.js';
@@ -37,6 +39,12 @@ export interface ClientChannelOptions extends FrameChannelOptions {
   readonly maxInFlight: number;
   /** Called once when the channel stops, with the first reason. */
   readonly onTerminated?: (reason: CustodyError, state: ChannelState) => void;
+  /**
+   * The child's store head advanced (a `head` frame, docs/ROLLBACK.md). Called
+   * in frame order, before any later answer is delivered. Without it a `head`
+   * frame is a protocol fault.
+   */
+  readonly onHead?: (head: number) => void;
 }
 
 export interface RequestOptions {
@@ -54,6 +62,7 @@ export class ClientChannel {
   readonly #peerRole: ChildRole;
   readonly #maxInFlight: number;
   readonly #onTerminated: ClientChannelOptions['onTerminated'];
+  readonly #onHead: ClientChannelOptions['onHead'];
   readonly #pending = new Map<string, Pending>();
   readonly #abandoned = new Set<string>();
   #nextId = 0;
@@ -69,6 +78,7 @@ export class ClientChannel {
     this.#peerRole = options.peerRole;
     this.#maxInFlight = options.maxInFlight;
     this.#onTerminated = options.onTerminated;
+    this.#onHead = options.onHead;
     this.hello = new Promise<HelloBody>((resolve, reject) => {
       this.#helloSettle = { resolve, reject };
     });
@@ -112,7 +122,8 @@ export class ClientChannel {
     if (!checked.success) {
       return Promise.reject(new CustodyError('schema_violation', `outgoing ${kind}: ${describeIssues(checked.error)}`));
     }
-    if (this.#pending.size >= this.#maxInFlight) {
+    // head.witnessed is what effects in flight wait for: never refused for their number (docs/ROLLBACK.md).
+    if (this.#pending.size >= this.#maxInFlight && kind !== 'head.witnessed') {
       return Promise.reject(new CustodyError('too_many_in_flight', `${this.#maxInFlight} requests already in flight to this ${this.#peerRole}`));
     }
     const id = options.id ?? `q${++this.#nextId}`;
@@ -176,6 +187,12 @@ export class ClientChannel {
   #onFrame(frame: Frame): void {
     if (!this.#helloSeen) {
       this.#onFirstFrame(frame);
+      return;
+    }
+    if (frame.kind === HEAD_KIND && this.#onHead) {
+      const parsed = headBody.safeParse(frame.body);
+      if (!parsed.success) throw new CustodyError('schema_violation', `head body: ${describeIssues(parsed.error)}`);
+      this.#onHead(parsed.data.head);
       return;
     }
     if (frame.kind !== RESULT_KIND && frame.kind !== ERROR_KIND) {

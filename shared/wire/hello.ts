@@ -1,6 +1,6 @@
 // The child's identity proof (DESIGN §4.2): an Ed25519 signature by its own
 // long-term key over the canonical JSON of the session id, the supervisor's
-// challenge, its role, id and key epoch. The `custody` tag separates this
+// challenge, its role, id, key epoch and store head (docs/ROLLBACK.md). The `custody` tag separates this
 // signature from every artifact signature, so neither can stand for the other.
 import { canonicalBytes } from '../canonical/jcs.js';
 import { type Signer, publicKeyFromHex, signatureFromHex, verifyStrict } from '../crypto/ed25519.js';
@@ -14,6 +14,8 @@ export interface HelloClaim {
   readonly role: ChildRole;
   readonly id: string;
   readonly keyEpoch: number;
+  /** The head of the child's store (docs/ROLLBACK.md); 0 for a child without one. */
+  readonly head?: number;
 }
 
 export interface HelloChallenge {
@@ -24,7 +26,7 @@ export interface HelloChallenge {
 
 /** The exact bytes a hello signature covers. */
 export function helloMessage(sid: string, challenge: string, claim: HelloClaim): Buffer {
-  return canonicalBytes({ custody: HELLO_TAG, sid, challenge, role: claim.role, id: claim.id, key_epoch: claim.keyEpoch });
+  return canonicalBytes({ custody: HELLO_TAG, sid, challenge, role: claim.role, id: claim.id, key_epoch: claim.keyEpoch, head: claim.head ?? 0 });
 }
 
 export function signHello(signer: Signer, sid: string, challenge: string, claim: HelloClaim): HelloBody {
@@ -33,6 +35,7 @@ export function signHello(signer: Signer, sid: string, challenge: string, claim:
     id: claim.id,
     public_key: signer.publicKeyHex,
     key_epoch: claim.keyEpoch,
+    head: claim.head ?? 0,
     signature: signer.signHex(helloMessage(sid, challenge, claim)),
   };
 }
@@ -55,7 +58,7 @@ export function verifyHello(hello: HelloBody, expected: HelloChallenge, pin: Pin
   let valid: boolean;
   try {
     const key = publicKeyFromHex(hello.public_key);
-    const message = helloMessage(expected.sid, expected.challenge, { role: hello.role, id: hello.id, keyEpoch: hello.key_epoch });
+    const message = helloMessage(expected.sid, expected.challenge, { role: hello.role, id: hello.id, keyEpoch: hello.key_epoch, head: hello.head });
     valid = verifyStrict(key, message, signatureFromHex(hello.signature));
   } catch (error) {
     throw new CustodyError('hello_invalid', `hello key or signature is malformed: ${toCustodyError(error).message}`, { cause: error });

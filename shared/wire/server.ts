@@ -19,8 +19,12 @@ import { type ChannelState, FrameChannel, type FrameChannelOptions } from './cha
 import { type Frame } from './frame-codec.js';
 import { describeIssues } from './session.js';
 
-/** Control messages are answered even when the bound on requests in flight is reached. */
-const CONTROL_KINDS: ReadonlySet<string> = new Set(['ping', 'cancel', 'shutdown']);
+/**
+ * Control messages are answered even when the bound on requests in flight is
+ * reached. `head.witnessed` is one: effects in flight wait for it, so bounding
+ * it by them could starve them (docs/ROLLBACK.md).
+ */
+const CONTROL_KINDS: ReadonlySet<string> = new Set(['ping', 'cancel', 'shutdown', 'head.witnessed']);
 
 export interface RequestContext {
   /** The request's frame id. */
@@ -79,6 +83,17 @@ export class ServerChannel {
 
   poison(reason: CustodyError): void {
     this.#core.poison(reason);
+  }
+
+  /** A frame the child sends unasked after its hello (`head`); its id is its kind. False when it could not be sent. */
+  sendUnasked(kind: string, body: Record<string, unknown>): boolean {
+    try {
+      this.#core.send(kind, kind, body);
+      return true;
+    } catch (error) {
+      this.#log.warn('frame_not_sent', { kind, ...errorFields(error) });
+      return false;
+    }
   }
 
   #onFrame(frame: Frame): void {

@@ -119,3 +119,12 @@ export const toolsAnswer = z.strictObject({
 
 /** The OpenAPI document itself (described loosely: it is JSON Schema's own business). */
 export const openApiAnswer = jsonObject;
+
+/** The way back for a rolled-back ledger (supervisor/operations/rollback-recovery.ts). */
+export const recoverRollbackAnswer = z.strictObject({
+  executor: z.string(),
+  witnessed: nonNegativeInt,
+  head: nonNegativeInt,
+  recorded: z.array(z.string()),
+  already: nonNegativeInt,
+});

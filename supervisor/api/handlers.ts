@@ -8,6 +8,7 @@ import { operationIdFor } from '../../shared/protocol/binding.js';
 import { nowMs } from '../../shared/clock.js';
 import { causeOf } from '../operations/causes.js';
 import { SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
+import { recoverRollback } from '../operations/rollback-recovery.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type Service } from '../service.js';
 import { type ChildHandle } from '../children/child-handle.js';
@@ -263,4 +264,11 @@ export async function archive(service: Service): Answer {
     results.push({ executor: name, archived, live, kept });
   }
   return { body: { executors: results } };
+}
+
+/** `custody recover-rollback NAME`: the way back for a ledger restored on purpose (docs/ROLLBACK.md). */
+export async function recoverRollbackOf(service: Service, name: string): Answer {
+  const executor = service.executors.get(name);
+  if (!executor) throw new CustodyError('not_found', `no executor named ${name} is configured`);
+  return { body: await recoverRollback(service.store, executor, service.config.bounds.max_frame_bytes) };
 }

@@ -49,6 +49,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
   { method: 'DELETE', path: '/v1/grants/:id', access: 'control', summary: 'revoke a grant', answers: { 200: answers.grantAnswer } },
   { method: 'POST', path: '/v1/archive', access: 'control', summary: 'archive settled operations whose window has passed', body: archiveBody, answers: { 200: answers.archiveAnswer } },
   { method: 'POST', path: '/v1/children/:name/restart', access: 'control', summary: 'restart a child (a failed one at once, a running one gracefully); answers once it serves again', answers: { 200: answers.restartAnswer } },
+  { method: 'POST', path: '/v1/executors/:name/recover-rollback', access: 'control', summary: 'the way back for an executor refused with store_rolled_back (docs/ROLLBACK.md)', answers: { 200: answers.recoverRollbackAnswer } },
   { method: 'GET', path: '/v1/incidents', access: 'agent', summary: 'what went wrong recently', query: limit(50, 1000), answers: { 200: answers.incidentsAnswer } },
 ];
 
@@ -104,7 +105,7 @@ function buildDocument(): Record<string, unknown> {
         name,
         in: 'path',
         required: true,
-        description: name === 'id' ? 'capability id' : route.path.startsWith('/v1/children/') ? 'child name (kernel or an executor)' : 'operation name (its request id)',
+        description: name === 'id' ? 'capability id' : route.path.startsWith('/v1/children/') ? 'child name (kernel or an executor)' : route.path.startsWith('/v1/executors/') ? 'executor name' : 'operation name (its request id)',
         schema: schemaOf(identifier, 'input', components, `${id}_${name}`),
       })),
       ...Object.entries(route.query ?? {}).map(([name, { schema, description }]) => ({ name, in: 'query', required: false, description, schema: schemaOf(schema, 'input', components, `${id}_${name}`) })),

@@ -82,6 +82,7 @@ const ROUTES: readonly Route[] = [
   route('POST', '/v1/children/:name/restart', 'control', (c) => handlers.restartChild(c.service, c.params.name!)),
   route('GET', '/v1/openapi.json', 'agent', () => Promise.resolve({ body: openApiDocument() })),
   route('GET', '/v1/tools', 'agent', (c) => listTools(c.service, c.query), ['subject']),
+  route('POST', '/v1/executors/:name/recover-rollback', 'control', (c) => handlers.recoverRollbackOf(c.service, c.params.name!)),
   route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) }), ['limit']),
 ];
 

@@ -26,6 +26,7 @@ import { processStartTicks } from './proc-stat.js';
 import { killGroupAndWait } from './process-group.js';
 import { RestartIntensity } from './restart-intensity.js';
 import { SessionWaiters } from './session-waiters.js';
+import { type HeadWitnessStore, rolledBack } from './witness.js';
 import { Slots } from './slots.js';
 
 export type ChildState = 'stopped' | 'starting' | 'running' | 'backoff' | 'failed' | 'stopping';
@@ -36,8 +37,13 @@ export const CHILD_MACHINE = defineMachine<ChildState>('child', {
   running: ['backoff', 'failed', 'stopping'],
   backoff: ['starting', 'failed', 'stopping'],
   stopping: ['stopped'],
+  // failed → starting: `custody restart`, the failed executor's cool-down retry, or
+  // `custody recover-rollback` (the operator's way back for a rolled-back ledger).
   failed: ['starting', 'stopping'],
 });
+
+/** What the way back does on the refused process before its head is checked again (docs/ROLLBACK.md). */
+export type RollbackRecovery = (session: ChildSession, witnessed: number) => Promise<number>;
 
 export interface ChildSpec {
   readonly name: string;
@@ -46,6 +52,8 @@ export interface ChildSpec {
   readonly env?: NodeJS.ProcessEnv;
   readonly settings: JsonObject;
   readonly pins: { readonly kernel: string | null };
+  /** The child's local state directory, named in refusals (a rolled-back store); null for a remote child. */
+  readonly storeDir: string | null;
   /** Operations in flight at once; control messages (ping, cancel, shutdown) come on top. */
   readonly maxInFlight: number;
 }
@@ -56,6 +64,8 @@ export interface ChildDeps {
   readonly limits: FrameLimits;
   readonly timing: Timing;
   readonly restart: RestartPolicy;
+  /** The witness of store heads (docs/ROLLBACK.md): a hello below it is refused. */
+  readonly witness: HeadWitnessStore;
   /** The identity every hello must prove, from the pins recorded at init. */
   readonly pin: () => PinnedIdentity | null;
   /** The child exceeded its restart intensity or cannot prove its identity. */
@@ -109,6 +119,7 @@ export class ChildHandle {
   #kill: KillIntent | null = null;
   /** Per session, the client requests in flight on it (count of sends), kept when the channel ends under them. */
   readonly #inFlight = new WeakMap<ChildSession, Map<string, number>>();
+  #recovery: RollbackRecovery | null = null;
 
   constructor(spec: ChildSpec, deps: ChildDeps) {
     this.spec = spec;
@@ -192,6 +203,30 @@ export class ChildHandle {
   async start(): Promise<void> {
     this.#machine.moveTo('starting', 'start');
     await this.#spawnTracked();
+  }
+
+  /**
+   * The operator's way back for a store refused as rolled back: start a
+   * process again and, since its hello head is below the witness, let
+   * `recovery` give it what it lost and raise its head before it serves.
+   * Refused unless the child is failed for store_rolled_back.
+   */
+  async recoverRollback(recovery: RollbackRecovery): Promise<void> {
+    if (!this.#machine.is('failed') || this.#failure?.code !== 'store_rolled_back') {
+      throw new CustodyError(
+        'bad_request',
+        `${this.name} is ${this.#machine.state}${this.#failure ? ` (${this.#failure.code})` : ''}, not refused for a rolled-back store; there is nothing to recover`,
+      );
+    }
+    this.#recovery = recovery;
+    this.#failure = null;
+    this.#intensity = new RestartIntensity(this.#deps.restart);
+    try {
+      this.#machine.moveTo('starting', 'recover-rollback');
+      await this.#spawnTracked();
+    } finally {
+      this.#recovery = null;
+    }
   }
 
   /** The running session, waiting for a restart in progress; rejects when the child failed or stops. */
@@ -313,12 +348,15 @@ export class ChildHandle {
         log: this.#deps.log,
         onStderrLine: (line) => this.#forwardStderr(line),
         onChannelEnd: (reason, state) => this.#onChannelEnd(reason, state),
+        onHead: (head) => this.#onHead(head),
       });
+      await this.#checkHead(session);
     } catch (error) {
       const reason = toCustodyError(error, 'peer_exited');
       if (this.#machine.is('stopping', 'stopped')) throw reason;
-      this.#deps.store.recordIncident({ child: spec.name, kind: 'start_failed', code: reason.code, message: reason.message });
-      if (reason.code === 'identity_mismatch' || reason.code === 'hello_invalid') {
+      this.#deps.store.recordIncident({ child: spec.name, kind: reason.code === 'store_rolled_back' ? 'store_rolled_back' : 'start_failed', code: reason.code, message: reason.message });
+      // A rolled-back store is refused for good: restarting it would only be refused again (docs/ROLLBACK.md).
+      if (reason.code === 'identity_mismatch' || reason.code === 'hello_invalid' || reason.code === 'store_rolled_back') {
         this.#fail(reason);
         throw reason;
       }
@@ -345,6 +383,49 @@ export class ChildHandle {
       void this.killAndReap('heartbeat missed');
     });
     this.#waiters.resolveAll(session);
+  }
+
+  /**
+   * The hello's head against the witness (docs/ROLLBACK.md): below it, the
+   * process is killed and reaped before anything is asked of it, and the
+   * start fails with store_rolled_back; at or above it, it becomes the witness.
+   */
+  async #checkHead(session: ChildSession): Promise<void> {
+    const witnessed = this.#deps.witness.head(this.name);
+    if (session.hello.head >= witnessed) {
+      this.#deps.witness.recordNow(this.name, session.hello.head);
+      return;
+    }
+    let recoveryFailed = '';
+    if (this.#recovery) {
+      try {
+        const raised = await this.#recovery(session, witnessed);
+        if (raised >= witnessed) {
+          this.#deps.witness.recordNow(this.name, raised);
+          return;
+        }
+        recoveryFailed = `; recover-rollback left its head at ${raised}`;
+      } catch (error) {
+        recoveryFailed = `; recover-rollback failed: ${toCustodyError(error).message}`;
+      }
+    }
+    session.kill('SIGKILL');
+    await session.exited;
+    await killGroupAndWait(session.pid, GROUP_EXIT_WAIT_MS);
+    const store = this.spec.storeDir ? `${this.spec.storeDir}/${this.spec.role === 'kernel' ? 'kernel.db' : 'ledger.db'}` : `(remote ${this.spec.role} ${this.name})`;
+    const refusal = rolledBack(this.name, this.spec.role, store, session.hello.head, witnessed);
+    throw recoveryFailed ? new CustodyError('store_rolled_back', refusal.message + recoveryFailed) : refusal;
+  }
+
+  /**
+   * A head frame, group-committed (docs/ROLLBACK.md): the kernel's goes with
+   * the request write that follows its decision, before the supervisor acts
+   * on it; an executor waits for head.witnessed, sent once it is durable.
+   */
+  #onHead(head: number): Promise<void> {
+    const durable = this.#deps.witness.record(this.name, head);
+    durable.catch((error: unknown) => this.#log.error('witness_not_recorded', { head, ...errorFields(error) }));
+    return durable;
   }
 
   #onChannelEnd(reason: CustodyError, state: string): void {

@@ -51,6 +51,7 @@ export function kernelSpec(config: CustodyConfig, paths: StatePaths): ChildSpec 
     argv: kernelArgv(config, paths),
     settings: config.kernel.settings,
     pins: { kernel: null },
+    storeDir: config.kernel.argv ? null : paths.kernelDir,
     maxInFlight: config.bounds.kernel_max_in_flight,
   };
 }
@@ -62,6 +63,7 @@ export function executorSpec(executor: ExecutorConfig, config: CustodyConfig, pa
     argv: executorArgv(executor, paths),
     settings: executorSettings(executor),
     pins: { kernel: kernelPublicKey },
+    storeDir: executor.argv ? null : paths.executorDir(executor.name),
     maxInFlight: executor.max_in_flight,
   };
 }

@@ -11,7 +11,7 @@ import { connect } from './client.js';
 import { EXIT_CODES, exitCodeForError } from './exit-codes.js';
 import { createOutput } from './output.js';
 import { authorizeCommand, executeCommand, invokeCommand, opsCommand, reportCommand, traceCommand } from './commands/operations.js';
-import { archiveCommand, restartCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
+import { archiveCommand, recoverRollbackCommand, restartCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
 import { initCommand, startCommand } from './commands/service.js';
 
 let exitCode: number = EXIT_CODES.done;
@@ -136,6 +136,13 @@ program
   .description("move settled operations whose window has passed out of each executor's live ledger, into its archive")
   .option('--json', 'machine-readable output')
   .action(async (options: { json?: boolean }) => setExit(await archiveCommand(client(), json(options))));
+
+program
+  .command('recover-rollback')
+  .description('the way back for an executor refused with store_rolled_back after a backup was restored on purpose (docs/ROLLBACK.md)')
+  .argument('<name>', 'executor name')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, options: { json?: boolean }) => setExit(await recoverRollbackCommand(client(), json(options), name)));
 
 const grant = program.command('grant').description('manage capability grants');
 grant

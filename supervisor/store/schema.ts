@@ -95,4 +95,19 @@ export const SUPERVISOR_MIGRATIONS: readonly Migration[] = [
           FROM incidents ORDER BY id;
     `,
   },
+  {
+    version: 2,
+    description: 'witness: the highest store head seen per child (docs/ROLLBACK.md)',
+    sql: `
+      -- The witness outside each child's store: the highest head its hello or a
+      -- head frame presented. Forward-only; a child presenting less is refused.
+      CREATE TABLE witness (
+        name       TEXT PRIMARY KEY,               -- 'kernel' or an executor's configured name
+        head       INTEGER NOT NULL CHECK (head >= 0),
+        updated_at INTEGER NOT NULL
+      ) STRICT;
+      CREATE TRIGGER witness_forward_only BEFORE UPDATE ON witness WHEN NEW.head < OLD.head
+      BEGIN SELECT RAISE(ABORT, 'a witnessed head never goes back'); END;
+    `,
+  },
 ];

@@ -104,6 +104,13 @@ export class SupervisorStore {
   readonly #crashesOf: Database.Statement<[string], { n: number }>;
   /** Where bookkeeping writes that a full disk refused are reported (they are skipped, not fatal). */
   onBookkeepingFailed: (what: string, error: CustodyError) => void = () => undefined;
+  readonly #getWitness: Database.Statement<[string], { head: number }>;
+  readonly #dispatchedTo: Database.Statement<[string], RequestRow>;
+  readonly #raiseWitness: Database.Statement;
+  /** Witness heads announced but not yet written: they go with the next write transaction, or at the end of the turn. */
+  readonly #pendingHeads = new Map<string, number>();
+  #pendingWaiters: Array<{ resolve(): void; reject(reason: unknown): void }> = [];
+  #flushScheduled = false;
   /** One prepared UPDATE per set of patched columns, made on first use. */
   readonly #patches = new Map<string, Database.Statement>();
 
@@ -149,6 +156,12 @@ export class SupervisorStore {
     this.#openRequests = db.prepare("SELECT * FROM requests WHERE phase NOT IN ('settled', 'refused', 'quarantined') ORDER BY created_at");
     this.#quarantined = db.prepare("SELECT * FROM requests WHERE phase = 'quarantined' ORDER BY created_at");
     this.#crashesOf = db.prepare(`SELECT count(*) AS n FROM incidents WHERE operation_id = ? AND kind = '${CRASH_INCIDENT}'`);
+    this.#getWitness = db.prepare('SELECT head FROM witness WHERE name = ?');
+    this.#dispatchedTo = db.prepare('SELECT * FROM requests WHERE executor = ? AND authorization IS NOT NULL AND expected IS NOT NULL ORDER BY created_at');
+    this.#raiseWitness = db.prepare(
+      `INSERT INTO witness (name, head, updated_at) VALUES (@name, @head, @now)
+       ON CONFLICT (name) DO UPDATE SET head = excluded.head, updated_at = excluded.updated_at WHERE excluded.head > witness.head`,
+    );
   }
 
   /**
@@ -209,6 +222,92 @@ export class SupervisorStore {
 
   recentIncidents(limit: number): IncidentRow[] {
     return this.#recentIncidents.all(limit);
+  }
+
+  // ---------------------------------------------------------------- witness
+
+  /** The highest head a child's store has presented (docs/ROLLBACK.md); 0 when none was seen yet. */
+  witnessedHead(name: string): number {
+    return this.#getWitness.get(name)?.head ?? 0;
+  }
+
+  /** Every request whose authorization was dispatched to this executor identity, settled or not. */
+  requestsDispatchedTo(executorId: string): RequestRow[] {
+    return this.#dispatchedTo.all(executorId);
+  }
+
+  /** Raise the witnessed heads (never lowered), all in one durable transaction. */
+  raiseWitness(heads: ReadonlyMap<string, number>): void {
+    this.db.transaction(() => this.#writeHeads(heads)).immediate();
+  }
+
+  /**
+   * Group commit of witness heads (docs/ROLLBACK.md): the head is written with
+   * the next request transaction of this store (a kernel decision is always
+   * followed by one, before the supervisor acts on it), or at the end of this
+   * event-loop turn, whichever comes first. Resolves once it is durable.
+   */
+  witnessLater(name: string, head: number): Promise<void> {
+    this.#pendingHeads.set(name, Math.max(head, this.#pendingHeads.get(name) ?? 0));
+    const durable = new Promise<void>((resolve, reject) => this.#pendingWaiters.push({ resolve, reject }));
+    this.#scheduleFlush();
+    return durable;
+  }
+
+  #scheduleFlush(): void {
+    if (this.#flushScheduled) return;
+    this.#flushScheduled = true;
+    setImmediate(() => {
+      this.#flushScheduled = false;
+      if (this.#pendingHeads.size === 0 || !this.db.open) return;
+      const { heads, waiters } = this.#takePending();
+      try {
+        this.raiseWitness(heads);
+      } catch (error) {
+        for (const waiter of waiters) waiter.reject(error);
+        return;
+      }
+      for (const waiter of waiters) waiter.resolve();
+    });
+  }
+
+  #takePending(): { heads: Map<string, number>; waiters: Array<{ resolve(): void; reject(reason: unknown): void }> } {
+    const heads = new Map(this.#pendingHeads);
+    const waiters = this.#pendingWaiters;
+    this.#pendingHeads.clear();
+    this.#pendingWaiters = [];
+    return { heads, waiters };
+  }
+
+  #writeHeads(heads: ReadonlyMap<string, number>): void {
+    const now = nowMs();
+    for (const [name, head] of heads) this.#raiseWitness.run({ name, head, now });
+  }
+
+  /** Run a write in one IMMEDIATE transaction that also carries the pending witness heads (inside another transaction: that one carries them). */
+  #withPendingHeads<T>(work: () => T): T {
+    if (this.db.inTransaction || this.#pendingHeads.size === 0) {
+      return this.db.inTransaction ? work() : this.db.transaction(work).immediate();
+    }
+    const { heads, waiters } = this.#takePending();
+    let result: T;
+    try {
+      result = this.db
+        .transaction(() => {
+          const value = work();
+          this.#writeHeads(heads);
+          return value;
+        })
+        .immediate();
+    } catch (error) {
+      // Not written: they wait for the next write or the end of the turn.
+      for (const [name, head] of heads) this.#pendingHeads.set(name, Math.max(head, this.#pendingHeads.get(name) ?? 0));
+      this.#pendingWaiters.push(...waiters);
+      this.#scheduleFlush();
+      throw error;
+    }
+    for (const waiter of waiters) waiter.resolve();
+    return result;
   }
 
   // --------------------------------------------------------------- requests
@@ -303,7 +402,8 @@ export class SupervisorStore {
   /** Move a request to a phase through the transition table; staying in place is a no-op. */
   movePhase(requestId: string, to: RequestPhase, patch: RequestPatch = {}): RequestRow {
     let moved = false;
-    const apply = this.db.transaction(() => {
+    const nested = this.db.inTransaction;
+    const row = this.#withPendingHeads(() => {
       const current = this.#getRequest.get(requestId);
       if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
       // Only releaseQuarantined leaves quarantine: a step still finishing must not un-park it.
@@ -316,8 +416,6 @@ export class SupervisorStore {
       this.patchRequest(requestId, patch);
       return this.#getRequest.get(requestId)!;
     });
-    const nested = this.db.inTransaction;
-    const row = apply.immediate();
     // A cutpoint per phase reached, once its move has committed (startAttempt's has its own).
     if (moved && !nested) crashPoint('supervisor', `after_phase_${to}`);
     return row;
@@ -325,11 +423,11 @@ export class SupervisorStore {
 
   /** Move to `executing` and count the attempt, in one transaction: the row returned carries the new count. */
   startAttempt(requestId: string): RequestRow {
-    const started = this.db.transaction(() => {
+    const started = this.#withPendingHeads(() => {
       this.movePhase(requestId, 'executing');
       this.#bumpAttempts.run(nowMs(), requestId);
       return this.#getRequest.get(requestId)!;
-    }).immediate();
+    });
     crashPoint('supervisor', 'after_attempt_started');
     return started;
   }

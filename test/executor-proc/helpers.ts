@@ -64,6 +64,8 @@ export interface StartOptions {
   readonly dir?: string;
   /** The session's frame bound (preamble limits.max_frame_bytes); default 1 MiB. */
   readonly maxFrameBytes?: number;
+  /** The supervisor's witness of the ledger head (docs/ROLLBACK.md); default: acknowledged at once. */
+  readonly onHead?: (head: number) => void | Promise<void>;
 }
 
 export type Executor = ChildSession & { readonly stderr: string[]; readonly identity: { id: string; public_key: string; key_epoch: number } };
@@ -90,6 +92,7 @@ export async function startExecutor(home: Home, options: StartOptions = {}): Pro
     expect: null,
     maxInFlight: 32,
     helloTimeoutMs: 20_000,
+    ...(options.onHead ? { onHead: options.onHead } : {}),
     log,
     onStderrLine: (line) => {
       stderr.push(line);

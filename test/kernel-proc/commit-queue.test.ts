@@ -113,4 +113,26 @@ describe('kernel-proc: the group-commit write path', () => {
     const q = queue(32);
     expect(await Promise.all([q.submit((c) => c.now), q.submit((c) => c.now)])).to.deep.equal([1234, 1234]);
   });
+
+  it('raises the store head once per batch that changed a row, not for a read-only batch, and announces it before any answer of the batch', async () => {
+    let head = 0;
+    const events: string[] = [];
+    const q = new CommitQueue({
+      db,
+      maxBatch: 32,
+      clock: () => 1234,
+      assertWritable: () => undefined,
+      advanceHead: () => void (head += 1),
+      headAdvanced: () => void events.push(`head ${head}`),
+      log: quiet,
+    });
+    await Promise.all([q.submit(() => insert('a')).then(() => events.push('answer a')), q.submit(() => insert('b')).then(() => events.push('answer b'))]);
+    expect(head, 'one batch, one raise').to.equal(1);
+    expect(events).to.deep.equal(['head 1', 'answer a', 'answer b']);
+    await q.submit(() => reader.prepare('SELECT count(*) FROM items').pluck().get());
+    expect(head, 'a read-only batch raises nothing').to.equal(1);
+    await q.submit(() => insert('x')).catch(() => undefined);
+    await q.submit(() => insert('c'));
+    expect(head).to.be.at.least(2);
+  });
 });

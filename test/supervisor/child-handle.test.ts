@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Signer, generateSeed } from '../../shared/crypto/ed25519.js';
 import { type CustodyError } from '../../shared/errors.js';
+import { HeadWitnessStore } from '../../supervisor/children/witness.js';
 import { ChildHandle, type ChildSpec } from '../../supervisor/children/child-handle.js';
 import { RestartIntensity } from '../../supervisor/children/restart-intensity.js';
 import { restartPolicySchema, timingSchema } from '../../supervisor/config/schema.js';
@@ -60,6 +61,7 @@ describe('child handle over the wire fixture', function () {
     const spec: ChildSpec = {
       name: 'fixture',
       role: 'kernel',
+      storeDir: null,
       argv: [process.execPath, distPath('test', 'fixtures', 'wire-child.js')],
       settings: { seed: Buffer.from(seed).toString('hex'), ...options.settings },
       pins: { kernel: null },
@@ -67,6 +69,7 @@ describe('child handle over the wire fixture', function () {
     };
     return new ChildHandle(spec, {
       store,
+      witness: new HeadWitnessStore(store),
       log: collectingLogger().log,
       limits: { maxFrameBytes: 1024 * 1024, maxDepth: 32 },
       timing: timingSchema.parse({ heartbeat_interval_ms: options.heartbeatMs ?? 60_000, heartbeat_timeout_ms: 300, hello_timeout_ms: 5000 }),

@@ -80,7 +80,7 @@ const MATRIX: readonly Row[] = [
   { fault: 'supervisor:after_phase_reported', walk: 'invoke', ends: ['completed'], effects: 1 },
   { fault: 'supervisor:after_report_forwarded', walk: 'invoke', ends: ['completed'], effects: 1 },
   { fault: 'supervisor:after_phase_settled', walk: 'invoke', ends: ['completed'], effects: 1 },
-  { fault: 'supervisor:after_phase_refused', walk: 'refused', tool: 'fixture/chatty', ends: ['denied'], effects: 0 },
+  { fault: 'supervisor:after_phase_refused', walk: 'refused', tool: 'fixture/refuse', ends: ['denied'], effects: 0 },
   { fault: 'executor:after_claim,supervisor:after_phase_reconciling', walk: 'invoke', ends: ['released'], effects: 0 },
   { fault: 'supervisor:after_mark_unknown_sent', walk: 'invoke', tool: 'fixture/unsure', ends: ['unknown'], effects: 0 },
 ];
@@ -146,7 +146,9 @@ const CONCURRENCY = 3;
 
 function configFor(row: Row): Record<string, unknown> {
   return {
-    restart: { max_restarts: 20, period_s: 60, backoff_initial_ms: 20, backoff_max_ms: 200 },
+    // Rows that kill twice kill on purpose: quarantine (its own tests in
+    // quarantine.test.ts) would park the request after the second crash.
+    restart: { max_restarts: 20, period_s: 60, backoff_initial_ms: 20, backoff_max_ms: 200, quarantine_after_crashes: 10 },
     executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }],
     // A short window lets an archive row pass its operation's window without a long wait.
     kernel: { settings: { ...(row.walk === 'archive' ? { execution_window_ms: 3_000 } : {}), ...row.kernel } },

@@ -185,3 +185,18 @@ export async function archiveCommand(client: ServiceClient, out: Output): Promis
   );
   return 0;
 }
+
+/** The way back for a ledger restored on purpose (docs/ROLLBACK.md). */
+export async function recoverRollbackCommand(client: ServiceClient, out: Output, name: string): Promise<number> {
+  const { body } = await out.progress(`recovering ${name}`, client.post(`/v1/executors/${encodeURIComponent(name)}/recover-rollback`, {}));
+  const result = body as { executor: string; witnessed: number; head: number; recorded: string[]; already: number };
+  out.result(body, () =>
+    [
+      `Recovered ${result.executor}: head ${result.head} (witness ${result.witnessed}); it serves again`,
+      `  ${result.recorded.length} operation(s) recorded again with an unknown outcome, never run again: ${result.recorded.join(', ') || 'none'}`,
+      `  ${result.already} still held by the restored ledger`,
+      '  reconcile each (custody reconcile NAME); what the tool cannot account for stays unknown, listed by custody ops',
+    ].join('\n'),
+  );
+  return 0;
+}

@@ -55,7 +55,7 @@ describe('refusals before reserving', function () {
 
   it('answers the API with the code and the size and bound', async () => {
     const answer = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'b'.repeat(5000) } }, 'agent');
-    expect(answer.status).to.equal(409);
+    expect(answer.status).to.equal(413);
     expect(answer.body.code).to.equal('arguments_too_large');
     expect(answer.body.message).to.match(/5000 UTF-8 bytes; at most 4096/);
   });

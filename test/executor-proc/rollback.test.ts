@@ -1,0 +1,86 @@
+// The executor's half of the rollback witness (docs/ROLLBACK.md), over a real
+// executor process: the head it signs in its hello, the head frame it sends
+// after a claim and the wait for head.witnessed before the effect, and the
+// refusal of every write once ledger.db no longer names the file it opened.
+import { expect } from 'chai';
+import { renameSync } from 'node:fs';
+import path from 'node:path';
+import { type CustodyError } from '../../shared/errors.js';
+import { helloMessage } from '../../shared/wire/hello.js';
+import { type Home, authorize, executeBody, journalEntries, makeHome, notesFor, provisioned, removeHome, sqlite, startExecutor, stopExecutor } from './helpers.js';
+
+async function refusal(promise: Promise<unknown>): Promise<CustodyError> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as CustodyError;
+  }
+  throw new Error('expected a refusal');
+}
+
+describe('executor-proc: ledger head and its witness', function () {
+  this.timeout(30_000);
+  let home: Home;
+
+  beforeEach(async () => {
+    home = makeHome();
+    await provisioned(home);
+  });
+
+  afterEach(() => removeHome(home));
+
+  it('presents the ledger head in its hello, covered by the signature, and announces each claim and report', async () => {
+    const heads: number[] = [];
+    const executor = await startExecutor(home, { onHead: (head) => void heads.push(head) });
+    try {
+      expect(executor.hello.head).to.equal(0);
+      await executor.channel.request('execute', executeBody(authorize(executor)));
+      // The claim (head 1) is announced and witnessed before the effect; the report (head 2) after it.
+      expect(heads).to.deep.equal([1, 2]);
+      expect(sqlite(path.join(home.dir, 'ledger.db'), 'SELECT seq FROM head').rows).to.deep.equal([{ seq: 2 }]);
+    } finally {
+      await stopExecutor(executor);
+    }
+    const again = await startExecutor(home);
+    try {
+      expect(again.hello.head).to.equal(2);
+      // The signed bytes include the head: the same proof with another head is another message.
+      const claim = { role: 'executor' as const, id: again.hello.id, keyEpoch: again.hello.key_epoch };
+      expect(helloMessage(again.sid, 'c'.repeat(64), { ...claim, head: 2 }).equals(helloMessage(again.sid, 'c'.repeat(64), { ...claim, head: 1 }))).to.equal(false);
+    } finally {
+      await stopExecutor(again);
+    }
+  });
+
+  it('runs no effect until the supervisor acknowledges the claim head: unacknowledged, the answer is head_unwitnessed and the journal stays empty', async () => {
+    // A witness that never answers: the claim commits, the effect must not run.
+    const executor = await startExecutor(home, { onHead: () => new Promise<void>(() => undefined), settings: { adapter_deadline_ms: 1500 } });
+    try {
+      const auth = authorize(executor);
+      const error = await refusal(executor.channel.request('execute', executeBody(auth)));
+      expect(error.code).to.equal('head_unwitnessed');
+      expect(error.message).to.contain(auth.operationId);
+      expect(journalEntries(home)).to.have.length(0);
+      // The claim stands without a report: never run again, settled by reconciliation.
+      const claims = sqlite(path.join(home.dir, 'ledger.db'), `SELECT state FROM claims_view WHERE operation_id = '${auth.operationId}'`).rows;
+      expect(claims).to.deep.equal([{ state: 'outcome_unknown' }]);
+    } finally {
+      await stopExecutor(executor);
+    }
+  });
+
+  it('refuses the next claim once ledger.db is renamed away while it runs (store_replaced), runs nothing, and exits to be replaced', async () => {
+    const executor = await startExecutor(home);
+    const first = authorize(executor);
+    expect((await executor.channel.request('execute', executeBody(first))).status).to.equal('completed');
+    renameSync(path.join(home.dir, 'ledger.db'), path.join(home.dir, 'ledger.moved'));
+    const second = authorize(executor);
+    const error = await refusal(executor.channel.request('execute', executeBody(second)));
+    expect(error.code).to.equal('store_replaced');
+    expect(error.message).to.contain(path.join(home.dir, 'ledger.db'));
+    expect(notesFor(home, second.operationId)).to.have.length(0);
+    expect(journalEntries(home)).to.have.length(1);
+    const exit = await executor.exited;
+    expect(exit.code).to.equal(70);
+  });
+});

@@ -1,0 +1,166 @@
+// Store rollback through the real service (docs/ROLLBACK.md): a ledger
+// restored in place, a kernel.db that lost its -wal after kill -9, and a
+// ledger renamed while the service runs. Each is refused before anything is
+// signed that contradicts what happened.
+import { expect } from 'chai';
+import { copyFileSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { eventually } from '../helpers/eventually.js';
+import { type TestService, sqlite, startService } from '../helpers/service.js';
+
+function journal(service: TestService): string[] {
+  try {
+    return readFileSync(path.join(service.paths.resourcesDir, 'review-notes.jsonl'), 'utf8').split('\n').filter(Boolean);
+  } catch {
+    return [];
+  }
+}
+
+async function pidOf(service: TestService, role: 'kernel' | 'executor'): Promise<number> {
+  const { body } = await service.http('GET', '/v1/status');
+  const child = (body.children as Array<{ role: string; pid: number | null }>).find((c) => c.role === role);
+  if (!child?.pid) throw new Error(`no running ${role}`);
+  return child.pid;
+}
+
+describe('store rollback through the service', function () {
+  this.timeout(120_000);
+  let services: TestService[] = [];
+
+  // after, not afterEach: the tests of one restored state share its service.
+  after(() => {
+    for (const service of services) service.cleanup();
+    services = [];
+  });
+
+  describe('a ledger restored in place (same inode) after an effect whose reply was lost', () => {
+    let again: TestService;
+    let ledger: string;
+    let witnessed: number;
+    let restoredHead: number;
+
+    before(async () => {
+      // No sweep may settle op-2 between the lost reply and the stop: the restore must meet it open, as in the report.
+      const service = await startService({ config: { timing: { recovery_sweep_ms: 600_000 } } });
+      services.push(service);
+      expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=one'])).code).to.equal(0);
+      ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
+      const backup = path.join(path.dirname(service.dir), 'ledger.backup');
+      copyFileSync(ledger, backup);
+
+      expect((await service.cli(['authorize', 'review-notes/append', '--arg', 'note=two', '--operation', 'op-2'])).code).to.equal(0);
+      expect((await service.cli(['execute', 'op-2', '--drop-reply'])).code).to.equal(75);
+      expect(journal(service)).to.have.length(2);
+      expect(await service.stop()).to.equal(0);
+      witnessed = (await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT head FROM witness WHERE name = 'default'"))[0]?.head as number;
+
+      // The operator's restore: the old bytes into the same file (same device and inode), its -wal and -shm removed.
+      writeFileSync(ledger, readFileSync(backup));
+      rmSync(`${ledger}-wal`, { force: true });
+      rmSync(`${ledger}-shm`, { force: true });
+      restoredHead = ((await sqlite(ledger, 'SELECT seq FROM head'))[0]?.seq as number | undefined) ?? 0;
+      expect(restoredHead, 'the restored copy is older than the witness').to.be.below(witnessed);
+      again = await service.restart();
+      services.push(again);
+    });
+
+    it('is refused with store_rolled_back: reconcile is not "ended without effect" (exit 4), the hold stays, an incident names the store and both heads', async () => {
+      const reconciled = await again.cli(['reconcile', 'op-2', '--wait', '5s']);
+      // 4: not complete, the outcome unknown; never 3 (ended without effect) nor 0.
+      expect(reconciled.code, reconciled.stdout + reconciled.stderr).to.equal(4);
+      expect(reconciled.stdout + reconciled.stderr).to.not.match(/without effect/i);
+      expect(reconciled.stdout + reconciled.stderr).to.contain('store_rolled_back');
+
+      const [operation] = await sqlite(path.join(again.paths.kernelDir, 'kernel.db'), "SELECT state, hold FROM operations_view WHERE request_id = 'op-2'");
+      expect(operation?.hold, 'the hold is not released').to.not.equal('released');
+      expect(operation?.state).to.not.match(/released|never_claimed/);
+      expect(journal(again), 'the effect is never run again').to.have.length(2);
+
+      const incidents = await sqlite(path.join(again.paths.supervisorDir, 'supervisor.db'), "SELECT kind, message FROM incidents WHERE code = 'store_rolled_back' ORDER BY id");
+      expect(incidents.map((i) => i.kind)).to.include('store_rolled_back');
+      const message = String(incidents[0]?.message);
+      expect(message).to.contain(ledger);
+      expect(message).to.contain(`head ${restoredHead}`);
+      expect(message).to.contain(`head ${witnessed}`);
+      expect(message).to.contain('custody recover-rollback default');
+
+      // Failed for good, not restarted in a loop, and said so by status.
+      const status = await again.cli(['status', '--json']);
+      expect(status.code, 'status says a child failed').to.equal(4);
+      const executor = (JSON.parse(status.stdout) as { children: Array<{ name: string; state: string; restarts: number; failure: string | null }> }).children.find((c) => c.name === 'default');
+      expect(executor?.state).to.equal('failed');
+      expect(executor?.restarts).to.equal(0);
+      expect(executor?.failure).to.contain('custody recover-rollback default');
+    });
+
+    it('takes the way back with recover-rollback: op-2 is recorded again as a claim with no report, never re-run, and reconciliation settles it from the journal', async () => {
+      const recovered = await again.cli(['recover-rollback', 'default', '--json']);
+      expect(recovered.code, recovered.stderr).to.equal(0);
+      const result = JSON.parse(recovered.stdout) as { recorded: string[]; head: number; witnessed: number };
+      const [request] = await sqlite(path.join(again.paths.supervisorDir, 'supervisor.db'), "SELECT operation_id FROM requests WHERE request_id = 'op-2'");
+      expect(result.recorded).to.include(request?.operation_id);
+      expect(result.head).to.be.at.least(witnessed);
+      const [claim] = await sqlite(ledger, `SELECT kind FROM claims WHERE operation_id = '${String(request?.operation_id)}'`);
+      expect(claim?.kind).to.equal('claim');
+
+      const reconciled = await again.cli(['reconcile', 'op-2', '--json']);
+      expect(reconciled.code, reconciled.stdout + reconciled.stderr).to.equal(0);
+      const [operation] = await sqlite(path.join(again.paths.kernelDir, 'kernel.db'), "SELECT state, hold FROM operations_view WHERE request_id = 'op-2'");
+      expect(operation?.hold).to.equal('consumed');
+      expect(journal(again), 'one line per effect, still').to.have.length(2);
+      // It serves again, and the next operation goes through.
+      expect((await again.cli(['invoke', 'review-notes/append', '--arg', 'note=three'])).code).to.equal(0);
+      expect(journal(again)).to.have.length(3);
+      const again2 = await again.cli(['recover-rollback', 'default']);
+      expect(again2.code, 'nothing to recover once it serves').to.not.equal(0);
+    });
+  });
+
+  it('refuses a kernel whose kernel.db lost its -wal after kill -9: the service says store_rolled_back and does not start', async () => {
+    const service = await startService();
+    services.push(service);
+    expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=one'])).code).to.equal(0);
+    const witnessed = (await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT head FROM witness WHERE name = 'kernel'"))[0]?.head as number;
+    expect(witnessed, 'the supervisor saw the kernel decide').to.be.above(0);
+    // Both at once, so nothing restarts the kernel or lets it close (and checkpoint) cleanly.
+    const kernel = await pidOf(service, 'kernel');
+    service.process.kill('SIGKILL');
+    process.kill(kernel, 'SIGKILL');
+    await service.stop();
+    const kernelDb = path.join(service.paths.kernelDir, 'kernel.db');
+    await eventually(() => {
+      try {
+        process.kill(kernel, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    }, 10_000, `kernel pid ${kernel} gone`);
+    rmSync(`${kernelDb}-wal`, { force: true });
+    rmSync(`${kernelDb}-shm`, { force: true });
+
+    let failure: Error | null = null;
+    try {
+      services.push(await service.restart());
+    } catch (error) {
+      failure = error as Error;
+    }
+    expect(failure, 'the service must not start on a rolled-back kernel').to.not.equal(null);
+    expect(failure!.message).to.contain('store_rolled_back');
+    const incidents = await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT child, message FROM incidents WHERE code = 'store_rolled_back'");
+    expect(incidents.map((i) => i.child)).to.include('kernel');
+    expect(String(incidents[0]?.message)).to.contain(kernelDb);
+  });
+
+  it('refuses the next claim once ledger.db is renamed away while the service runs, and runs nothing under the old file', async () => {
+    const service = await startService();
+    services.push(service);
+    expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=one'])).code).to.equal(0);
+    const ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
+    renameSync(ledger, `${ledger}.moved`);
+    const second = await service.cli(['invoke', 'review-notes/append', '--arg', 'note=two', '--request-id', 'two', '--wait', '5s']);
+    expect(second.code).to.not.equal(0);
+    expect(journal(service), 'nothing ran after the rename').to.have.length(1);
+    await eventually(() => service.stderr.some((line) => line.includes('store_replaced')), 10_000, 'store_replaced logged');
+  });
+});
