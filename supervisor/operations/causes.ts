@@ -1,6 +1,7 @@
 // What a refusal's reason code means for the operation at hand, in words a
 // caller can act on. The kernel's decision carries the code (its receipt
 // signs it); the CLI and `custody mcp` show this text beside it.
+import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { type OperationOutcome } from './outcome.js';
 
 type Cause = (o: Pick<OperationOutcome, 'tool' | 'request_id'>) => string;
@@ -18,8 +19,26 @@ const CAUSES: Record<string, Cause> = {
   nonce_store_full: () => 'the kernel holds as many live authorizations as it may; try again once some have ended',
 };
 
-/** The cause of a refusal in words, or null when the reason has no text here. */
-export function causeOf(o: Pick<OperationOutcome, 'tool' | 'request_id' | 'reason'>): string | null {
+/**
+ * The cause of a refusal in words, or null when the reason has no text here.
+ * A report that carries the executor's refusal of the arguments (signed
+ * before any claim) gives the adapter's own words, which name the size and
+ * the bound or the argument at fault.
+ */
+export function causeOf(o: Pick<OperationOutcome, 'tool' | 'request_id' | 'reason'> & { readonly report?: string | null }): string | null {
+  const refusal = refusalOf(o.report ?? null);
+  if (refusal && refusal.code === o.reason) return `the executor refused the arguments before any claim: ${refusal.message}; nothing ran, and asking again with the same name answers the same — change the arguments and use a new name`;
   const cause = o.reason ? CAUSES[o.reason] : undefined;
   return cause ? cause(o) : null;
+}
+
+/** The refusal a signed report carries (execute refused the arguments before any claim), or null. */
+export function refusalOf(report: string | null): { code: string; message: string } | null {
+  if (!report) return null;
+  try {
+    const refusal = (readEnvelope(report).envelope.body as { refusal?: { code: string; message: string } }).refusal;
+    return refusal ?? null;
+  } catch {
+    return null;
+  }
 }

@@ -19,7 +19,10 @@ function describeOutcome(o: OperationOutcome): string {
   const lines: string[] = [];
   if (o.outcome === 'completed') lines.push(`Completed: ${o.request_id}`);
   else if (o.phase === 'refused') lines.push(`Refused: ${o.request_id} (${o.outcome ?? 'refused'}: ${o.reason ?? 'no reason given'})${causeOf(o) ? `: ${causeOf(o)}` : ''}`);
-  else if (o.outcome === 'released') lines.push(`Ended without effect: ${o.request_id}; the executor's signed report says ${reportStatus(o) ?? 'not applied'}, and the hold was released`);
+  else if (o.outcome === 'released') {
+    const cause = causeOf(o);
+    lines.push(`Ended without effect: ${o.request_id}; the executor's signed report says ${reportStatus(o) ?? 'not applied'}${cause ? ` (${o.reason}: ${cause})` : ''}, and the hold was released`);
+  }
   else if (o.outcome === 'finalization_denied') {
     lines.push(`Finalization denied: ${o.request_id} (${o.reason ?? ''}): the kernel refused to settle the executor's report (status ${reportStatus(o) ?? 'unknown'}); the effect may have happened; flagged for an operator`);
   } else if (o.final) lines.push(`Ended: ${o.request_id} (${o.outcome}: ${o.reason ?? ''})`);
