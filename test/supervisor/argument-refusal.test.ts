@@ -35,7 +35,7 @@ describe('arguments refused by the executor before any claim', function () {
   it("answers the issue's 5000-byte note with its size and bound, settled released with the cause as the receipt's reason", async () => {
     const result = await service.cli(['invoke', 'review-notes/append', '--arg', `note=${note(5000)}`, '--request-id', 'big-note']);
     expect(result.code, result.stderr + result.stdout).to.equal(3);
-    expect(result.stdout).to.match(/^Ended without effect: big-note; the executor's signed report says never_claimed \(arguments_too_large: the executor refused the arguments before any claim: .*note is 5000 UTF-8 bytes; at most 4096/);
+    expect(result.stdout).to.match(/^Ended without effect: big-note; the executor's signed report says never_claimed, and the hold was released \(arguments_too_large: the executor refused the arguments before any claim: .*note is 5000 UTF-8 bytes; at most 4096/);
     expect(result.stdout).to.contain('change the arguments and use a new name');
 
     const shown = await service.http('GET', '/v1/operations/big-note');
