@@ -394,7 +394,7 @@ export class ChildHandle {
     if (how.counted) {
       const decision = this.#intensity.next(nowMs());
       if (!decision.restart) {
-        this.#fail(new CustodyError('child_failed', `${this.name} failed: ${decision.reason} (last: ${why}); restart it with custody restart ${this.name} (custody status shows when it is retried by itself)`));
+        this.#fail(new CustodyError('child_failed', `${this.name} failed: ${decision.reason} (last: ${why})`));
         return;
       }
       delayMs = decision.delayMs;

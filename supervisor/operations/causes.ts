@@ -4,7 +4,7 @@
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { type OperationOutcome } from './outcome.js';
 
-type Cause = (o: Pick<OperationOutcome, 'tool' | 'request_id'>) => string;
+type Cause = (o: Pick<OperationOutcome, 'tool' | 'request_id'> & { readonly executor?: string | null }) => string;
 
 const grantAdd = (tool: string) => `custody grant add --tool ${tool} --max N --ttl 1h`;
 
@@ -22,6 +22,8 @@ const CAUSES: Record<string, Cause> = {
     `the arguments of ${o.tool} exceed the kernel's argument bound; shorten them, or raise kernel.settings.argument_bytes_per_tool in custody.json and restart custody`,
   nonce_store_full: () => 'the kernel holds as many live authorizations as it may; try again once some have ended',
   nonce_expired: (o) => `the authorization of ${o.request_id} expired before it was executed; nothing ran and the hold was released — authorize it again under a new name`,
+  child_failed: (o) =>
+    `the executor${o.executor ? ` ${o.executor}` : ''} that serves ${o.tool} is failed and waits for its cool-down (custody status shows when); custody restart CHILD starts it now, then ask again with the same name`,
   report_outside_window: (o) => `the executor's report of ${o.request_id} falls outside its window; an operator must look: custody trace ${o.request_id}`,
 };
 
@@ -31,7 +33,7 @@ const CAUSES: Record<string, Cause> = {
  * before any claim) gives the adapter's own words, which name the size and
  * the bound or the argument at fault.
  */
-export function causeOf(o: Pick<OperationOutcome, 'tool' | 'request_id' | 'reason'> & { readonly report?: string | null }): string | null {
+export function causeOf(o: Pick<OperationOutcome, 'tool' | 'request_id' | 'reason'> & { readonly report?: string | null; readonly executor?: string | null }): string | null {
   const refusal = refusalOf(o.report ?? null);
   if (refusal && refusal.code === o.reason) return `the executor refused the arguments before any claim: ${refusal.message}; nothing ran, and asking again with the same name answers the same — change the arguments and use a new name`;
   const cause = o.reason ? CAUSES[o.reason] : undefined;

@@ -38,7 +38,7 @@ export function outcomeOf(row: RequestRow): OperationOutcome {
     final: FINAL_PHASES.has(row.phase),
     outcome: row.outcome,
     reason: row.reason,
-    cause: causeOf({ tool: row.tool, request_id: row.request_id, reason: row.reason, report: row.report }),
+    cause: causeOf({ tool: row.tool, request_id: row.request_id, reason: row.reason, report: row.report, executor: row.executor }),
     output: row.output === null ? null : (JSON.parse(row.output) as unknown),
     receipt: row.receipt,
     report: row.report,

@@ -36,7 +36,7 @@ function describeOutcome(o: OperationOutcome, again: string | { readonly next: s
   else if (o.phase === 'quarantined') lines.push(`Quarantined: ${o.request_id} (${o.reason ?? ''}); it is not retried: see custody trace ${o.request_id}, release it with custody reconcile ${o.request_id}`);
   else {
     const next = typeof again === 'string' ? `custody carries it on — ask again: ${again}, or see custody trace ${o.request_id}` : again.next;
-    lines.push(`Not complete: ${o.request_id} is ${o.phase}${o.reason ? ` (last: ${o.reason})` : ''}; ${next}`);
+    lines.push(`Not complete: ${o.request_id} is ${o.phase}${o.reason ? ` (last: ${o.reason}${cause ? `: ${cause}` : ''})` : ''}; ${next}`);
   }
   lines.push(`  operation ${o.operation_id}`);
   if (o.output !== null && o.output !== undefined) lines.push('', formatOutput(o.output));

@@ -4,6 +4,7 @@
 // carries the operation on. One real service; the cases run in order, as an
 // operator would meet them (the grant cases last: they use up the grant).
 import { expect } from 'chai';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type CliResult, type TestService, custody, startService } from '../../helpers/service.js';
 
 interface Case {
@@ -18,6 +19,16 @@ interface Case {
   /** Where the message is: a refusal outcome is printed on stdout, an error on stderr. */
   readonly stream: 'stdout' | 'stderr';
   readonly says: RegExp;
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
+    await sleep(50);
+  }
 }
 
 const CASES: readonly Case[] = [
@@ -122,4 +133,38 @@ describe('CLI refusals say what to do next', function () {
       expect(result[c.stream], result.stdout + result.stderr).to.match(c.says);
     });
   }
+});
+
+describe('CLI answers about a failed executor name custody restart', function () {
+  this.timeout(120_000);
+  let service: TestService;
+
+  before(async () => {
+    // max_restarts 0: the first crash fails the executor; no retry by itself within the test.
+    service = await startService({ config: { restart: { max_restarts: 0, period_s: 60, backoff_initial_ms: 50, backoff_max_ms: 100, failed_cooldown_s: 300 } } });
+    const executor = async () => ((await service.http('GET', '/v1/status')).body as { children: Array<{ role: string; state: string; pid: number | null }> }).children.find((c) => c.role === 'executor')!;
+    const running = await until('a running executor', async () => {
+      const row = await executor();
+      return row.state === 'running' && row.pid !== null ? row : undefined;
+    });
+    process.kill(running.pid!, 'SIGKILL');
+    await until('the executor failed', async () => ((await executor()).state === 'failed' ? true : undefined));
+  });
+
+  after(async () => {
+    await service?.stop();
+    service?.cleanup();
+  });
+
+  it('custody status exits 4 and says custody restart default', async () => {
+    const result = await service.cli(['status']);
+    expect(result.code).to.equal(4);
+    expect(result.stdout).to.match(/custody restart default starts it now/);
+  });
+
+  it('an invoke while the executor is failed says custody restart and custody status (exit 4)', async () => {
+    const result = await service.cli(['invoke', 'review-notes/append', '--arg', 'note=while failed', '--request-id', 'failed-1', '--wait', '5s']);
+    expect(result.code, result.stdout + result.stderr).to.equal(4);
+    expect(result.stdout).to.match(/^Not complete: failed-1 is \w+ \(last: child_failed: the executor default that serves review-notes\/append is failed .*custody status.*; custody restart CHILD starts it now, then ask again with the same name\)/);
+  });
 });
