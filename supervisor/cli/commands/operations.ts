@@ -26,7 +26,7 @@ function describeOutcome(o: OperationOutcome, again: string | { readonly next: s
   if (o.outcome === 'completed') lines.push(`Completed: ${o.request_id}`);
   else if (o.phase === 'refused') lines.push(`Refused: ${o.request_id} (${o.outcome ?? 'refused'}: ${o.reason ?? 'no reason given'})${cause ? `: ${cause}` : ''}`);
   else if (o.outcome === 'released') {
-    const why = cause ? ` (${o.reason}: ${cause})` : '; nothing ran — to try again, ask under a new name';
+    const why = cause ? ` (${o.reason}: ${cause})` : '; it had no effect — to try again, ask under a new name';
     lines.push(`Ended without effect: ${o.request_id}; the executor's signed report says ${reportStatus(o) ?? 'not applied'}, and the hold was released${why}`);
   } else if (o.outcome === 'finalization_denied') {
     lines.push(

@@ -63,11 +63,11 @@ const CASES: readonly Case[] = [
     says: /^Not complete: early-1 is authorized \(last: outcome_unknown\); it waits to be executed: run it with custody execute early-1, or close it without effect with custody reconcile early-1/,
   },
   {
-    what: 'an operation closed as never claimed says nothing ran and to ask under a new name',
+    what: 'an operation closed as never claimed says it had no effect and to ask under a new name',
     run: ['reconcile', 'early-1'],
     exit: 3,
     stream: 'stdout',
-    says: /^Ended without effect: early-1; the executor's signed report says never_claimed, and the hold was released; nothing ran — to try again, ask under a new name/,
+    says: /^Ended without effect: early-1; the executor's signed report says never_claimed, and the hold was released; it had no effect — to try again, ask under a new name/,
   },
   {
     what: 'a second service on the same state names the pid holding its lock',
