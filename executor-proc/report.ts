@@ -37,6 +37,8 @@ export interface ReportContent {
   readonly status: ReportStatus;
   readonly output: JsonValue | null;
   readonly costUnits: number | null;
+  /** For a never_claimed report of arguments refused before any claim: the code and the adapter's message. */
+  readonly refusal?: { readonly code: string; readonly message: string };
 }
 
 /** What an output too large for its report is replaced by: its size and digest, which still prove what it was. */
@@ -71,6 +73,7 @@ export function reportSigner(
       output,
       output_digest: output === null ? null : canonicalDigest(output),
       realized_cost_units: content.costUnits,
+      ...(content.refusal ? { refusal: content.refusal } : {}),
     });
     const { output } = content;
     // An output alone past the bound is not signed only to be measured.

@@ -259,7 +259,8 @@ function fieldRows(schema: z.ZodType): string {
   const properties = (json.properties ?? {}) as Record<string, Record<string, unknown>>;
   const names = Object.keys(properties);
   if (names.length === 0) return json.additionalProperties === false ? '{}' : 'any object';
-  return names.map((name) => `\`${name}\`: ${summarize(properties[name]!)}`).join('<br>');
+  const required = new Set((json.required ?? []) as string[]);
+  return names.map((name) => `\`${name}\`${required.has(name) ? '' : ' (may be absent)'}: ${summarize(properties[name]!)}`).join('<br>');
 }
 
 export function renderMessageTable(): string {

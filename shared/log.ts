@@ -4,7 +4,8 @@ import { CustodyError } from './errors.js';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
-const LEVELS: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
+export const LOG_LEVELS: Readonly<Record<LogLevel, number>> = { debug: 10, info: 20, warn: 30, error: 40 };
+const LEVELS = LOG_LEVELS;
 
 export interface Logger {
   debug(event: string, fields?: Record<string, unknown>): void;

@@ -1,5 +1,8 @@
 // execute_once (DESIGN §6.2 steps 1–5), in this order and no other:
-//   1 verify the authorization and the arguments (no time check);
+//   1 verify the authorization and the arguments (no time check); arguments
+//     the adapter refuses (its byte bound, its schema) are refused for good:
+//     a refusal under the claims' unique key and a signed never_claimed
+//     report carrying the code and the adapter's message, replayed on retry;
 //   2 look up: a report is replayed, a refusal refused, a claim with no
 //     report is outcome_unknown — all before any window check (H5);
 //   3 claim in one BEGIN IMMEDIATE transaction that re-reads and checks the
@@ -9,7 +12,7 @@
 import { crashPoint } from '../../shared/fault.js';
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
-import { type ReportStatus } from '../../shared/protocol/artifacts.js';
+import { REPORT_REFUSAL_MESSAGE_MAX_CHARS, type ReportStatus } from '../../shared/protocol/artifacts.js';
 import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
 import { checkArguments, type VerifiedAuthorization, verifyAuthorization } from '../authorization.js';
 import { type ExecutorContext, type InFlightEffect, deadlineFor, runnableAdapter, withinDeadline } from '../context.js';
@@ -17,7 +20,8 @@ import { pausePoint } from '../fault-pause.js';
 import { type OperationRecord } from '../ledger/records.js';
 import { type AdapterDescriptor } from '../adapters/contract.js';
 import { runEffect, type EffectEnd } from './effect.js';
-import { answerRecord, retainObservation } from './answers.js';
+import { reportSigner } from '../report.js';
+import { answerRecord, replayable, retainObservation } from './answers.js';
 
 type ExecuteResult = ResultOf<'execute'>;
 
@@ -26,7 +30,8 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
   const verified = verifyAuthorization(body.authorization, body.expected, context.ledger.config);
   checkArguments(verified.invocation, body.arguments);
   const descriptor = runnableAdapter(context, verified.invocation.tool);
-  await validateArguments(context, descriptor, body.arguments);
+  const refused = await argumentRefusal(context, descriptor, body.arguments);
+  if (refused) return dropIfAsked(context, body, refuseArguments(context, verified, refused));
 
   // Step 2 (H5, FIX_ORDER): the lookup comes before any window check, so a
   // retained report replays even after the window, and a claim with no
@@ -49,7 +54,7 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
       const { claimCapacity, refusalReserve } = context.ledger.config;
       throw new CustodyError(
         'ledger_full',
-        `ledger holds ${claim.live} of ${claimCapacity} claims (${refusalReserve} kept for refusals); nothing was claimed — archive expired, reconciled claims to make room`,
+        `ledger holds ${claim.live} of ${claimCapacity} claims (${refusalReserve} kept for refusals); nothing was claimed — archive expired, reconciled claims to make room (custody archive), then ask again with the same name`,
       );
     }
     case 'claimed':
@@ -74,6 +79,60 @@ export async function validateArguments(context: ExecutorContext, descriptor: Ad
     throw new CustodyError('argument_check_timeout', `adapter ${descriptor.tool} did not check its arguments within ${deadlineFor(context, descriptor)} ms; nothing was claimed, so the operation can be reconciled as never claimed`);
   }
   if (!answer.ok) throw answer.error.code === 'indeterminate' ? new CustodyError('adapter_failed', answer.error.message) : answer.error;
+}
+
+/** Codes of the adapter's verdict on the arguments themselves: the authorization binds them, so it holds for good. */
+const ARGUMENT_REFUSALS: ReadonlySet<string> = new Set(['arguments_invalid', 'arguments_too_large']);
+
+/** The adapter's refusal of these arguments, or null when it admits them; any other failure is thrown. */
+async function argumentRefusal(context: ExecutorContext, descriptor: AdapterDescriptor, args: Record<string, unknown>): Promise<CustodyError | null> {
+  try {
+    await validateArguments(context, descriptor, args);
+    return null;
+  } catch (error) {
+    if (error instanceof CustodyError && ARGUMENT_REFUSALS.has(error.code)) return error;
+    throw error;
+  }
+}
+
+/**
+ * Arguments refused before any claim: record a refusal under the claims'
+ * unique key and sign its never_claimed report with the cause, in one
+ * transaction (the ledger's `refuse`, window open or not), so no claim can
+ * ever follow and the kernel releases the hold with the cause as its reason.
+ * A retry finds the refusal and replays the same report.
+ */
+function refuseArguments(context: ExecutorContext, verified: VerifiedAuthorization, cause: CustodyError): ExecuteResult {
+  const { config } = context.ledger;
+  const operationId = verified.subject.operationId;
+  const refusal = { code: cause.code, message: cause.message.slice(0, REPORT_REFUSAL_MESSAGE_MAX_CHARS) };
+  const sign = reportSigner(
+    context.signer,
+    config,
+    { authorizationDigest: verified.subject.authorizationDigest, status: 'never_claimed', output: null, costUnits: null, refusal },
+    context.reportMaxBytes,
+  );
+  const outcome = context.ledger.refuse(verified.subject, sign);
+  switch (outcome.kind) {
+    case 'refused': {
+      const report = outcome.record.report;
+      if (!report) throw new CustodyError('store_corrupt', `refusal of ${operationId} has no report`);
+      context.log.info('arguments_refused', { operation_id: operationId, refusal_id: outcome.record.claimId, code: cause.code });
+      return { report: report.text, status: report.status, replayed: false };
+    }
+    case 'existing':
+      // Refused before (a retry), or claimed before the adapter changed its mind: what the ledger holds stands.
+      if (outcome.record.kind === 'refusal') {
+        const replay = replayable(outcome.record, verified);
+        if (replay) return replay;
+      }
+      return answerRecord(outcome.record, verified);
+    case 'full':
+      throw new CustodyError(
+        'ledger_full',
+        `ledger holds ${outcome.live} of ${config.claimCapacity} claims and refusals, the refusal reserve included; the arguments were refused (${cause.code}: ${cause.message}) but the refusal could not be recorded — archive expired, reconciled claims to make room (custody archive)`,
+      );
+  }
 }
 
 // The time in both messages is max(clock, high-water mark), already stored:

@@ -1,7 +1,8 @@
 // reconcile (DESIGN §6.1): an authentic report settles its operation. An
 // effect (completed, reconciled_applied) consumes the hold, charging the
 // realized cost and releasing the rest; no effect (failed_before_effect,
-// reconciled_not_applied, never_claimed) releases it. A report that breaks a
+// reconciled_not_applied, never_claimed) releases it, with the refusal's
+// code as the reason when the executor refused the arguments. A report that breaks a
 // settlement rule — a claim outside the window, a realized cost above the
 // hold — is a finalization deny, flagged for an operator. The settlement and
 // its receipt are retained: repeating the same reconcile returns the
@@ -72,7 +73,8 @@ function judge(kernel: Kernel, authentic: AuthenticAuthorization, report: Signed
       flag: `report_outside_window: claimed at ${body.claimed_at}, window [${opens}, ${closes}); status ${body.status}`,
     };
   }
-  if (!applied) return { state: 'released', verdict: 'allow', reason: 'ok', hold: 'released', charged: 0, flag: null };
+  // Arguments the executor refused before any claim: the receipt's reason is the refusal's code (checked in report-check).
+  if (!applied) return { state: 'released', verdict: 'allow', reason: (body.refusal?.code as ErrorCode | undefined) ?? 'ok', hold: 'released', charged: 0, flag: null };
   // A report without a realized cost is charged the whole hold: the executor did not say it cost less.
   const realized = body.realized_cost_units ?? hold.cost_units_held;
   if (realized > hold.cost_units_held) {

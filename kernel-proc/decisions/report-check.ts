@@ -6,7 +6,7 @@
 // operation: what cannot be attributed is no decision about the operation,
 // and a router on the pipe must not be able to fill its history or end it.
 import { type SignedArtifact, decodeArtifact } from '../../shared/artifacts/artifact.js';
-import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { CustodyError, isErrorCode, toCustodyError } from '../../shared/errors.js';
 import { type ReportBody } from '../../shared/protocol/artifacts.js';
 import { type Kernel } from '../kernel.js';
 import { type OperationRow } from '../store/operations-table.js';
@@ -73,5 +73,9 @@ function mismatchOf(body: ReportBody, authorization: SignedArtifact<'authorizati
     return `it names executor ${body.executor_id} epoch ${body.key_epoch}, the authorization ${addressed.id} epoch ${addressed.key_epoch}`;
   }
   if (body.claimed_at === null && body.status !== 'never_claimed') return `a ${body.status} report must carry its claim time`;
+  if (body.refusal !== undefined) {
+    if (body.status !== 'never_claimed') return `a ${body.status} report carries a refusal; only never_claimed may`;
+    if (!isErrorCode(body.refusal.code)) return `its refusal code ${body.refusal.code} is not an error code`;
+  }
   return null;
 }

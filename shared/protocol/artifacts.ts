@@ -108,6 +108,9 @@ export const REPORT_STATUSES = [
   'never_claimed',
 ] as const;
 export const reportStatus = z.enum(REPORT_STATUSES);
+
+/** Bound on a report's refusal message: an adapter's words, cut to this many characters. */
+export const REPORT_REFUSAL_MESSAGE_MAX_CHARS = 1024;
 export type ReportStatus = z.infer<typeof reportStatus>;
 
 /** Statuses that prove the effect happened (the hold is consumed). */
@@ -127,6 +130,19 @@ export const reportBody = z.strictObject({
   output: jsonValue.nullable(),
   output_digest: hex32.nullable(),
   realized_cost_units: nonNegativeInt.nullable(),
+  /**
+   * Only on a `never_claimed` report that execute signed because the adapter
+   * refused the arguments before any claim (its byte bound, its schema): the
+   * error code and the adapter's message (`note is 5000 UTF-8 bytes; at most
+   * 4096 are allowed`). The kernel settles such a report as `released` with
+   * `code` as its receipt's reason. Absent on every other report.
+   */
+  refusal: z
+    .strictObject({
+      code: z.string().regex(/^[a-z][a-z0-9_]{0,63}$/),
+      message: z.string().min(1).max(REPORT_REFUSAL_MESSAGE_MAX_CHARS),
+    })
+    .optional(),
 });
 export type ReportBody = z.infer<typeof reportBody>;
 

@@ -46,6 +46,8 @@ export const outcomeAnswer = z.strictObject({
   final: z.boolean(),
   outcome: z.string().nullable(),
   reason: z.string().nullable(),
+  /** The reason in words a caller can act on (supervisor/operations/causes.ts), or null. */
+  cause: z.string().nullable(),
   output: jsonValue.nullable(),
   receipt: artifactText.nullable(),
   report: artifactText.nullable(),

@@ -170,7 +170,7 @@ export async function trace(service: Service, name: string): Answer {
   }
   for (const text of kernel.receipts) {
     const body = readEnvelope(text).envelope.body as { issued_at?: number; decision?: string; verdict?: string; reason?: string; state?: string; hold?: { disposition?: string } };
-    const cause = body.verdict === 'deny' ? causeOf({ tool: row?.tool ?? kernel.operation?.tool ?? '', request_id: name, reason: body.reason ?? null }) : null;
+    const cause = body.reason && body.reason !== 'ok' ? causeOf({ tool: row?.tool ?? kernel.operation?.tool ?? '', request_id: name, reason: body.reason, report: row?.report ?? null }) : null;
     events.push({ at: body.issued_at ?? 0, store: 'kernel', event: `receipt ${body.decision} ${body.verdict}`, detail: `reason ${body.reason}${cause ? ` (${cause})` : ''}, state ${body.state}, hold ${body.hold?.disposition}` });
   }
   const authorization = row?.authorization ?? kernel.operation?.authorization ?? null;
@@ -179,8 +179,9 @@ export async function trace(service: Service, name: string): Answer {
     events.push({ at: body.issued_at, store: 'kernel', event: 'authorization signed', detail: `for ${body.executor.id} epoch ${body.executor.key_epoch}, window ${new Date(body.not_before).toISOString()} – ${new Date(body.expires_at).toISOString()}` });
   }
   if (row?.report) {
-    const body = readEnvelope(row.report).envelope.body as { finished_at: number; status: string; claim_id: string };
-    events.push({ at: body.finished_at, store: `executor ${row.executor ?? ''}`.trim(), event: `report signed: ${body.status}`, detail: `claim ${body.claim_id}` });
+    const body = readEnvelope(row.report).envelope.body as { finished_at: number; status: string; claim_id: string; refusal?: { code: string; message: string } };
+    const detail = body.refusal ? `refusal ${body.claim_id}, before any claim: ${body.refusal.code}: ${body.refusal.message}` : `claim ${body.claim_id}`;
+    events.push({ at: body.finished_at, store: `executor ${row.executor ?? ''}`.trim(), event: `report signed: ${body.status}`, detail });
   }
   let claim: unknown = null;
   const executorId = row?.executor ?? null;

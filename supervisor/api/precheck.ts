@@ -7,8 +7,11 @@
 // a refusal is answered with its cause and nothing is logged or reserved.
 // A repeated request id is not checked again (its first answer stands), and
 // an executor that cannot be asked does not block the call: execute checks
-// the same things before it claims.
+// the same things before it claims, and refuses with a signed never_claimed
+// report that carries the cause, which the kernel settles as released with
+// the cause as its reason.
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { faultArmed } from '../../shared/fault.js';
 import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common.js';
 import { type Service } from '../service.js';
 
@@ -18,6 +21,8 @@ const ADAPTER_REFUSALS: ReadonlySet<string> = new Set(['adapter_unknown', 'adapt
 
 export async function refuseBeforeReserve(service: Service, requestId: string | undefined, tool: string, args: JsonObject): Promise<void> {
   if (requestId !== undefined && service.store.getRequest(requestId)) return;
+  // Test switch (docs/RELIABILITY.md): as if the executor could not be asked.
+  if (faultArmed('supervisor', 'skip_arguments_check')) return;
   const serving = service.config.executors.filter((e) => e.tools.some((pattern) => toolPatternCovers(pattern, tool)));
   const executor = serving[0] && service.executors.get(serving[0].name);
   if (!executor) return; // the kernel names the refusal (no grant, no executor)

@@ -37,8 +37,9 @@ program
   .option('--state <dir>', 'state directory')
   .option('--executors <n>', 'number of executors', parseCount('--executors', 1), 1)
   .option('--json', 'machine-readable output')
-  .action(async (options: { state?: string; executors: number; json?: boolean }) => {
-    setExit(await initCommand(json(options), resolveStateDir(options.state ?? program.opts<{ state?: string }>().state), options.executors));
+  .option('--verbose', "also show the info lines of init's JSON log and of the children it provisions (default: warnings and errors only)")
+  .action(async (options: { state?: string; executors: number; json?: boolean; verbose?: boolean }) => {
+    setExit(await initCommand(json(options), resolveStateDir(options.state ?? program.opts<{ state?: string }>().state), options.executors, options.verbose === true));
   });
 
 program

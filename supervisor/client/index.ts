@@ -26,6 +26,8 @@ export interface OperationOutcome {
   /** completed | released | finalization_denied | denied | start_denied | expired | unknown | … or null while open. */
   readonly outcome: string | null;
   readonly reason: string | null;
+  /** The reason in words a caller can act on (a refusal's size and bound, the grant to add), or null. */
+  readonly cause: string | null;
   readonly output: unknown;
   /** The kernel's last signed receipt (exact JSON text), if any. */
   readonly receipt: string | null;

@@ -91,7 +91,7 @@ export function resultOf(tool: string, requestId: string, answer: DriveAnswer): 
     };
   }
   if ((answer.outcome && WITHOUT_EFFECT.has(answer.outcome)) || answer.phase === 'refused') {
-    const cause = causeOf({ tool, request_id: requestId, reason: answer.reason });
+    const cause = causeOf({ tool, request_id: requestId, reason: answer.reason, report: answer.report });
     return errorResult(`custody refused ${tool} (${answer.outcome ?? 'refused'}: ${answer.reason ?? 'no reason given'}${cause ? `: ${cause}` : ''}); nothing was done. Request ${requestId}.`, structured);
   }
   if (answer.final) {

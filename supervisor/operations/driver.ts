@@ -63,7 +63,7 @@ export class OperationDriver {
       binding_hash: binding,
     });
     if (row.binding_hash !== binding || row.kind !== request.kind) {
-      return Promise.reject(new CustodyError('request_conflict', `request id ${request.request_id} was already used for a different ${row.kind} request`));
+      return Promise.reject(new CustodyError('request_conflict', `request id ${request.request_id} was already used for a different ${row.kind} request; choose another id (or leave it out and one is picked), or see the first with custody trace ${request.request_id}`));
     }
     return this.drive(row.request_id, request.kind);
   }
@@ -185,7 +185,7 @@ export class OperationDriver {
 
   #notYet(row: RequestRow, goal: string): RequestRow {
     if (goal === 'report') {
-      throw new CustodyError('outcome_unknown', `${row.request_id} has no signed report yet (phase ${row.phase}); run execute, or reconcile`);
+      throw new CustodyError('outcome_unknown', `${row.request_id} has no signed report yet (phase ${row.phase}); run it with custody execute ${row.request_id}, or close it with custody reconcile ${row.request_id}`);
     }
     return row;
   }

@@ -39,7 +39,10 @@ function usableExecutor(ctx: OperationContext, row: RequestRow): ChildHandle {
   const executor = ctx.executorById(row.executor);
   // A failed executor answers nothing until it is restarted (custody restart CHILD, or
   // after restart.failed_cooldown_s); asking again would only add incidents.
-  if (executor.state === 'failed') throw executor.failure ?? new CustodyError('child_failed', `${executor.name} is failed`);
+  if (executor.state === 'failed') {
+    const failure = executor.failure ?? new CustodyError('child_failed', `${executor.name} is failed`);
+    throw new CustodyError(failure.code, `${failure.message}; restart it with custody restart ${executor.name}, then ask again with the same name`, { cause: failure });
+  }
   return executor;
 }
 

@@ -83,7 +83,7 @@ function checkExpectation(ctx: OperationContext, row: RequestRow, invocation: In
   const differs = (Object.keys(mine) as Array<keyof typeof mine>).filter((key) => invocation[key] !== mine[key]);
   if (differs.length === 0) return;
   ctx.store.recordIncident({ child: 'kernel', kind: 'invocation_mismatch', code: 'invocation_mismatch', message: `the kernel's invocation for ${row.request_id} differs in ${differs.join(', ')}; nothing was executed`, operation_id: row.operation_id });
-  throw new CustodyError('invocation_mismatch', `the kernel bound ${row.request_id} to another invocation (${differs.join(', ')}); it is not executed`);
+  throw new CustodyError('invocation_mismatch', `the kernel bound ${row.request_id} to another invocation (${differs.join(', ')}); it is not executed — an operator must look: custody trace ${row.request_id}`);
 }
 
 /**
@@ -96,7 +96,7 @@ async function afterKernelState(ctx: OperationContext, row: RequestRow, state: O
   if (SETTLED_STATES.has(state)) return ctx.store.movePhase(row.request_id, 'settled', { outcome: state, reason, receipt: receipt ?? undefined });
   const { operation } = await askKernel(ctx, 'operation.get', { operation_id: row.operation_id, request_id: null }, row.request_id);
   if (operation?.authorization) return adoptAuthorization(ctx, row, operation.authorization);
-  throw new CustodyError('outcome_unknown', `the kernel holds ${row.request_id} as ${state} (${reason}) with no authorization to carry on with`);
+  throw new CustodyError('outcome_unknown', `the kernel holds ${row.request_id} as ${state} (${reason}) with no authorization to carry on with; see custody trace ${row.request_id}`);
 }
 
 export function expectedOf(row: RequestRow): Invocation {

@@ -1,6 +1,7 @@
 // What a client is told about an operation, derived from the request log.
 import { type OperationState } from '../../shared/protocol/kernel-messages.js';
 import { type RequestRow } from '../store/supervisor-store.js';
+import { causeOf } from './causes.js';
 import { FINAL_PHASES, type RequestPhase } from './phases.js';
 
 /** Kernel states that refused an operation before anything could run. */
@@ -19,6 +20,8 @@ export interface OperationOutcome {
   /** completed | released | finalization_denied | denied | start_denied | expired | unknown | … or null while open. */
   readonly outcome: string | null;
   readonly reason: string | null;
+  /** The reason in words a caller can act on (causes.ts), or null. */
+  readonly cause: string | null;
   readonly output: unknown;
   readonly receipt: string | null;
   readonly report: string | null;
@@ -35,6 +38,7 @@ export function outcomeOf(row: RequestRow): OperationOutcome {
     final: FINAL_PHASES.has(row.phase),
     outcome: row.outcome,
     reason: row.reason,
+    cause: causeOf({ tool: row.tool, request_id: row.request_id, reason: row.reason, report: row.report, executor: row.executor }),
     output: row.output === null ? null : (JSON.parse(row.output) as unknown),
     receipt: row.receipt,
     report: row.report,

@@ -129,16 +129,6 @@ describe('executor-proc execute_once', function () {
       code: 'adapter_contract_missing',
       make: () => executeBody(authorize(executor, { tool: 'fixture/no-contract', args: {} })),
     },
-    {
-      title: 'a note of 4,097 UTF-8 bytes',
-      code: 'arguments_too_large',
-      make: () => executeBody(authorize(executor, { args: { note: 'é'.repeat(2048) + 'x' } })),
-    },
-    {
-      title: 'arguments outside the adapter schema',
-      code: 'arguments_invalid',
-      make: () => executeBody(authorize(executor, { args: { note: 'fine', extra: true } })),
-    },
   ];
   for (const { title, code, make } of refusals) {
     it(`refuses ${title} with ${code} and claims nothing`, async () => {
@@ -148,6 +138,31 @@ describe('executor-proc execute_once', function () {
       const rows = sqlite(home.ledgerFile, `SELECT count(*) AS n FROM claims WHERE operation_id = '${body.expected.operation_id}'`).rows;
       expect(rows[0]?.n).to.equal(0);
       expect(notesFor(home, body.expected.operation_id)).to.have.length(0);
+    });
+  }
+
+  // Arguments the adapter refuses are refused for good (the authorization binds them): a
+  // refusal under the claims' unique key and a signed never_claimed report with the cause.
+  const argumentRefusals: Array<{ title: string; code: string; args: Record<string, string | boolean>; says: RegExp }> = [
+    { title: 'a note of 4,097 UTF-8 bytes', code: 'arguments_too_large', args: { note: 'é'.repeat(2048) + 'x' }, says: /note is 4097 UTF-8 bytes; at most 4096/ },
+    { title: 'arguments outside the adapter schema', code: 'arguments_invalid', args: { note: 'fine', extra: true }, says: /Unrecognized key: "extra"/ },
+  ];
+  for (const { title, code, args, says } of argumentRefusals) {
+    it(`answers ${title} with a signed never_claimed report carrying ${code} and its message, records a refusal so no claim can follow, and replays it`, async () => {
+      const auth = authorize(executor, { args });
+      const first = await executor.channel.request('execute', executeBody(auth));
+      expect(first).to.include({ status: 'never_claimed', replayed: false });
+      const report = decodeArtifact('report', first.report, { trustedSigners: [executor.identity.public_key] });
+      expect(report.body.claimed_at).to.equal(null);
+      expect(report.body.refusal?.code).to.equal(code);
+      expect(report.body.refusal?.message).to.match(says);
+      const rows = sqlite(home.ledgerFile, `SELECT kind, claim_id FROM claims WHERE operation_id = '${auth.operationId}'`).rows;
+      expect(rows).to.deep.equal([{ kind: 'refusal', claim_id: report.body.claim_id }]);
+      expect(notesFor(home, auth.operationId)).to.have.length(0);
+      const again = await executor.channel.request('execute', executeBody(auth));
+      expect(again).to.deep.equal({ report: first.report, status: 'never_claimed', replayed: true });
+      const reconciled = await executor.channel.request('reconcile_operation', { authorization: auth.text, expected: auth.expected });
+      expect(reconciled.report).to.equal(first.report);
     });
   }
 

@@ -141,6 +141,29 @@ describe('kernel-proc: reconcile', function () {
     }
   });
 
+  it("settles a never_claimed report carrying the executor's refusal of the arguments as released, with the refusal's code as the receipt's reason", async () => {
+    const { operationId, authorization } = await dispatch('r-refused-args');
+    const refusal = { code: 'arguments_too_large', message: 'review-notes/append arguments: note: note is 5000 UTF-8 bytes; at most 4096 are allowed' };
+    const settled = await kernel.request('reconcile', { authorization, report: report(executor, authorization, { status: 'never_claimed', output: null, claimed_at: null, refusal }) });
+    expect(settled).to.include({ verdict: 'allow', reason: 'arguments_too_large', state: 'released', output: null });
+    expect(verifyReceipt(settled.receipt!, root.publicKey)).to.include({ decision: 'completion', reason: 'arguments_too_large', state: 'released' });
+    expect(holdOf(root, operationId)).to.include({ state: 'released', cost_units_charged: 0 });
+  });
+
+  const badRefusals = [
+    { what: 'a refusal on a report of another status', overrides: { status: 'failed_before_effect' as const, output: null, refusal: { code: 'arguments_too_large', message: 'too big' } }, says: /failed_before_effect report carries a refusal/ },
+    { what: 'a refusal whose code is no error code', overrides: { status: 'never_claimed' as const, output: null, claimed_at: null, refusal: { code: 'because_i_said_so', message: 'no' } }, says: /refusal code because_i_said_so is not an error code/ },
+  ];
+  for (const { what, overrides, says } of badRefusals) {
+    it(`refuses ${what}: report_invalid, and the hold stays`, async () => {
+      const { operationId, authorization } = await dispatch(`r-bad-refusal-${overrides.status}`);
+      const refusal = await refused(kernel.request('reconcile', { authorization, report: report(executor, authorization, overrides) }));
+      expect(refusal.code).to.equal('report_invalid');
+      expect(refusal.message).to.match(says);
+      expect(holdOf(root, operationId)!.state).to.equal('reserved');
+    });
+  }
+
   it('denies finalization of a report claimed before the window opened: report_outside_window', async () => {
     const { authorization } = await dispatch('r-window-early');
     const window = decodeArtifact('authorization', authorization, { trustedSigners: [root.publicKey] }).body;

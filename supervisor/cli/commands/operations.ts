@@ -15,16 +15,29 @@ function reportStatus(o: OperationOutcome): string | null {
   return (readEnvelope(o.report).envelope.body as { status: string }).status;
 }
 
-function describeOutcome(o: OperationOutcome): string {
+/**
+ * An outcome in words, each saying what to do next where there is something:
+ * `again` is the command that asks about this operation again (shown while it
+ * is not complete), or the whole next step when it is not just asking again.
+ */
+function describeOutcome(o: OperationOutcome, again: string | { readonly next: string }): string {
   const lines: string[] = [];
+  const cause = causeOf(o);
   if (o.outcome === 'completed') lines.push(`Completed: ${o.request_id}`);
-  else if (o.phase === 'refused') lines.push(`Refused: ${o.request_id} (${o.outcome ?? 'refused'}: ${o.reason ?? 'no reason given'})${causeOf(o) ? `: ${causeOf(o)}` : ''}`);
-  else if (o.outcome === 'released') lines.push(`Ended without effect: ${o.request_id}; the executor's signed report says ${reportStatus(o) ?? 'not applied'}, and the hold was released`);
-  else if (o.outcome === 'finalization_denied') {
-    lines.push(`Finalization denied: ${o.request_id} (${o.reason ?? ''}): the kernel refused to settle the executor's report (status ${reportStatus(o) ?? 'unknown'}); the effect may have happened; flagged for an operator`);
-  } else if (o.final) lines.push(`Ended: ${o.request_id} (${o.outcome}: ${o.reason ?? ''})`);
+  else if (o.phase === 'refused') lines.push(`Refused: ${o.request_id} (${o.outcome ?? 'refused'}: ${o.reason ?? 'no reason given'})${cause ? `: ${cause}` : ''}`);
+  else if (o.outcome === 'released') {
+    const why = cause ? ` (${o.reason}: ${cause})` : '; it had no effect — to try again, ask under a new name';
+    lines.push(`Ended without effect: ${o.request_id}; the executor's signed report says ${reportStatus(o) ?? 'not applied'}, and the hold was released${why}`);
+  } else if (o.outcome === 'finalization_denied') {
+    lines.push(
+      `Finalization denied: ${o.request_id} (${o.reason ?? ''}): the kernel refused to settle the executor's report (status ${reportStatus(o) ?? 'unknown'}); the effect may have happened; flagged for an operator: custody trace ${o.request_id}`,
+    );
+  } else if (o.final) lines.push(`Ended: ${o.request_id} (${o.outcome}: ${o.reason ?? ''})${cause ? `: ${cause}` : `; see custody trace ${o.request_id}`}`);
   else if (o.phase === 'quarantined') lines.push(`Quarantined: ${o.request_id} (${o.reason ?? ''}); it is not retried: see custody trace ${o.request_id}, release it with custody reconcile ${o.request_id}`);
-  else lines.push(`Not complete: ${o.request_id} is ${o.phase}${o.reason ? ` (last: ${o.reason})` : ''}; see custody trace ${o.request_id}`);
+  else {
+    const next = typeof again === 'string' ? `custody carries it on — ask again: ${again}, or see custody trace ${o.request_id}` : again.next;
+    lines.push(`Not complete: ${o.request_id} is ${o.phase}${o.reason ? ` (last: ${o.reason}${cause ? `: ${cause}` : ''})` : ''}; ${next}`);
+  }
   lines.push(`  operation ${o.operation_id}`);
   if (o.output !== null && o.output !== undefined) lines.push('', formatOutput(o.output));
   return lines.join('\n');
@@ -53,7 +66,7 @@ export async function invokeCommand(client: ServiceClient, out: Output, tool: st
     throw failure;
   }
   const outcome = answer.body as unknown as OperationOutcome;
-  out.result(outcome, () => describeOutcome(outcome) + (outcome.final ? '' : `\n  ask again: custody invoke ${tool} … --request-id ${id}`));
+  out.result(outcome, () => describeOutcome(outcome, `custody invoke ${tool} … --request-id ${id}`));
   return exitCodeForOutcome(outcome, 'complete');
 }
 
@@ -61,7 +74,9 @@ export async function authorizeCommand(client: ServiceClient, out: Output, tool:
   const answer = await out.progress(`authorizing ${name}`, client.post('/v1/authorize', { tool, arguments: args, operation: name, ...waitField(waitMs) }));
   const outcome = answer.body as unknown as OperationOutcome;
   out.result(outcome, () =>
-    outcome.phase === 'authorized' ? `Authorized: ${name}\n  operation ${outcome.operation_id}, dispatch committed to executor ${outcome.executor}` : describeOutcome(outcome),
+    outcome.phase === 'authorized'
+      ? `Authorized: ${name}\n  operation ${outcome.operation_id}, dispatch committed to executor ${outcome.executor}`
+      : describeOutcome(outcome, `custody authorize ${tool} … --operation ${name}`),
   );
   return exitCodeForOutcome(outcome, 'authorized');
 }
@@ -70,7 +85,7 @@ export async function executeCommand(client: ServiceClient, out: Output, name: s
   const answer = await out.progress(`executing ${name}`, client.post(`/v1/operations/${encodeURIComponent(name)}/execute`, { drop_reply: dropReply, ...waitField(waitMs) }));
   const outcome = answer.body as unknown as OperationOutcome;
   out.result(outcome, () => {
-    if (!outcome.report) return describeOutcome(outcome);
+    if (!outcome.report) return describeOutcome(outcome, `custody execute ${name}`);
     const body = readEnvelope(outcome.report).envelope.body as { claim_id: string; status: string };
     return `Signed report retained: ${name}\n  claim ${body.claim_id}, status ${body.status}`;
   });
@@ -85,7 +100,9 @@ export async function reportCommand(client: ServiceClient, out: Output, name: st
       const head = goal === 'report' ? 'Completed: original report reconciled.' : `Completed: ${name} reconciled from the executor's signed report.`;
       return outcome.output === null ? head : `${head}\n\n${formatOutput(outcome.output)}`;
     }
-    return describeOutcome(outcome);
+    // An authorized operation waits for its execute: asking for its report again would not move it.
+    const waiting = outcome.phase === 'authorized' && goal === 'report';
+    return describeOutcome(outcome, waiting ? { next: `it waits to be executed: run it with custody execute ${name}, or close it without effect with custody reconcile ${name}` } : `custody ${goal} ${name}`);
   });
   return exitCodeForOutcome(outcome, 'complete');
 }

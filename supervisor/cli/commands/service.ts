@@ -1,13 +1,40 @@
 // custody init and custody start.
-import { createLogger } from '../../../shared/log.js';
+import { LOG_LEVELS, type LogLevel, createLogger } from '../../../shared/log.js';
 import { initState } from '../../init.js';
 import { needsInit } from '../../paths.js';
 import { Service } from '../../service.js';
 import { type Output } from '../output.js';
 
-export async function initCommand(out: Output, stateDir: string, executors: number): Promise<number> {
-  const log = createLogger({ component: 'init' });
-  const result = await out.progress(`provisioning ${stateDir}`, initState(stateDir, { executors, log }));
+/**
+ * The least level of a log line `custody init` shows: a person gets the
+ * summary, with warnings and errors; `--verbose` (or CUSTODY_LOG_LEVEL) shows
+ * the info lines of init and of the children it provisions as well.
+ */
+export function initLogLevel(verbose: boolean): LogLevel {
+  const asked = process.env.CUSTODY_LOG_LEVEL;
+  if (asked === 'debug' || asked === 'info' || asked === 'warn' || asked === 'error') return asked;
+  return verbose ? 'info' : 'warn';
+}
+
+/** A child's stderr line is shown when it is at least `level`; a line that is not a JSON log line (a crash trace) always is. */
+export function childLineShown(line: string, level: LogLevel): boolean {
+  let record: unknown;
+  try {
+    record = JSON.parse(line);
+  } catch {
+    return true;
+  }
+  const lineLevel = (record as { level?: unknown } | null)?.level;
+  return typeof lineLevel !== 'string' || !(lineLevel in LOG_LEVELS) || LOG_LEVELS[lineLevel as LogLevel] >= LOG_LEVELS[level];
+}
+
+export async function initCommand(out: Output, stateDir: string, executors: number, verbose = false): Promise<number> {
+  const level = initLogLevel(verbose);
+  const log = createLogger({ component: 'init' }, { level });
+  const onChildStderr = (line: string) => {
+    if (childLineShown(line, level)) process.stderr.write(line + '\n');
+  };
+  const result = await out.progress(`provisioning ${stateDir}`, initState(stateDir, { executors, log, onChildStderr }));
   out.result(
     { state_dir: result.paths.root, kernel_public_key: result.kernelPublicKey, executors: result.executors },
     () =>

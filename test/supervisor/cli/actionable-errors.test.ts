@@ -1,0 +1,170 @@
+// Every CLI refusal (exit 3) and every "not known / not complete" answer
+// (exit 4) says what to do next where there is something: the exact grant to
+// add, the name to ask again with, the pid holding a lock, the command that
+// carries the operation on. One real service; the cases run in order, as an
+// operator would meet them (the grant cases last: they use up the grant).
+import { expect } from 'chai';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { type CliResult, type TestService, custody, startService } from '../../helpers/service.js';
+
+interface Case {
+  readonly what: string;
+  /** Commands run first, whose answers are not checked (beyond not crashing the test). */
+  readonly before?: ReadonlyArray<readonly string[]>;
+  /** The command whose answer is checked; `{root}` is the state directory. */
+  readonly run: readonly string[];
+  /** Without --state: for commands that take the state directory themselves. */
+  readonly bare?: boolean;
+  readonly exit: number;
+  /** Where the message is: a refusal outcome is printed on stdout, an error on stderr. */
+  readonly stream: 'stdout' | 'stderr';
+  readonly says: RegExp;
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
+    await sleep(50);
+  }
+}
+
+const CASES: readonly Case[] = [
+  {
+    what: 'a tool no grant covers names the grant to add',
+    run: ['invoke', 'nosuch/tool', '--arg', 'x=1'],
+    exit: 3,
+    stream: 'stdout',
+    says: /no grant covers nosuch\/tool; an operator can add one: custody grant add --tool nosuch\/tool --max N --ttl 1h/,
+  },
+  {
+    what: 'a request id reused with other arguments says to choose another id',
+    before: [['invoke', 'review-notes/append', '--arg', 'note=first', '--request-id', 'dup-1']],
+    run: ['invoke', 'review-notes/append', '--arg', 'note=second', '--request-id', 'dup-1'],
+    exit: 3,
+    stream: 'stderr',
+    says: /request id dup-1 was already used for a different invoke request; choose another id \(or leave it out and one is picked\), or see the first with custody trace dup-1 \[request_conflict\]/,
+  },
+  {
+    what: 'an answer that is not complete yet names the command to ask again with',
+    run: ['invoke', 'review-notes/append', '--arg', 'note=slowly', '--request-id', 'waited-1', '--wait', '1'],
+    exit: 4,
+    stream: 'stdout',
+    says: /^Not complete: waited-1 is \w+.*; custody carries it on — ask again: custody invoke review-notes\/append … --request-id waited-1, or see custody trace waited-1/,
+  },
+  {
+    what: 'report before execute names execute and reconcile with the operation name',
+    before: [['authorize', 'review-notes/append', '--arg', 'note=later', '--operation', 'early-1']],
+    run: ['report', 'early-1'],
+    exit: 4,
+    stream: 'stdout',
+    says: /^Not complete: early-1 is authorized \(last: outcome_unknown\); it waits to be executed: run it with custody execute early-1, or close it without effect with custody reconcile early-1/,
+  },
+  {
+    what: 'an operation closed as never claimed says it had no effect and to ask under a new name',
+    run: ['reconcile', 'early-1'],
+    exit: 3,
+    stream: 'stdout',
+    says: /^Ended without effect: early-1; the executor's signed report says never_claimed, and the hold was released; it had no effect — to try again, ask under a new name/,
+  },
+  {
+    what: 'a second service on the same state names the pid holding its lock',
+    run: ['start', '--state', '{root}'],
+    bare: true,
+    exit: 3,
+    stream: 'stderr',
+    says: /locked by pid \d+; another custody process is using it .*: stop that process first \[store_locked\]/,
+  },
+  {
+    what: 'init on a provisioned state says how to start it instead',
+    run: ['init', '--state', '{root}'],
+    bare: true,
+    exit: 3,
+    stream: 'stderr',
+    says: /custody init never overwrites a state directory \(start it with custody start, or choose another --state\) \[state_exists\]/,
+  },
+  {
+    what: 'a tool whose grant was revoked names the grant to add',
+    before: [['grant', 'revoke', '{grant}']],
+    run: ['invoke', 'review-notes/append', '--arg', 'note=after revoke'],
+    exit: 3,
+    stream: 'stdout',
+    says: /an operator can add (a new )?one: custody grant add --tool review-notes\/append --max N --ttl 1h/,
+  },
+  {
+    what: 'a used-up grant names the grant to add',
+    before: [
+      ['grant', 'add', '--tool', 'review-notes/append', '--max', '1', '--ttl', '1h'],
+      ['invoke', 'review-notes/append', '--arg', 'note=the one allowed'],
+    ],
+    run: ['invoke', 'review-notes/append', '--arg', 'note=one too many'],
+    exit: 3,
+    stream: 'stdout',
+    says: /\(denied: budget_exhausted\): the grants covering review-notes\/append have no invocations or cost units left \(custody grant list\); an operator can add one: custody grant add --tool review-notes\/append --max N --ttl 1h/,
+  },
+];
+
+describe('CLI refusals say what to do next', function () {
+  this.timeout(120_000);
+  let service: TestService;
+  let grant = '';
+
+  before(async () => {
+    service = await startService();
+    const { grants } = (await service.http('GET', '/v1/grants')).body as { grants: Array<{ capability_id: string }> };
+    grant = grants[0]!.capability_id;
+  });
+
+  after(async () => {
+    await service?.stop();
+    service?.cleanup();
+  });
+
+  const fill = (args: readonly string[]) => args.map((a) => a.replace('{root}', service.dir).replace('{grant}', grant));
+  const cli = (args: readonly string[], bare = false): Promise<CliResult> => (bare ? custody(fill(args)) : service.cli(fill(args)));
+
+  for (const c of CASES) {
+    it(`${c.what} (exit ${c.exit})`, async () => {
+      for (const step of c.before ?? []) await cli(step);
+      const result = await cli(c.run, c.bare);
+      expect(result.code, result.stdout + result.stderr).to.equal(c.exit);
+      expect(result[c.stream], result.stdout + result.stderr).to.match(c.says);
+    });
+  }
+});
+
+describe('CLI answers about a failed executor name custody restart', function () {
+  this.timeout(120_000);
+  let service: TestService;
+
+  before(async () => {
+    // max_restarts 0: the first crash fails the executor; no retry by itself within the test.
+    service = await startService({ config: { restart: { max_restarts: 0, period_s: 60, backoff_initial_ms: 50, backoff_max_ms: 100, failed_cooldown_s: 300 } } });
+    const executor = async () => ((await service.http('GET', '/v1/status')).body as { children: Array<{ role: string; state: string; pid: number | null }> }).children.find((c) => c.role === 'executor')!;
+    const running = await until('a running executor', async () => {
+      const row = await executor();
+      return row.state === 'running' && row.pid !== null ? row : undefined;
+    });
+    process.kill(running.pid!, 'SIGKILL');
+    await until('the executor failed', async () => ((await executor()).state === 'failed' ? true : undefined));
+  });
+
+  after(async () => {
+    await service?.stop();
+    service?.cleanup();
+  });
+
+  it('custody status exits 4 and says custody restart default', async () => {
+    const result = await service.cli(['status']);
+    expect(result.code).to.equal(4);
+    expect(result.stdout).to.match(/custody restart default starts it now/);
+  });
+
+  it('an invoke while the executor is failed says custody restart and custody status (exit 4)', async () => {
+    const result = await service.cli(['invoke', 'review-notes/append', '--arg', 'note=while failed', '--request-id', 'failed-1', '--wait', '5s']);
+    expect(result.code, result.stdout + result.stderr).to.equal(4);
+    expect(result.stdout).to.match(/^Not complete: failed-1 is \w+ \(last: child_failed: the executor default that serves review-notes\/append is failed .*custody status.*; custody restart CHILD starts it now, then ask again with the same name\)/);
+  });
+});
