@@ -128,6 +128,8 @@ const CODES = {
   // issue 8: poison pills and a full disk (docs/POISON-AND-DISK.md)
   request_quarantined: { class: 'unknown', summary: 'the request crashed or poisoned a child twice and is parked; it is not retried until an operator releases it' },
   storage_full: { class: 'unknown', summary: 'a store or file could not be written: its filesystem is full; free space, then ask again with the same name' },
+  // issue 11 items 4-6: executor pools, metrics, offline trace
+  executor_unavailable: { class: 'unreachable', summary: 'no executor that serves the tool is running (all failed or restarting) within timing.executor_wait_ms' },
 } as const satisfies Record<string, { class: ErrorClass; summary: string }>;
 
 export type ErrorCode = keyof typeof CODES;

@@ -13,6 +13,7 @@ import { nowMs } from '../shared/clock.js';
 import { defineMachine, Machine } from '../shared/state-machine.js';
 import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
+import { ExecutorPool } from './children/pool.js';
 import { isGone } from './children/proc-stat.js';
 import { executorSpec, kernelSpec } from './children/specs.js';
 import { loadConfig } from './config/load.js';
@@ -48,6 +49,8 @@ export class Service {
   readonly store: SupervisorStore;
   readonly kernel: ChildHandle;
   readonly executors: ReadonlyMap<string, ChildHandle>;
+  /** Which executors serve which tool, and what is in flight on each (children/pool.ts). */
+  readonly pool: ExecutorPool;
   readonly driver: OperationDriver;
   readonly sweeper: RecoverySweeper;
   readonly startedAt = nowMs();
@@ -117,12 +120,17 @@ export class Service {
     this.executors = executors;
     // Pins are fixed at init and read once: every step looks its executor up by identity.
     for (const [name, handle] of executors) this.#byIdentity.set(store.getPin(name)!.identity_id, handle);
+    this.pool = new ExecutorPool(
+      config.executors.map((executor) => ({ name: executor.name, identityId: store.getPin(executor.name)!.identity_id, tools: executor.tools, child: executors.get(executor.name)! })),
+      () => config.timing.executor_wait_ms,
+    );
     const ctx: OperationContext = {
       store,
       config,
       log,
       kernel: this.kernel,
       executorById: (id) => this.executorById(id),
+      pool: this.pool,
       signal: this.#abort.signal,
     };
     this.driver = new OperationDriver(ctx);

@@ -9,7 +9,7 @@
 // an executor that cannot be asked does not block the call: execute checks
 // the same things before it claims.
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
-import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common.js';
+import { type JsonObject } from '../../shared/protocol/common.js';
 import { type Service } from '../service.js';
 
 const CHECK_TIMEOUT_MS = 10_000;
@@ -18,8 +18,10 @@ const ADAPTER_REFUSALS: ReadonlySet<string> = new Set(['adapter_unknown', 'adapt
 
 export async function refuseBeforeReserve(service: Service, requestId: string | undefined, tool: string, args: JsonObject): Promise<void> {
   if (requestId !== undefined && service.store.getRequest(requestId)) return;
-  const serving = service.config.executors.filter((e) => e.tools.some((pattern) => toolPatternCovers(pattern, tool)));
-  const executor = serving[0] && service.executors.get(serving[0].name);
+  const serving = service.pool.candidates(tool);
+  // Executor pools: wait (bounded) for a running executor of the tool, else executor_unavailable, before anything is logged.
+  const chosen = await service.pool.pick(tool);
+  const executor = chosen && service.executors.get(chosen.name);
   if (!executor) return; // the kernel names the refusal (no grant, no executor)
   try {
     await executor.request('arguments.check', { tool, arguments: args }, { timeoutMs: CHECK_TIMEOUT_MS, waitMs: 0 });

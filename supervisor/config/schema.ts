@@ -86,6 +86,12 @@ export const timingSchema = z.strictObject({
   recovery_sweep_ms: millis(3_600_000).default(5_000),
   /** How long a graceful shutdown lets in-flight operations finish. */
   shutdown_grace_ms: millis(600_000).default(30_000),
+  /**
+   * Executor pools: how long a new operation waits for a running executor of
+   * its tool when every one is failed or restarting; past it, executor_unavailable.
+   * 0 refuses at once.
+   */
+  executor_wait_ms: z.number().int().min(0).max(600_000).default(10_000),
 });
 
 export const configSchema = z.strictObject({
