@@ -39,6 +39,8 @@ export interface CommitQueueOptions {
   readonly assertWritable: () => void;
   /** Runs first in every batch, in its own savepoint; a failure is logged and the batch goes on. */
   readonly beforeEachBatch?: Unit<void>;
+  /** Told the number of units of each batch that committed (the `stats` message's batch sizes). */
+  readonly onCommitted?: (units: number) => void;
   readonly log: Logger;
 }
 
@@ -106,6 +108,7 @@ export class CommitQueue {
       return;
     }
     log.debug('batch_committed', { units: batch.length });
+    this.#options.onCommitted?.(batch.length);
     // Committed. A test's kill -9 lands here: after the commit, before any answer.
     for (const cutpoint of cutpoints) crashPoint('kernel', cutpoint);
     batch.forEach((queued, index) => {

@@ -14,6 +14,7 @@ import { defineMachine, Machine } from '../shared/state-machine.js';
 import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
 import { ExecutorPool } from './children/pool.js';
+import { ServiceMetrics, type StatsSource } from './metrics/metrics.js';
 import { isGone } from './children/proc-stat.js';
 import { executorSpec, kernelSpec } from './children/specs.js';
 import { loadConfig } from './config/load.js';
@@ -51,6 +52,8 @@ export class Service {
   readonly executors: ReadonlyMap<string, ChildHandle>;
   /** Which executors serve which tool, and what is in flight on each (children/pool.ts). */
   readonly pool: ExecutorPool;
+  /** GET /metrics (metrics/metrics.ts). */
+  readonly metrics: ServiceMetrics;
   readonly driver: OperationDriver;
   readonly sweeper: RecoverySweeper;
   readonly startedAt = nowMs();
@@ -111,6 +114,13 @@ export class Service {
         attributeCrash(store, log, child.name, requestIds, why, config.restart.quarantine_after_crashes),
     });
     store.onBookkeepingFailed = (what, error) => log.error('store_write_skipped', { what, ...errorFields(error) });
+    // Observing from the start: the children's first rows and incidents are counted too.
+    this.metrics = new ServiceMetrics({
+      inFlight: () => this.driver.active,
+      children: () => [this.kernel, ...this.executors.values()].map((child) => statsSource(child)),
+      log,
+    });
+    store.observer = this.metrics;
     this.kernel = new ChildHandle(kernelSpec(config, paths), deps('kernel'));
     const executors = new Map<string, ChildHandle>();
     for (const executor of config.executors) {
@@ -253,6 +263,15 @@ export class Service {
       void this.stop('kernel failed', 1);
     }
   }
+}
+
+function statsSource(child: ChildHandle): StatsSource {
+  return {
+    name: child.name,
+    role: child.spec.role,
+    sid: child.state === 'running' ? (child.session?.sid ?? null) : null,
+    stats: (timeoutMs) => child.request('stats', {}, { timeoutMs, waitMs: 0 }),
+  };
 }
 
 /**

@@ -60,6 +60,7 @@ export class Ledger {
   readonly #guard: WriteGuard;
   readonly #readHwm: Database.Statement<[], { hwm_ms: number }>;
   readonly #raiseHwm: Database.Statement<[number, number]>;
+  #commits = 0;
   readonly #countLive: Database.Statement<[], { n: number }>;
   readonly #insertClaim: Database.Statement;
   readonly #insertReport: Database.Statement;
@@ -93,6 +94,11 @@ export class Ledger {
     return row.hwm_ms;
   }
 
+  /** Claim, report and refusal transactions committed by this process (each carries one; the `stats` message). */
+  get commits(): number {
+    return this.#commits;
+  }
+
   liveCount(): number {
     return this.#countLive.get()?.n ?? 0;
   }
@@ -124,7 +130,7 @@ export class Ledger {
    */
   claim(subject: ClaimSubject): ClaimOutcome {
     this.#guard.assertHeld();
-    return this.#db
+    const outcome = this.#db
       .transaction((): ClaimOutcome => {
         const existing = this.records.find(subject.operationId);
         if (existing) return { kind: 'existing', record: existing };
@@ -139,6 +145,8 @@ export class Ledger {
         return { kind: 'claimed', record: this.#mustFind(subject.operationId) };
       })
       .immediate();
+    this.#commits++;
+    return outcome;
   }
 
   /**
@@ -148,7 +156,7 @@ export class Ledger {
    */
   retainReport(operationId: string, status: ReportStatus, sign: ReportSigner): RetainOutcome {
     this.#guard.assertHeld();
-    return this.#db
+    const outcome = this.#db
       .transaction((): RetainOutcome => {
         const claim = this.records.live(operationId);
         if (!claim) throw new CustodyError('never_claimed', `operation ${operationId} has no claim in the live ledger to report on`);
@@ -161,6 +169,8 @@ export class Ledger {
         return { kind: 'retained', record: this.#mustFind(operationId) };
       })
       .immediate();
+    this.#commits++;
+    return outcome;
   }
 
   /**
@@ -171,7 +181,7 @@ export class Ledger {
    */
   refuse(subject: ClaimSubject, sign: ReportSigner): RefuseOutcome {
     this.#guard.assertHeld();
-    return this.#db
+    const outcome = this.#db
       .transaction((): RefuseOutcome => {
         const existing = this.records.find(subject.operationId);
         if (existing) return { kind: 'existing', record: existing };
@@ -187,6 +197,8 @@ export class Ledger {
         return { kind: 'refused', record: this.#mustFind(subject.operationId) };
       })
       .immediate();
+    this.#commits++;
+    return outcome;
   }
 
   #mustFind(operationId: string): OperationRecord {

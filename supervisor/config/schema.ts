@@ -94,6 +94,14 @@ export const timingSchema = z.strictObject({
   executor_wait_ms: z.number().int().min(0).max(600_000).default(10_000),
 });
 
+export const metricsSchema = z.strictObject({
+  /**
+   * GET /metrics asks for the agent (or control) token. Default false: the
+   * API listens on 127.0.0.1 only, so a scraper on this host reads it without one.
+   */
+  require_token: z.boolean().default(false),
+});
+
 export const configSchema = z.strictObject({
   /** The control API port on 127.0.0.1; 0 picks a free port (written to supervisor/service.json). */
   port: z.number().int().min(0).max(65_535).default(8421),
@@ -102,6 +110,7 @@ export const configSchema = z.strictObject({
   restart: restartPolicySchema.default(() => restartPolicySchema.parse({})),
   bounds: boundsSchema.default(() => boundsSchema.parse({})),
   timing: timingSchema.default(() => timingSchema.parse({})),
+  metrics: metricsSchema.default(() => metricsSchema.parse({})),
 });
 
 export type CustodyConfig = z.infer<typeof configSchema>;
