@@ -64,7 +64,7 @@ export class ServiceMetrics implements StoreObserver {
   constructor(sources: MetricsSources) {
     this.#sources = sources;
     const registers = [this.registry];
-    this.#operations = new Counter({ name: 'custody_operations_total', help: 'Requests that reached an end, by tool and outcome (the kernel state, refused, or quarantined).', labelNames: ['tool', 'outcome'], registers });
+    this.#operations = new Counter({ name: 'custody_operations_total', help: 'Requests that reached an end, by tool and outcome (the final kernel state: completed, released, denied, expired…; or quarantined).', labelNames: ['tool', 'outcome'], registers });
     this.#duration = new Histogram({
       name: 'custody_operation_duration_seconds',
       help: 'Time a request spent in each phase of the supervisor (received, reserved, authorized, executing, reconciling, reported), observed as it leaves the phase.',
@@ -124,7 +124,7 @@ export class ServiceMetrics implements StoreObserver {
   phase(before: RequestRow, after: RequestRow): void {
     this.#duration.observe({ phase: before.phase }, Math.max(0, after.updated_at - before.updated_at) / 1000);
     if (before.phase === 'reconciling') this.#reconciliations.inc({ result: after.report ? reportStatus(after.report) : after.phase });
-    if (FINAL_PHASES.has(after.phase)) this.#operations.inc({ tool: after.tool, outcome: after.phase === 'settled' ? (after.outcome ?? 'settled') : after.phase });
+    if (FINAL_PHASES.has(after.phase)) this.#operations.inc({ tool: after.tool, outcome: after.phase === 'quarantined' ? 'quarantined' : (after.outcome ?? after.phase) });
   }
 
   // ---------------------------------------------------------------- children

@@ -25,7 +25,7 @@ describe('supervisor/metrics: ServiceMetrics', () => {
     const families = await scrape();
     expect(valueOf(families, 'custody_operation_duration_seconds_count', { phase: 'received' })).to.equal(1);
     expect(valueOf(families, 'custody_operation_duration_seconds_sum', { phase: 'received' })).to.equal(0.25);
-    expect(valueOf(families, 'custody_operations_total', { tool: 't/x', outcome: 'refused' })).to.equal(1);
+    expect(valueOf(families, 'custody_operations_total', { tool: 't/x', outcome: 'denied' })).to.equal(1);
     expect(valueOf(families, 'custody_operations_in_flight')).to.equal(2);
   });
 
