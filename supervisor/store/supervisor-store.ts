@@ -279,6 +279,7 @@ export class SupervisorStore {
         operation_id: row.operation_id,
       });
       this.observer?.incident({ child, kind: 'quarantined', code: 'request_quarantined' });
+      this.observer?.phase(row, this.#getRequest.get(requestId)!);
       return { crashes, quarantined: true };
     }).immediate();
   }
