@@ -8,6 +8,7 @@ import { type Logger, errorFields } from '../shared/log.js';
 import { type EXECUTOR_MESSAGES } from '../shared/protocol/executor-messages.js';
 import { type MessageKind, type RequestOf } from '../shared/protocol/messages.js';
 import { type Preamble } from '../shared/protocol/preamble.js';
+import { type StatsResult } from '../shared/protocol/stats.js';
 import { type RequestContext } from '../shared/wire/server.js';
 import { AdapterHost } from './adapters/host-client.js';
 import { type ExecutorContext } from './context.js';
@@ -120,7 +121,7 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
     maxInFlight: settings.runtime.maxInFlight,
     // Losing the supervisor lets a running effect finish and retain its report, bounded by its deadline.
     drainTimeoutMs: settings.runtime.drainTimeoutMs ?? longestDeadline + DRAIN_MARGIN_MS,
-    handle: (kind: MessageKind, body: unknown, request: RequestContext) => handle(context, kind as ExecutorKind, body, request),
+    handle: (kind: MessageKind, body: unknown, request: RequestContext) => handle(context, kind as ExecutorKind | 'stats', body, request),
     head: () => ledger.head(),
     attachPeer: (peer) => witness.attach(peer),
     stopAccepting: () => log.info('executor_draining', { effects_running: context.inFlight.size }),
@@ -133,8 +134,12 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
   };
 }
 
-async function handle(context: ExecutorContext, kind: ExecutorKind, body: unknown, request: RequestContext): Promise<unknown> {
+async function handle(context: ExecutorContext, kind: ExecutorKind | 'stats', body: unknown, request: RequestContext): Promise<unknown> {
   switch (kind) {
+    case 'stats': {
+      const commits = context.ledger.commits;
+      return { holds: [], commit_batches: commits > 0 ? [{ store: 'ledger', size: 1, count: commits }] : [] } satisfies StatsResult;
+    }
     case 'execute':
       return executeOnce(context, body as RequestOf<'execute'>, request.id);
     case 'reconcile_operation':

@@ -43,6 +43,8 @@ export interface CommitQueueOptions {
   readonly advanceHead?: () => void;
   /** After a batch that raised the head has committed, before any of its answers is sent. */
   readonly headAdvanced?: () => void;
+  /** Told the number of units of each batch that committed (the `stats` message's batch sizes). */
+  readonly onCommitted?: (units: number) => void;
   readonly log: Logger;
 }
 
@@ -118,6 +120,7 @@ export class CommitQueue {
       return;
     }
     log.debug('batch_committed', { units: batch.length });
+    this.#options.onCommitted?.(batch.length);
     // Committed. A test's kill -9 lands here: after the commit, before any answer.
     for (const cutpoint of cutpoints) crashPoint('kernel', cutpoint);
     // The head frame goes out before the answers, so the supervisor has witnessed it before it acts on them.

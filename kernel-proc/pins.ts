@@ -49,7 +49,9 @@ function toolsOf(pin: PinRow): string[] {
  * The executor that serves a tool for an operation. Several executors may
  * serve one tool (`custody init --executors N`); the operation id picks one
  * of them, so operations spread across executors and a retried reserve of
- * the same operation addresses the same one.
+ * the same operation addresses the same one. This is only the default: the
+ * supervisor routes by health and load and names the executor in `start`
+ * (decisions/start.ts, README "Executor pools").
  */
 export function executorFor(kernel: Kernel, tool: string, operationId: string): PinRow | undefined {
   const candidates = kernel.store.pins.allCurrent().filter((pin) => servesTool(pin, tool));

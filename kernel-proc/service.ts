@@ -10,6 +10,7 @@ import { errorFields } from '../shared/log.js';
 import { KERNEL_MESSAGES } from '../shared/protocol/kernel-messages.js';
 import { type MessageKind, type RequestOf } from '../shared/protocol/messages.js';
 import { type DirLock } from '../shared/store/dir-lock.js';
+import { BatchSizes, HOLD_STATES, type StatsResult } from '../shared/protocol/stats.js';
 import { CommitQueue, type Unit } from './commit-queue.js';
 import { sweepExpired } from './decisions/expiry.js';
 import { markUnknown } from './decisions/mark-unknown.js';
@@ -37,6 +38,7 @@ export class KernelService implements ChildService {
   readonly #onReplaced: (error: CustodyError) => void;
   #peer: ChildPeer | null = null;
   #replaced: CustodyError | null = null;
+  readonly #batches = new BatchSizes('kernel');
 
   constructor(kernel: Kernel, lock: DirLock, onReplaced: (error: CustodyError) => void = () => undefined) {
     this.#kernel = kernel;
@@ -54,6 +56,7 @@ export class KernelService implements ChildService {
       beforeEachBatch: (context) => void sweepExpired(kernel, context),
       advanceHead: () => kernel.store.raiseHead(),
       headAdvanced: () => void this.#peer?.sendHead(kernel.store.head()),
+      onCommitted: (units) => this.#batches.record(units),
       log: kernel.log,
     });
     this.#timer = setInterval(() => this.#sweepIfDue(), kernel.settings.sweep_interval_ms);
@@ -97,6 +100,7 @@ export class KernelService implements ChildService {
   }
 
   handle(kind: MessageKind, body: unknown): Promise<unknown> {
+    if (kind === 'stats') return Promise.resolve(this.#stats());
     if (!isKernelKind(kind)) return Promise.reject(new CustodyError('unexpected_message', `the kernel does not serve ${kind}`));
     return this.#dispatch(kind, body);
   }
@@ -141,6 +145,12 @@ export class KernelService implements ChildService {
         return Promise.reject(new CustodyError('unexpected_message', `the kernel has no handler for ${String(unhandled)}`));
       }
     }
+  }
+
+  /** Reads only, outside the write queue: a scrape never waits behind decisions. */
+  #stats(): StatsResult {
+    const counts = new Map(this.#kernel.store.holds.countByState().map((row) => [row.state, row.count]));
+    return { holds: HOLD_STATES.map((state) => ({ state, count: counts.get(state) ?? 0 })), commit_batches: this.#batches.entries() };
   }
 
   /** max_request_bytes bounds the RFC 8785 bytes of a reserve or start body, the requests that carry arguments. */

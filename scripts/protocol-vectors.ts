@@ -259,7 +259,8 @@ function fieldRows(schema: z.ZodType): string {
   const properties = (json.properties ?? {}) as Record<string, Record<string, unknown>>;
   const names = Object.keys(properties);
   if (names.length === 0) return json.additionalProperties === false ? '{}' : 'any object';
-  const required = new Set((json.required ?? []) as string[]);
+  // A member outside `required` may be left out (start's executor_id); every other member is always present.
+  const required = new Set(Array.isArray(json.required) ? (json.required as string[]) : names);
   return names.map((name) => `\`${name}\`${required.has(name) ? '' : ' (may be absent)'}: ${summarize(properties[name]!)}`).join('<br>');
 }
 

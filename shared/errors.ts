@@ -133,6 +133,8 @@ const CODES = {
   store_rolled_back: { class: 'unknown', summary: "a store's head is below the head the supervisor witnessed (restored from an older copy, or its last writes lost): it is refused; outcomes it would answer for are unknown" },
   store_replaced: { class: 'internal', summary: 'the store path no longer names the file this process opened (renamed or replaced while running)' },
   head_unwitnessed: { class: 'unknown', summary: 'the supervisor did not acknowledge a claim head before the deadline; the effect was not run' },
+  // issue 11 items 4-6: executor pools, metrics, offline trace
+  executor_unavailable: { class: 'unreachable', summary: 'no executor that serves the tool is running (all failed or restarting) within timing.executor_wait_ms' },
 } as const satisfies Record<string, { class: ErrorClass; summary: string }>;
 
 export type ErrorCode = keyof typeof CODES;

@@ -13,6 +13,8 @@ import { nowMs } from '../shared/clock.js';
 import { defineMachine, Machine } from '../shared/state-machine.js';
 import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
+import { ExecutorPool } from './children/pool.js';
+import { ServiceMetrics, type StatsSource } from './metrics/metrics.js';
 import { isGone } from './children/proc-stat.js';
 import { executorSpec, kernelSpec } from './children/specs.js';
 import { HeadWitnessStore } from './children/witness.js';
@@ -49,6 +51,10 @@ export class Service {
   readonly store: SupervisorStore;
   readonly kernel: ChildHandle;
   readonly executors: ReadonlyMap<string, ChildHandle>;
+  /** Which executors serve which tool, and what is in flight on each (children/pool.ts). */
+  readonly pool: ExecutorPool;
+  /** GET /metrics (metrics/metrics.ts). */
+  readonly metrics: ServiceMetrics;
   readonly driver: OperationDriver;
   readonly sweeper: RecoverySweeper;
   readonly startedAt = nowMs();
@@ -111,6 +117,13 @@ export class Service {
         attributeCrash(store, log, child.name, requestIds, why, config.restart.quarantine_after_crashes),
     });
     store.onBookkeepingFailed = (what, error) => log.error('store_write_skipped', { what, ...errorFields(error) });
+    // Observing from the start: the children's first rows and incidents are counted too.
+    this.metrics = new ServiceMetrics({
+      inFlight: () => this.driver.active,
+      children: () => [this.kernel, ...this.executors.values()].map((child) => statsSource(child)),
+      log,
+    });
+    store.observer = this.metrics;
     this.kernel = new ChildHandle(kernelSpec(config, paths), deps('kernel'));
     const executors = new Map<string, ChildHandle>();
     for (const executor of config.executors) {
@@ -120,12 +133,17 @@ export class Service {
     this.executors = executors;
     // Pins are fixed at init and read once: every step looks its executor up by identity.
     for (const [name, handle] of executors) this.#byIdentity.set(store.getPin(name)!.identity_id, handle);
+    this.pool = new ExecutorPool(
+      config.executors.map((executor) => ({ name: executor.name, identityId: store.getPin(executor.name)!.identity_id, tools: executor.tools, child: executors.get(executor.name)! })),
+      () => config.timing.executor_wait_ms,
+    );
     const ctx: OperationContext = {
       store,
       config,
       log,
       kernel: this.kernel,
       executorById: (id) => this.executorById(id),
+      pool: this.pool,
       signal: this.#abort.signal,
     };
     this.driver = new OperationDriver(ctx);
@@ -260,6 +278,15 @@ export class Service {
       void this.stop('kernel failed', 1);
     }
   }
+}
+
+function statsSource(child: ChildHandle): StatsSource {
+  return {
+    name: child.name,
+    role: child.spec.role,
+    sid: child.state === 'running' ? (child.session?.sid ?? null) : null,
+    stats: (timeoutMs) => child.request('stats', {}, { timeoutMs, waitMs: 0 }),
+  };
 }
 
 /**

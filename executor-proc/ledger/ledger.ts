@@ -64,6 +64,7 @@ export class Ledger {
   readonly #guard: WriteGuard;
   readonly #readHwm: Database.Statement<[], { hwm_ms: number }>;
   readonly #raiseHwm: Database.Statement<[number, number]>;
+  #commits = 0;
   readonly #countLive: Database.Statement<[], { n: number }>;
   readonly #insertClaim: Database.Statement;
   readonly #insertReport: Database.Statement;
@@ -147,6 +148,11 @@ export class Ledger {
     throw this.#replaced;
   }
 
+  /** Claim, report and refusal transactions committed by this process (each carries one; the `stats` message). */
+  get commits(): number {
+    return this.#commits;
+  }
+
   liveCount(): number {
     return this.#countLive.get()?.n ?? 0;
   }
@@ -178,7 +184,7 @@ export class Ledger {
    */
   claim(subject: ClaimSubject): ClaimOutcome {
     this.#assertWritable();
-    return this.#db
+    const outcome = this.#db
       .transaction((): ClaimOutcome => {
         const existing = this.records.find(subject.operationId);
         if (existing) return { kind: 'existing', record: existing };
@@ -194,6 +200,8 @@ export class Ledger {
         return { kind: 'claimed', record: this.#mustFind(subject.operationId) };
       })
       .immediate();
+    this.#commits++;
+    return outcome;
   }
 
   /**
@@ -203,7 +211,7 @@ export class Ledger {
    */
   retainReport(operationId: string, status: ReportStatus, sign: ReportSigner): RetainOutcome {
     this.#assertWritable();
-    return this.#announced(this.#db
+    const outcome = this.#announced(this.#db
       .transaction((): RetainOutcome => {
         const claim = this.records.live(operationId);
         if (!claim) throw new CustodyError('never_claimed', `operation ${operationId} has no claim in the live ledger to report on`);
@@ -217,6 +225,8 @@ export class Ledger {
         return { kind: 'retained', record: this.#mustFind(operationId) };
       })
       .immediate(), 'retained');
+    this.#commits++;
+    return outcome;
   }
 
   /**
@@ -227,7 +237,7 @@ export class Ledger {
    */
   refuse(subject: ClaimSubject, sign: ReportSigner): RefuseOutcome {
     this.#assertWritable();
-    return this.#announced(this.#db
+    const outcome = this.#announced(this.#db
       .transaction((): RefuseOutcome => {
         const existing = this.records.find(subject.operationId);
         if (existing) return { kind: 'existing', record: existing };
@@ -246,6 +256,8 @@ export class Ledger {
         return { kind: 'refused', record: this.#mustFind(subject.operationId) };
       })
       .immediate(), 'refused');
+    this.#commits++;
+    return outcome;
   }
 
   /**

@@ -24,6 +24,7 @@ import { OPERATION_MACHINE } from '../machines.js';
 import { servesTool } from '../pins.js';
 import { holdIdFor } from '../store/holds-table.js';
 import { type NonceRow } from '../store/nonces-table.js';
+import { type PinRow } from '../store/pins-table.js';
 import { type OperationRow } from '../store/operations-table.js';
 import { type ReceiptRow } from '../store/receipts-table.js';
 import { expectedOf } from '../views.js';
@@ -71,7 +72,7 @@ export function start(kernel: Kernel, request: StartRequest, context: UnitContex
   if (operation.state !== 'reserved') return refuseSecondStart(kernel, operation, nonce, request, requestDigest, now);
   const judged = judgeStart(kernel, operation, nonce, request, now);
   if ('code' in judged) return refuseReservation(kernel, operation, nonce, judged, requestDigest, context);
-  return commitStart(kernel, operation, judged.nonce, requestDigest, context);
+  return commitStart(kernel, operation, judged.nonce, judged.pin, requestDigest, context);
 }
 
 /**
@@ -108,7 +109,7 @@ function judgeStart(
   nonce: NonceRow | undefined,
   request: StartRequest,
   now: number,
-): StartRefusal | { readonly nonce: NonceRow } {
+): StartRefusal | { readonly nonce: NonceRow; readonly pin: PinRow } {
   if (!nonce || request.nonce_id !== nonce.nonce_id) {
     return { code: 'nonce_unknown', message: `nonce ${request.nonce_id.slice(0, 20)} is not the nonce of operation ${operation.request_id}` };
   }
@@ -124,11 +125,12 @@ function judgeStart(
   if (!grant) return { code: 'capability_unknown', message: `operation ${operation.request_id} has no grant` };
   if (grant.revoked_at !== null) return { code: 'capability_revoked', message: `grant ${grant.capability_id} was revoked after the reservation` };
   if (now >= grant.expires_at) return { code: 'capability_expired', message: `grant ${grant.capability_id} expired at ${grant.expires_at}` };
-  const pin = operation.executor_id === null ? undefined : kernel.store.pins.current(operation.executor_id);
+  const executorId = request.executor_id ?? operation.executor_id;
+  const pin = executorId === null ? undefined : kernel.store.pins.current(executorId);
   if (!pin || !servesTool(pin, operation.tool)) {
-    return { code: 'tool_unknown', message: `executor ${operation.executor_id ?? '(none)'} no longer serves ${operation.tool}` };
+    return { code: 'tool_unknown', message: `executor ${executorId ?? '(none)'} ${pin ? 'does not serve' : 'is not pinned for'} ${operation.tool}; start it on an executor whose pin serves the tool` };
   }
-  return { nonce };
+  return { nonce, pin };
 }
 
 function refuseReservation(
@@ -166,11 +168,10 @@ function refuseReservation(
   return refusalReply(operation, receipt);
 }
 
-function commitStart(kernel: Kernel, operation: OperationRow, nonce: NonceRow, requestDigest: string, context: UnitContext): StartResult {
+function commitStart(kernel: Kernel, operation: OperationRow, nonce: NonceRow, pin: PinRow, requestDigest: string, context: UnitContext): StartResult {
   const { store, settings } = kernel;
   const { now } = context;
   const grant = store.grants.get(operation.capability_id!)!;
-  const pin = store.pins.current(operation.executor_id!)!;
   const expected = expectedOf(operation)!;
   // The window opens now and lasts execution_window_ms, never past the grant's expiry.
   const expiresAt = Math.min(now + settings.execution_window_ms, grant.expires_at);
@@ -190,6 +191,7 @@ function commitStart(kernel: Kernel, operation: OperationRow, nonce: NonceRow, r
   store.operations.commitDispatch(
     operation,
     {
+      executor_id: pin.executor_id,
       start_request_digest: requestDigest,
       authorization: authorization.text,
       authorization_digest: authorization.digest,
@@ -198,7 +200,7 @@ function commitStart(kernel: Kernel, operation: OperationRow, nonce: NonceRow, r
     },
     now,
   );
-  kernel.log.info('dispatch_committed', { operation_id: operation.operation_id, executor_id: pin.executor_id, key_epoch: pin.key_epoch });
+  kernel.log.info('dispatch_committed', { operation_id: operation.operation_id, executor_id: pin.executor_id, key_epoch: pin.key_epoch, reserved_for: operation.executor_id });
   context.afterCommit('after_start_commit');
   return authorizedReply(store.operations.get(operation.operation_id)!);
 }

@@ -35,6 +35,7 @@ export class HoldsTable {
   readonly #insert: Database.Statement<[{ hold_id: string; operation_id: string; capability_id: string; invocations: number; cost: number; now: number }]>;
   readonly #settle: Database.Statement<[{ id: string; to: string; charged: number; now: number; receipt: string }]>;
   readonly #usage: Database.Statement<[string], GrantUsage>;
+  readonly #byState: Database.Statement<[], { state: string; count: number }>;
 
   constructor(db: Database.Database) {
     this.#get = db.prepare('SELECT * FROM holds WHERE operation_id = ?');
@@ -50,6 +51,12 @@ export class HoldsTable {
              coalesce(sum(CASE WHEN state = 'consumed' THEN cost_units_charged END), 0) AS cost_units_used,
              coalesce(sum(CASE WHEN state = 'reserved' THEN cost_units_held END), 0) AS cost_units_held
       FROM holds WHERE capability_id = ? AND state IN ('reserved', 'consumed')`);
+    this.#byState = db.prepare('SELECT state, count(*) AS count FROM holds GROUP BY state');
+  }
+
+  /** Holds by state (GET /metrics, custody_kernel_holds). */
+  countByState(): Array<{ state: string; count: number }> {
+    return this.#byState.all();
   }
 
   forOperation(operationId: string): HoldRow | undefined {

@@ -49,6 +49,8 @@ export type NewOperation = Pick<
 >;
 
 export interface DispatchCommit {
+  /** The executor the authorization is addressed to (the reserved one, or another of its tool's pool). */
+  readonly executor_id: string;
   readonly start_request_digest: string;
   readonly authorization: string;
   readonly authorization_digest: string;
@@ -88,7 +90,7 @@ export class OperationsTable {
       UPDATE operations SET state = @to, updated_at = @now, flag = coalesce(@flag, flag)
       WHERE operation_id = @id AND state = @from`);
     this.#dispatch = db.prepare(`
-      UPDATE operations SET state = 'dispatch_committed', updated_at = @now, start_request_digest = @start_request_digest,
+      UPDATE operations SET state = 'dispatch_committed', updated_at = @now, executor_id = @executor_id, start_request_digest = @start_request_digest,
              authorization = @authorization, authorization_digest = @authorization_digest,
              window_not_before = @window_not_before, window_expires_at = @window_expires_at
       WHERE operation_id = @id AND state = 'reserved'`);

@@ -238,9 +238,26 @@ ${neverDeleted('head')}
 INSERT INTO head (singleton, seq) SELECT 1, (SELECT count(*) FROM receipts);
 `;
 
+/**
+ * Executor pools (README "Executor pools"): the supervisor may address a
+ * reserved operation's start to another executor that serves its tool, so
+ * executor_id may change while the operation is still reserved (the update
+ * that commits the dispatch) and never after.
+ */
+const V3 = `
+DROP TRIGGER operations_fixed;
+${fixedColumns('operations', 'fixed', ['operation_id', 'request_id', 'request_binding_hash', 'subject', 'tool', 'parameters_digest', 'cost_units', 'capability_id', 'capability_digest', 'created_at'], ['start_request_digest', 'authorization', 'authorization_digest', 'window_not_before', 'window_expires_at', 'report', 'report_digest', 'output'])}
+CREATE TRIGGER operations_executor_bound BEFORE UPDATE OF executor_id ON operations
+WHEN NEW.executor_id IS NOT OLD.executor_id AND (OLD.state IS NOT 'reserved' OR OLD.executor_id IS NULL OR NEW.executor_id IS NULL)
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: operations: executor_id changes only while the operation is reserved');
+END;
+`;
+
 export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'identity, grants, executor pins, operations, holds, nonces, receipts, views', sql: V1 },
   { version: 2, description: 'head: a forward-only count of committed write batches', sql: V2 },
+  { version: 3, description: 'executor pools: a reserved operation may be started on another executor of its tool', sql: V3 },
 ];
 
 export const KERNEL_DB_FILE = 'kernel.db';

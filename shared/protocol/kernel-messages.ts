@@ -93,7 +93,18 @@ export const KERNEL_MESSAGES = {
   },
   start: {
     to: ['kernel'],
-    request: z.strictObject({ request_id: identifier, nonce_id: identifier, arguments: jsonObject }),
+    request: z.strictObject({
+      request_id: identifier,
+      nonce_id: identifier,
+      arguments: jsonObject,
+      /**
+       * Executor pools: the executor to address the authorization to, one whose
+       * current pin serves the tool (else start_denied, tool_unknown). Absent:
+       * the executor chosen at reserve. Not part of what makes a retry the same
+       * start: a retry gets the first authorization, whichever executor it names.
+       */
+      executor_id: identifier.optional(),
+    }),
     result: decision.extend({ authorization: artifactText.nullable(), expected: invocation.nullable() }),
   },
   reconcile: {

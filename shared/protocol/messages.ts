@@ -7,6 +7,7 @@ import { hex32, hex64, identifier, nonNegativeInt, positiveInt, timestampMs, wir
 import { EXECUTOR_MESSAGES } from './executor-messages.js';
 import { KERNEL_MESSAGES } from './kernel-messages.js';
 import { type MessageSpec, emptyBody } from './message-spec.js';
+import { statsResult } from './stats.js';
 
 export const COMMON_MESSAGES = {
   ping: { to: ['kernel', 'executor'], request: emptyBody, result: z.strictObject({ now: timestampMs }) },
@@ -18,6 +19,8 @@ export const COMMON_MESSAGES = {
     request: z.record(z.string(), z.unknown()),
     result: z.record(z.string(), z.unknown()),
   },
+  /** Figures for the supervisor's GET /metrics (shared/protocol/stats.ts); reads only. */
+  stats: { to: ['kernel', 'executor'], request: emptyBody, result: statsResult },
 } as const satisfies Record<string, MessageSpec>;
 
 export const MESSAGES = { ...COMMON_MESSAGES, ...KERNEL_MESSAGES, ...EXECUTOR_MESSAGES } as const;

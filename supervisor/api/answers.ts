@@ -27,6 +27,8 @@ export const childAnswer = z.strictObject({
   failure: z.string().nullable(),
   /** A failed executor's automatic retry (restart.failed_cooldown_s), ms since the epoch. */
   next_retry_at: timestampMs.nullable(),
+  /** Executors: operations in flight on it now and completed on it since the service started (executor pools); null for the kernel. */
+  operations: z.strictObject({ in_flight: nonNegativeInt, completed: nonNegativeInt }).nullable(),
 });
 
 export const statusAnswer = z.strictObject({

@@ -25,7 +25,8 @@ export function health(service: Service) {
   return { status: service.stopping ? 'stopping' : 'ok', pid: process.pid, uptime_ms: nowMs() - service.startedAt };
 }
 
-function childView(child: ChildHandle, now: number) {
+function childView(service: Service, child: ChildHandle, now: number) {
+  const counts = child.spec.role === 'executor' ? service.pool.counts(child.name) : null;
   return {
     name: child.name,
     role: child.spec.role,
@@ -37,12 +38,14 @@ function childView(child: ChildHandle, now: number) {
     failure: child.failure?.message ?? null,
     /** A failed executor's automatic retry (restart.failed_cooldown_s), ms since the epoch. */
     next_retry_at: child.nextRetryAt,
+    /** Executors: operations in flight on it now, and completed on it (signed report) since the service started. */
+    operations: counts ? { in_flight: counts.in_flight, completed: counts.completed } : null,
   };
 }
 
 export function status(service: Service) {
   const now = nowMs();
-  const children = [service.kernel, ...service.executors.values()].map((child) => childView(child, now));
+  const children = [service.kernel, ...service.executors.values()].map((child) => childView(service, child, now));
   return {
     service: { pid: process.pid, port: service.port, state_dir: service.paths.root, started_at: service.startedAt, uptime_ms: now - service.startedAt, stopping: service.stopping },
     children,
@@ -52,7 +55,7 @@ export function status(service: Service) {
 
 export async function restartChild(service: Service, name: string): Answer {
   const child = await service.restartChild(name);
-  return { body: { child: childView(child, nowMs()) } };
+  return { body: { child: childView(service, child, nowMs()) } };
 }
 
 /**

@@ -36,6 +36,12 @@ export function sendJson(response: ServerResponse, status: number, body: unknown
   response.end(text);
 }
 
+/** A text answer (GET /metrics) in its own content type. */
+export function sendText(response: ServerResponse, status: number, contentType: string, text: string): void {
+  response.writeHead(status, { 'content-type': contentType, 'content-length': Buffer.byteLength(text), 'cache-control': 'no-store' });
+  response.end(text);
+}
+
 /**
  * The error body a client sees: the code and message of a CustodyError.
  * Anything of the internal class (store paths, modes, states) is logged, and

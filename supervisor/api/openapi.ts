@@ -18,7 +18,14 @@ interface RouteDoc {
   readonly query?: Record<string, { schema: z.ZodType; description: string }>;
   /** Success answers by HTTP status. */
   readonly answers: Record<number, z.ZodType>;
+  /** A success answered as text in this content type instead of JSON (GET /metrics). */
+  readonly textAnswer?: { readonly contentType: string; readonly description: string };
+  /** `open` here, but the configuration may require a token (GET /metrics: metrics.require_token). */
+  readonly tokenConfigurable?: string;
 }
+
+/** What GET /metrics answers: prom-client's Prometheus text exposition format. */
+export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
 const drive = { 200: answers.outcomeAnswer, 202: answers.outcomeAnswer };
 const limit = (fallback: number, max: number) => ({ limit: { schema: z.number().int().min(1).max(max), description: `at most this many (default ${fallback}, at most ${max})` } });
@@ -51,6 +58,15 @@ export const API_ROUTES: readonly RouteDoc[] = [
   { method: 'POST', path: '/v1/children/:name/restart', access: 'control', summary: 'restart a child (a failed one at once, a running one gracefully); answers once it serves again', answers: { 200: answers.restartAnswer } },
   { method: 'POST', path: '/v1/executors/:name/recover-rollback', access: 'control', summary: 'the way back for an executor refused with store_rolled_back (docs/ROLLBACK.md)', answers: { 200: answers.recoverRollbackAnswer } },
   { method: 'GET', path: '/v1/incidents', access: 'agent', summary: 'what went wrong recently', query: limit(50, 1000), answers: { 200: answers.incidentsAnswer } },
+  {
+    method: 'GET',
+    path: '/metrics',
+    access: 'open',
+    summary: 'the service, kernel and executor figures in the Prometheus text format (README "Metrics")',
+    answers: {},
+    textAnswer: { contentType: METRICS_CONTENT_TYPE, description: 'Prometheus text exposition format 0.0.4' },
+    tokenConfigurable: 'metrics.require_token: true in custody.json asks for the agent token',
+  },
 ];
 
 const ERROR_STATUSES: Record<number, string> = {
@@ -111,17 +127,19 @@ function buildDocument(): Record<string, unknown> {
       ...Object.entries(route.query ?? {}).map(([name, { schema, description }]) => ({ name, in: 'query', required: false, description, schema: schemaOf(schema, 'input', components, `${id}_${name}`) })),
     ];
     const responses: Record<string, unknown> = {};
+    if (route.textAnswer) responses['200'] = { description: route.textAnswer.description, content: { [route.textAnswer.contentType]: { schema: { type: 'string' } } } };
     for (const [status, schema] of Object.entries(route.answers)) {
       responses[status] = { description: status === '202' ? 'not ended within wait_ms; the service carries it on' : 'done', content: { 'application/json': { schema: schemaOf(schema, 'output', components, `${id}_${status}`) } } };
     }
-    const errors = Object.keys(ERROR_STATUSES).map(Number).filter((status) => (status !== 401 || route.access !== 'open') && (status !== 403 || route.access === 'control') && (status !== 413 || route.body));
+    const errors = Object.keys(ERROR_STATUSES).map(Number).filter((status) => (status !== 401 || route.access !== 'open' || route.tokenConfigurable) && (status !== 403 || route.access === 'control') && (status !== 413 || route.body));
     for (const status of errors) responses[status] = { description: ERROR_STATUSES[status], content: { 'application/json': { schema: errorRef } } };
     paths[openApiPath(route.path)] ??= {};
     paths[openApiPath(route.path)]![route.method.toLowerCase()] = {
       operationId: id,
       summary: route.summary,
       'x-custody-token': route.access,
-      security: route.access === 'open' ? [] : [{ bearer: [] }],
+      ...(route.tokenConfigurable ? { 'x-custody-token-configurable': route.tokenConfigurable } : {}),
+      security: route.access === 'open' ? (route.tokenConfigurable ? [{}, { bearer: [] }] : []) : [{ bearer: [] }],
       ...(parameters.length > 0 ? { parameters } : {}),
       ...(route.body ? { requestBody: { required: false, content: { 'application/json': { schema: schemaOf(route.body, 'input', components, `${id}_body`) } } } } : {}),
       responses,

@@ -12,7 +12,7 @@
 // the cause as its reason.
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { faultArmed } from '../../shared/fault.js';
-import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common.js';
+import { type JsonObject } from '../../shared/protocol/common.js';
 import { type Service } from '../service.js';
 
 const CHECK_TIMEOUT_MS = 10_000;
@@ -23,8 +23,10 @@ export async function refuseBeforeReserve(service: Service, requestId: string | 
   if (requestId !== undefined && service.store.getRequest(requestId)) return;
   // Test switch (docs/RELIABILITY.md): as if the executor could not be asked.
   if (faultArmed('supervisor', 'skip_arguments_check')) return;
-  const serving = service.config.executors.filter((e) => e.tools.some((pattern) => toolPatternCovers(pattern, tool)));
-  const executor = serving[0] && service.executors.get(serving[0].name);
+  const serving = service.pool.candidates(tool);
+  // Executor pools: wait (bounded) for a running executor of the tool, else executor_unavailable, before anything is logged.
+  const chosen = await service.pool.pick(tool);
+  const executor = chosen && service.executors.get(chosen.name);
   if (!executor) return; // the kernel names the refusal (no grant, no executor)
   try {
     await executor.request('arguments.check', { tool, arguments: args }, { timeoutMs: CHECK_TIMEOUT_MS, waitMs: 0 });

@@ -19,7 +19,7 @@ import { readTokenFile } from '../tokens.js';
 import { checkOperationName } from '../../shared/protocol/names.js';
 import { identifier } from '../../shared/protocol/common.js';
 import { argumentBytesBound, argumentsDepthBudget, checkArgumentBytes } from '../../shared/protocol/bounds.js';
-import { type Access, type BodyLimits, TokenGate, readJsonBody, sendClientError, sendError, sendJson } from './http.js';
+import { type Access, type BodyLimits, TokenGate, readJsonBody, sendClientError, sendError, sendJson, sendText } from './http.js';
 import { archiveBody, authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 import { parseTarget } from './target.js';
 import * as handlers from './handlers.js';
@@ -56,7 +56,16 @@ interface Route {
   readonly access: Access;
   /** Query parameters the route reads; any other is refused. */
   readonly query: readonly string[];
-  readonly handle: (context: RouteContext) => Promise<{ status?: number; body: unknown }>;
+  readonly handle: (context: RouteContext) => Promise<RouteAnswer>;
+  /** A route whose `open` access becomes `agent` when the configuration says so (GET /metrics: metrics.require_token). */
+  readonly tokenWhen?: (service: Service) => boolean;
+}
+
+/** JSON, or (GET /metrics) text in a content type of its own. */
+type RouteAnswer = { status?: number; body: unknown } | { text: string; contentType: string };
+
+function accessOf(route: Route, service: Service): Access {
+  return route.access === 'open' && route.tokenWhen?.(service) ? 'agent' : route.access;
 }
 
 function route(method: Method, path: string, access: Access, handle: Route['handle'], query: readonly string[] = []): Route {
@@ -84,6 +93,8 @@ const ROUTES: readonly Route[] = [
   route('GET', '/v1/tools', 'agent', (c) => listTools(c.service, c.query), ['subject']),
   route('POST', '/v1/executors/:name/recover-rollback', 'control', (c) => handlers.recoverRollbackOf(c.service, c.params.name!)),
   route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) }), ['limit']),
+  // Open on 127.0.0.1 unless metrics.require_token (then the agent token); the Prometheus text format.
+  { ...route('GET', '/metrics', 'open', async (c) => ({ text: await c.service.metrics.scrape(), contentType: c.service.metrics.contentType })), tokenWhen: (service) => service.config.metrics.require_token },
 ];
 
 /** The parameters of a route whose segments match the path, or null. */
@@ -145,7 +156,7 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
     const candidates = ROUTES.map((r) => ({ route: r, params: matchPath(r.segments, target.segments) })).filter((c) => c.params !== null);
     const match = candidates.find((c) => c.route.method === method);
     // 3. The token: without one, nobody learns which endpoints exist.
-    gate.check(request, match?.route.access === 'open' ? 'open' : 'agent');
+    gate.check(request, match && accessOf(match.route, service) === 'open' ? 'open' : 'agent');
     // 4. The path (404) and the method on it (405).
     if (!match) {
       if (candidates.length > 0) {
@@ -155,11 +166,12 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
       }
       throw new CustodyError('not_found', `no endpoint ${JSON.stringify(target.rawPath.slice(0, 200))}`);
     }
-    gate.check(request, match.route.access);
+    const access = accessOf(match.route, service);
+    gate.check(request, access);
     // 5. Parameters and query, with the children's own schemas (400).
     const params = Object.fromEntries(match.params!.map(([kind, value]) => [kind, checkParam(kind, value)]));
     const query = checkQuery(match.route, target.query);
-    if (service.stopping && match.route.access !== 'open') throw new CustodyError('shutting_down', 'the service is shutting down');
+    if (service.stopping && access !== 'open') throw new CustodyError('shutting_down', 'the service is shutting down');
     const context: RouteContext = {
       service,
       params,
@@ -176,8 +188,9 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
         return parsed.data;
       },
     };
-    const { status, body } = await match.route.handle(context);
-    sendJson(response, status ?? 200, body);
+    const answer = await match.route.handle(context);
+    if ('text' in answer) sendText(response, 200, answer.contentType, answer.text);
+    else sendJson(response, answer.status ?? 200, answer.body);
   };
 
   // No Host check: the API listens on 127.0.0.1 only, and Node's own 400

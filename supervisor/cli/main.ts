@@ -127,7 +127,7 @@ program
 
 program
   .command('trace')
-  .description("an operation's timeline across the three stores")
+  .description("an operation's timeline across the three stores (read from the stores, read-only, when the service is down)")
   .argument('<name>', 'operation name', parseName('NAME'))
   .option('--json', 'machine-readable output')
   .action(async (name: string, options: { json?: boolean }) => setExit(await traceCommand(client(), json(options), name)));

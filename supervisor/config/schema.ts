@@ -86,6 +86,20 @@ export const timingSchema = z.strictObject({
   recovery_sweep_ms: millis(3_600_000).default(5_000),
   /** How long a graceful shutdown lets in-flight operations finish. */
   shutdown_grace_ms: millis(600_000).default(30_000),
+  /**
+   * Executor pools: how long a new operation waits for a running executor of
+   * its tool when every one is failed or restarting; past it, executor_unavailable.
+   * 0 refuses at once.
+   */
+  executor_wait_ms: z.number().int().min(0).max(600_000).default(10_000),
+});
+
+export const metricsSchema = z.strictObject({
+  /**
+   * GET /metrics asks for the agent (or control) token. Default false: the
+   * API listens on 127.0.0.1 only, so a scraper on this host reads it without one.
+   */
+  require_token: z.boolean().default(false),
 });
 
 export const configSchema = z.strictObject({
@@ -96,6 +110,7 @@ export const configSchema = z.strictObject({
   restart: restartPolicySchema.default(() => restartPolicySchema.parse({})),
   bounds: boundsSchema.default(() => boundsSchema.parse({})),
   timing: timingSchema.default(() => timingSchema.parse({})),
+  metrics: metricsSchema.default(() => metricsSchema.parse({})),
 });
 
 export type CustodyConfig = z.infer<typeof configSchema>;

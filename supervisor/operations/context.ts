@@ -4,6 +4,7 @@ import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { type Logger } from '../../shared/log.js';
 import { type MessageKind, type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
 import { type ChildHandle } from '../children/child-handle.js';
+import { type ExecutorPool } from '../children/pool.js';
 import { type CustodyConfig } from '../config/schema.js';
 import { type SupervisorStore } from '../store/supervisor-store.js';
 import { Backoff } from './backoff.js';
@@ -15,6 +16,8 @@ export interface OperationContext {
   readonly kernel: ChildHandle;
   /** The executor whose pinned identity id is `id`. */
   executorById(id: string): ChildHandle;
+  /** The executors of each tool, and what is in flight on each (children/pool.ts); absent in tests that drive one executor. */
+  readonly pool?: ExecutorPool;
   /** Aborted when the service stops: steps stop waiting and leave the request where it is. */
   readonly signal: AbortSignal;
 }

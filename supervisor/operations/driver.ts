@@ -75,7 +75,11 @@ export class OperationDriver {
       .catch(() => null)
       .then(() => this.#run(requestId, goal, options.dropReply ?? false))
       .finally(() => {
-        if (this.#running.get(requestId) === next) this.#running.delete(requestId);
+        if (this.#running.get(requestId) === next) {
+          this.#running.delete(requestId);
+          const row = this.#ctx.store.getRequest(requestId);
+          this.#ctx.pool?.release(requestId, row?.report !== null && row?.report !== undefined);
+        }
       });
     this.#running.set(requestId, next);
     return next;
@@ -124,6 +128,7 @@ export class OperationDriver {
           }
           if (executed) return row;
           executed = true;
+          if (row.executor) ctx.pool?.track(row.request_id, row.executor);
           row = await executeStep(ctx, row, { dropReply });
           break;
         case 'executing':
@@ -137,6 +142,7 @@ export class OperationDriver {
           // outcome_unknown (→ reconciling), an unclaimed authorization runs once.
           if (executed) return row;
           executed = true;
+          if (row.executor) ctx.pool?.track(row.request_id, row.executor);
           row = await executeStep(ctx, row, { dropReply });
           break;
         case 'reconciling':

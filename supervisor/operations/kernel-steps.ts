@@ -34,10 +34,15 @@ export async function reserveStep(ctx: OperationContext, row: RequestRow): Promi
 
 export async function startStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
   if (!row.nonce_id) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} is reserved without a nonce`);
+  // Not started yet: any running executor of the tool may take it (children/pool.ts); counted at once,
+  // so concurrent starts see each other's choice.
+  const chosen = await ctx.pool?.pick(row.tool, ctx.signal);
+  if (chosen) ctx.pool!.track(row.request_id, chosen.identityId, true);
   const result = await askKernel(ctx, 'start', {
     request_id: row.request_id,
     nonce_id: row.nonce_id,
     arguments: JSON.parse(row.arguments) as JsonObject,
+    ...(chosen ? { executor_id: chosen.identityId } : {}),
   }, row.request_id);
   if (result.verdict === 'allow' && result.authorization) return adoptAuthorization(ctx, row, result.authorization);
   return afterKernelState(ctx, row, result.state, result.receipt, result.reason);
@@ -65,6 +70,8 @@ export async function settleStep(ctx: OperationContext, row: RequestRow): Promis
 function adoptAuthorization(ctx: OperationContext, row: RequestRow, authorization: string): RequestRow {
   const body = authorizationBody.parse(readEnvelope(authorization).envelope.body);
   checkExpectation(ctx, row, body.invocation);
+  // A retried start gets the first authorization: the operation is bound to the executor it names.
+  ctx.pool?.track(row.request_id, body.executor.id);
   return ctx.store.movePhase(row.request_id, 'authorized', {
     authorization,
     expected: JSON.stringify(body.invocation),

@@ -69,6 +69,14 @@ export type RequestPatch = Partial<
 
 const PATCHABLE = ['nonce_id', 'expected', 'executor', 'authorization', 'report', 'receipt', 'output', 'outcome', 'reason'] as const;
 
+/** Who hears what the store recorded (GET /metrics, supervisor/metrics/); told after the write, never able to stop it. */
+export interface StoreObserver {
+  incident(incident: { readonly child: string | null; readonly kind: string; readonly code: string | null }): void;
+  child(row: Omit<ChildRow, 'updated_at'>): void;
+  /** A request moved from `before`'s phase to `after`'s. */
+  phase(before: RequestRow, after: RequestRow): void;
+}
+
 /** The incident kind that counts one crash against a request (see countCrash). */
 export const CRASH_INCIDENT = 'request_crash';
 
@@ -111,6 +119,8 @@ export class SupervisorStore {
   readonly #pendingHeads = new Map<string, number>();
   #pendingWaiters: Array<{ resolve(): void; reject(reason: unknown): void }> = [];
   #flushScheduled = false;
+  /** Told of incidents, children and phase moves once they are written. */
+  observer: StoreObserver | null = null;
   /** One prepared UPDATE per set of patched columns, made on first use. */
   readonly #patches = new Map<string, Database.Statement>();
 
@@ -196,6 +206,7 @@ export class SupervisorStore {
 
   recordChild(row: Omit<ChildRow, 'updated_at'>): void {
     this.#bookkeeping(`children row of ${row.name}`, () => this.#upsertChild.run({ ...row, updated_at: nowMs() }));
+    this.observer?.child(row);
   }
 
   listChildren(): ChildRow[] {
@@ -214,6 +225,7 @@ export class SupervisorStore {
 
   recordIncident(incident: { child: string | null; kind: string; code: string | null; message: string; operation_id?: string | null }): void {
     this.#bookkeeping(`incident ${incident.kind}`, () => this.#incident.run({ at: nowMs(), operation_id: null, ...incident }));
+    this.observer?.incident(incident);
   }
 
   incidentsFor(operationId: string): IncidentRow[] {
@@ -351,6 +363,7 @@ export class SupervisorStore {
       const row = this.#getRequest.get(requestId);
       if (!row || row.phase === 'quarantined' || row.phase === 'settled' || row.phase === 'refused') return { crashes: 0, quarantined: false };
       this.#incident.run({ at: nowMs(), child, kind: CRASH_INCIDENT, code: null, message: `${child} ended (${why}) while ${requestId} was in flight on it (phase ${row.phase})`, operation_id: row.operation_id });
+      this.observer?.incident({ child, kind: CRASH_INCIDENT, code: null });
       const crashes = this.#crashesOf.get(row.operation_id)?.n ?? 0;
       if (crashes < limit) return { crashes, quarantined: false };
       REQUEST_MACHINE.assertMove(row.phase, 'quarantined', `request ${requestId}`);
@@ -364,6 +377,8 @@ export class SupervisorStore {
         message: `${requestId} was in flight on ${child} at ${crashes} of its crashes (last: ${why}); parked in phase quarantined, not retried; release it with custody reconcile ${requestId}`,
         operation_id: row.operation_id,
       });
+      this.observer?.incident({ child, kind: 'quarantined', code: 'request_quarantined' });
+      this.observer?.phase(row, this.#getRequest.get(requestId)!);
       return { crashes, quarantined: true };
     }).immediate();
   }
@@ -402,10 +417,12 @@ export class SupervisorStore {
   /** Move a request to a phase through the transition table; staying in place is a no-op. */
   movePhase(requestId: string, to: RequestPhase, patch: RequestPatch = {}): RequestRow {
     let moved = false;
+    let before: RequestRow | undefined;
     const nested = this.db.inTransaction;
     const row = this.#withPendingHeads(() => {
       const current = this.#getRequest.get(requestId);
       if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
+      before = current;
       // Only releaseQuarantined leaves quarantine: a step still finishing must not un-park it.
       if (current.phase === 'quarantined') throw quarantinedError(current);
       if (current.phase !== to) {
@@ -416,6 +433,7 @@ export class SupervisorStore {
       this.patchRequest(requestId, patch);
       return this.#getRequest.get(requestId)!;
     });
+    if (moved) this.observer?.phase(before!, row);
     // A cutpoint per phase reached, once its move has committed (startAttempt's has its own).
     if (moved && !nested) crashPoint('supervisor', `after_phase_${to}`);
     return row;

@@ -5,6 +5,7 @@ import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import { operationIdFor } from '../../shared/protocol/binding.js';
 import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, reserveBody, signReport, testExecutor } from './helpers.js';
+import { KERNEL_MIGRATIONS } from '../../kernel-proc/store/schema.js';
 
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
@@ -68,8 +69,8 @@ describe('kernel-proc: kernel.db for operators', function () {
       expect(rows.reduce((sum, row) => sum + Number(row.invocations_held), 0)).to.equal(1);
     });
 
-    it('parses the whole schema in the operator\'s shell, at schema version 2', () => {
-      expect(root.shell<{ user_version: number }>('PRAGMA user_version')).to.deep.equal([{ user_version: 2 }]);
+    it('parses the whole schema in the operator\'s shell, at the latest schema version', () => {
+      expect(root.shell<{ user_version: number }>('PRAGMA user_version')).to.deep.equal([{ user_version: KERNEL_MIGRATIONS.length }]);
       const names = root.shell<{ name: string }>(`SELECT name FROM sqlite_schema WHERE type = 'view' ORDER BY name`).map((row) => row.name);
       expect(names).to.deep.equal(['grants_view', 'holds_view', 'operations_view', 'receipts_view']);
     });

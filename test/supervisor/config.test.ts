@@ -50,6 +50,17 @@ describe('custody.json', () => {
     expect(messageOf({ restart: { quarantine_after_crashes: 0 } })).to.match(/restart\.quarantine_after_crashes.*got 0/);
     expect(parseConfig({ restart: { quarantine_after_crashes: 100 } }).restart.quarantine_after_crashes).to.equal(100);
     expect(messageOf({ restart: { quarantine_after_crashes: 101 } })).to.match(/restart\.quarantine_after_crashes/);
+    expect(parseConfig({ timing: { executor_wait_ms: 600_000 } }).timing.executor_wait_ms).to.equal(600_000);
+    expect(messageOf({ timing: { executor_wait_ms: 600_001 } })).to.match(/timing\.executor_wait_ms.*got 600001/);
+    expect(parseConfig({ timing: { executor_wait_ms: 0 } }).timing.executor_wait_ms).to.equal(0);
+    expect(messageOf({ timing: { executor_wait_ms: -1 } })).to.match(/timing\.executor_wait_ms.*got -1/);
+  });
+
+  it('defaults the pool wait to 10 s and metrics to no token on loopback', () => {
+    const config = parseConfig({});
+    expect(config.timing.executor_wait_ms).to.equal(10_000);
+    expect(config.metrics).to.deep.equal({ require_token: false });
+    expect(messageOf({ metrics: { require_token: 'yes' } })).to.match(/metrics\.require_token/);
   });
 
   it('names N executors executor-1 … executor-N in the default configuration', () => {

@@ -17,8 +17,8 @@ export async function statusCommand(client: ServiceClient, out: Output): Promise
     [
       `custody pid ${service.pid} on 127.0.0.1:${service.port}, state ${service.state_dir}, up ${formatDuration(service.uptime_ms)}, ${String(body.in_flight)} in flight`,
       table(
-        ['CHILD', 'ROLE', 'STATE', 'PID', 'RESTARTS', 'UPTIME', 'NEXT RETRY'],
-        children.map((c) => [c.name, c.role, c.state, c.pid, c.restarts, formatDuration(c.uptime_ms), c.next_retry_at === null ? null : `${formatTime(c.next_retry_at)} (in ${formatDuration(Math.max(0, c.next_retry_at - now))})`]),
+        ['CHILD', 'ROLE', 'STATE', 'PID', 'RESTARTS', 'UPTIME', 'IN FLIGHT', 'COMPLETED', 'NEXT RETRY'],
+        children.map((c) => [c.name, c.role, c.state, c.pid, c.restarts, formatDuration(c.uptime_ms), c.operations?.in_flight ?? null, c.operations?.completed ?? null, c.next_retry_at === null ? null : `${formatTime(c.next_retry_at)} (in ${formatDuration(Math.max(0, c.next_retry_at - now))})`]),
       ),
       ...children.filter((c) => c.failure).map((c) => `${c.name}: ${c.failure} (custody restart ${c.name} starts it now)`),
     ].join('\n'),
@@ -35,6 +35,8 @@ interface ChildView {
   uptime_ms: number | null;
   failure: string | null;
   next_retry_at: number | null;
+  /** Executors only (executor pools). */
+  operations: { in_flight: number; completed: number } | null;
 }
 
 /** custody restart CHILD: a failed child at once, a running one gracefully; answers once it serves again. */

@@ -2,10 +2,12 @@
 // that carry or show operations through the running service.
 import { randomBytes } from 'node:crypto';
 import { readEnvelope } from '../../../shared/artifacts/artifact.js';
-import { toCustodyError } from '../../../shared/errors.js';
+import { isCustodyError, toCustodyError } from '../../../shared/errors.js';
+import { checkOperationName } from '../../../shared/protocol/names.js';
 import { causeOf } from '../../operations/causes.js';
 import { type OperationOutcome } from '../../operations/outcome.js';
 import { type ServiceClient } from '../client.js';
+import { offlineTrace } from '../offline-trace.js';
 import { exitCodeForOutcome } from '../exit-codes.js';
 import { type Output, formatTime, table } from '../output.js';
 
@@ -121,11 +123,31 @@ export async function opsCommand(client: ServiceClient, out: Output): Promise<nu
   return 0;
 }
 
+/**
+ * Through the running service; when it is not running (stopped, or killed),
+ * from the stores themselves, read-only (offline-trace.ts). Either way the
+ * first line says which.
+ */
 export async function traceCommand(client: ServiceClient, out: Output, name: string): Promise<number> {
-  const { body } = await client.get(`/v1/operations/${encodeURIComponent(name)}/trace`);
+  let body: Record<string, unknown>;
+  let source: string;
+  try {
+    body = { ...(await client.get(`/v1/operations/${encodeURIComponent(name)}/trace`)).body, source: 'service' };
+    source = 'online: read through the running service';
+  } catch (error) {
+    if (!isCustodyError(error, 'service_unavailable')) throw error;
+    body = { ...offlineTrace(client.paths, checkOperationName(name, 'operation name')) };
+    source = `offline: read from the stores (the service is not running on ${client.paths.root}; nothing was locked or written)`;
+  }
   const events = body.events as Array<{ at: number; store: string; event: string; detail: string }>;
+  const unread = (body.unread ?? []) as Array<{ store: string; reason: string }>;
   out.result(body, () =>
-    [`Operation ${name} (${String(body.operation_id)})`, table(['TIME', 'STORE', 'EVENT', 'DETAIL'], events.map((e) => [formatTime(e.at), e.store, e.event, e.detail]))].join('\n'),
+    [
+      source,
+      `Operation ${name} (${String(body.operation_id)})`,
+      table(['TIME', 'STORE', 'EVENT', 'DETAIL'], events.map((e) => [formatTime(e.at), e.store, e.event, e.detail])),
+      ...unread.map((u) => `not read: ${u.store}: ${u.reason}`),
+    ].join('\n'),
   );
   return 0;
 }

@@ -46,7 +46,7 @@ describe('the OpenAPI description', function () {
 
   it('names every route of server.ts with its token, and no other', () => {
     const source = readFileSync(path.join(distPath(), '..', 'supervisor', 'api', 'server.ts'), 'utf8');
-    const served = [...source.matchAll(/'(GET|POST|DELETE)',\s*'(\/v1\/[^']*)',\s*'(open|agent|control)'/g)].map(([, m, p, a]) => `${m} ${p} ${a}`).sort();
+    const served = [...source.matchAll(/'(GET|POST|DELETE)',\s*'(\/(?:v1\/|metrics)[^']*)',\s*'(open|agent|control)'/g)].map(([, m, p, a]) => `${m} ${p} ${a}`).sort();
     expect(served.length, 'routes found in server.ts').to.be.greaterThan(10);
     expect(API_ROUTES.map((r) => `${r.method} ${r.path} ${r.access}`).sort()).to.deep.equal(served);
     for (const route of API_ROUTES) expect(doc.paths[route.path.replace(/:([a-z_]+)/g, '{$1}')]).to.have.property(route.method.toLowerCase());
@@ -85,6 +85,13 @@ describe('the OpenAPI description', function () {
     await call('DELETE', '/v1/grants/:id', `/v1/grants/${String(added.body.capability_id)}`);
     await call('POST', '/v1/archive', '/v1/archive', {});
     await call('GET', '/v1/incidents', '/v1/incidents?limit=5', undefined, 'agent');
+    // GET /metrics answers text: its content type is the one described, and nothing else is.
+    const metrics = await fetch(`http://127.0.0.1:${service.port}/metrics`);
+    const described = (doc.paths['/metrics']!.get!.responses['200'] as unknown as { content: Record<string, unknown> }).content;
+    expect(metrics.status).to.equal(200);
+    expect(Object.keys(described)).to.deep.equal([metrics.headers.get('content-type')]);
+    expect(await metrics.text()).to.contain('# TYPE custody_operations_total counter');
+    checked.add('GET /metrics 200');
     await call('POST', '/v1/children/:name/restart', '/v1/children/default/restart', {});
     await call('POST', '/v1/children/:name/restart', '/v1/children/nosuch/restart', {}); // 404
     await call('POST', '/v1/executors/:name/recover-rollback', '/v1/executors/default/recover-rollback', {}); // 409: not refused for a rollback
