@@ -68,8 +68,8 @@ describe('kernel-proc: kernel.db for operators', function () {
       expect(rows.reduce((sum, row) => sum + Number(row.invocations_held), 0)).to.equal(1);
     });
 
-    it('parses the whole schema in the operator\'s shell, at schema version 1', () => {
-      expect(root.shell<{ user_version: number }>('PRAGMA user_version')).to.deep.equal([{ user_version: 1 }]);
+    it('parses the whole schema in the operator\'s shell, at schema version 2', () => {
+      expect(root.shell<{ user_version: number }>('PRAGMA user_version')).to.deep.equal([{ user_version: 2 }]);
       const names = root.shell<{ name: string }>(`SELECT name FROM sqlite_schema WHERE type = 'view' ORDER BY name`).map((row) => row.name);
       expect(names).to.deep.equal(['grants_view', 'holds_view', 'operations_view', 'receipts_view']);
     });
