@@ -225,7 +225,8 @@ FROM grants g;
  * the hold; each move names the hold and the state it entered (usage_hold,
  * usage_state), and the guard refuses any counter change that is not exactly
  * that hold's move — a hand edit in the sqlite3 shell included. grants_view
- * shows the counters beside the sums of the holds, and usage_agrees.
+ * shows the counters beside the sums of the holds, and usage_agrees. It
+ * also drops receipts_by_request, which no query needed.
  */
 const V2 = `
 ALTER TABLE grants ADD COLUMN invocations_held INTEGER NOT NULL DEFAULT 0 CHECK (invocations_held >= 0);
@@ -241,6 +242,10 @@ UPDATE grants SET (invocations_held, invocations_used, cost_units_held, cost_uni
          coalesce(sum(CASE WHEN h.state = 'reserved' THEN h.cost_units_held END), 0),
          coalesce(sum(CASE WHEN h.state = 'consumed' THEN h.cost_units_charged END), 0)
   FROM holds h WHERE h.capability_id = grants.capability_id);
+
+-- Receipts are found by (operation_id, …): the UNIQUE (operation_id, seq) index already
+-- narrows to an operation's few receipts, so this second index only cost bytes per receipt.
+DROP INDEX receipts_by_request;
 
 CREATE TRIGGER holds_initial_state BEFORE INSERT ON holds WHEN NEW.state IS NOT 'reserved'
 BEGIN SELECT RAISE(ABORT, 'illegal_transition: holds: a hold starts as reserved'); END;
