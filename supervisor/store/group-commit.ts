@@ -1,0 +1,79 @@
+// Group commit for supervisor.db: writes asked for within one turn of the
+// event loop run in one IMMEDIATE transaction, each in its own savepoint (a
+// refusal rolls back only its own write), and one fsync makes them all
+// durable (synchronous=FULL is unchanged). Nobody hears that a write is done
+// before the transaction holding it has committed: each promise settles after
+// the commit, and a crash cutpoint a write names fires after the commit and
+// before any promise settles — the same promise the kernel's commit-queue.ts
+// keeps for its decisions. A commit that fails (a full disk) rejects every
+// write of the batch: none of them is durable, and none was answered.
+import type Database from 'better-sqlite3';
+import { toCustodyError } from '../../shared/errors.js';
+import { crashPoint } from '../../shared/fault.js';
+
+/** What a grouped write returns: its value, and the cutpoints to pass once it is durable. */
+export interface GroupedResult<T> {
+  readonly value: T;
+  readonly cutpoints: readonly string[];
+}
+
+interface Pending {
+  readonly write: () => GroupedResult<unknown>;
+  resolve(value: unknown): void;
+  reject(reason: unknown): void;
+}
+
+export class GroupCommit {
+  readonly #db: Database.Database;
+  readonly #maxBatch: number;
+  #pending: Pending[] = [];
+  #scheduled = false;
+
+  constructor(db: Database.Database, maxBatch: number) {
+    this.#db = db;
+    this.#maxBatch = maxBatch;
+  }
+
+  /** Run `write` in the next grouped transaction; resolves with its value once that transaction is durable. */
+  submit<T>(write: () => GroupedResult<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.#pending.push({ write, resolve: resolve, reject });
+      if (this.#scheduled) return;
+      this.#scheduled = true;
+      setImmediate(() => this.#flushAll());
+    });
+  }
+
+  #flushAll(): void {
+    this.#scheduled = false;
+    while (this.#pending.length > 0) this.#flush(this.#pending.splice(0, this.#maxBatch));
+  }
+
+  #flush(batch: Pending[]): void {
+    const outcomes: Array<{ ok: true; result: GroupedResult<unknown> } | { ok: false; error: unknown }> = [];
+    try {
+      this.#db
+        .transaction(() => {
+          for (const item of batch) {
+            // A nested better-sqlite3 transaction is a savepoint: a throw undoes only this write.
+            try {
+              outcomes.push({ ok: true, result: this.#db.transaction(item.write)() });
+            } catch (error) {
+              outcomes.push({ ok: false, error });
+            }
+          }
+        })
+        .immediate();
+    } catch (error) {
+      const failure = toCustodyError(error);
+      for (const item of batch) item.reject(failure);
+      return;
+    }
+    for (const outcome of outcomes) if (outcome.ok) for (const cutpoint of outcome.result.cutpoints) crashPoint('supervisor', cutpoint);
+    batch.forEach((item, index) => {
+      const outcome = outcomes[index]!;
+      if (outcome.ok) item.resolve(outcome.result.value);
+      else item.reject(outcome.error);
+    });
+  }
+}
