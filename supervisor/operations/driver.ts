@@ -52,7 +52,7 @@ export class OperationDriver {
       capability_id: null,
       cost_units: request.cost_units,
     });
-    // Durable before the kernel hears of it (a grouped commit, supervisor/store/group-commit.ts).
+    // Durable before the kernel hears of it (a grouped commit, shared/store/group-commit.ts).
     const row = await this.#ctx.store.logRequestGrouped({
       request_id: request.request_id,
       operation_id: operationIdFor(request.request_id),

@@ -4,7 +4,7 @@ import { nowMs } from '../../shared/clock.js';
 import { CustodyError, isStorageFull, toCustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
 import { openStore, provisionStore, type StoreSpec } from '../../shared/store/sqlite-store.js';
-import { GroupCommit } from './group-commit.js';
+import { GroupCommit } from '../../shared/store/group-commit.js';
 import { type RequestPhase, REQUEST_MACHINE, releasePhaseOf } from '../operations/phases.js';
 import { SUPERVISOR_MIGRATIONS } from './schema.js';
 
@@ -115,7 +115,7 @@ export class SupervisorStore {
   onBookkeepingFailed: (what: string, error: CustodyError) => void = () => undefined;
   /** One prepared UPDATE per set of patched columns, made on first use. */
   readonly #patches = new Map<string, Database.Statement>();
-  /** The request log's hot writes, grouped per event-loop turn (group-commit.ts). */
+  /** The request log's hot writes, grouped per event-loop turn (shared/store/group-commit.ts). */
   readonly #group: GroupCommit;
 
   static provision(dir: string): SupervisorStore {
@@ -128,7 +128,7 @@ export class SupervisorStore {
 
   private constructor(db: Database.Database) {
     this.db = db;
-    this.#group = new GroupCommit(db, GROUP_COMMIT_MAX_WRITES);
+    this.#group = new GroupCommit(db, GROUP_COMMIT_MAX_WRITES, 'supervisor');
     this.#putPin = db.prepare(
       `INSERT INTO pins (name, role, identity_id, public_key, key_epoch, pinned_at) VALUES (@name, @role, @identity_id, @public_key, @key_epoch, @pinned_at)
        ON CONFLICT (name) DO UPDATE SET identity_id = excluded.identity_id, public_key = excluded.public_key, key_epoch = excluded.key_epoch, pinned_at = excluded.pinned_at`,

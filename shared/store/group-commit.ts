@@ -1,15 +1,16 @@
-// Group commit for supervisor.db: writes asked for within one turn of the
-// event loop run in one IMMEDIATE transaction, each in its own savepoint (a
+// Group commit for a process's store (supervisor.db, the executor's ledger):
+// writes asked for within one turn of the event loop run in one IMMEDIATE
+// transaction, each in its own savepoint (a
 // refusal rolls back only its own write), and one fsync makes them all
 // durable (synchronous=FULL is unchanged). Nobody hears that a write is done
 // before the transaction holding it has committed: each promise settles after
 // the commit, and a crash cutpoint a write names fires after the commit and
 // before any promise settles — the same promise the kernel's commit-queue.ts
-// keeps for its decisions. A commit that fails (a full disk) rejects every
+// keeps for its decisions (kernel-proc/commit-queue.ts). A commit that fails (a full disk) rejects every
 // write of the batch: none of them is durable, and none was answered.
 import type Database from 'better-sqlite3';
-import { toCustodyError } from '../../shared/errors.js';
-import { crashPoint } from '../../shared/fault.js';
+import { toCustodyError } from '../errors.js';
+import { crashPoint } from '../fault.js';
 
 /** What a grouped write returns: its value, and the cutpoints to pass once it is durable. */
 export interface GroupedResult<T> {
@@ -26,12 +27,15 @@ interface Pending {
 export class GroupCommit {
   readonly #db: Database.Database;
   readonly #maxBatch: number;
+  /** The role crash cutpoints are armed under (CUSTODY_FAULT=<role>:<cutpoint>). */
+  readonly #role: string;
   #pending: Pending[] = [];
   #scheduled = false;
 
-  constructor(db: Database.Database, maxBatch: number) {
+  constructor(db: Database.Database, maxBatch: number, role: string) {
     this.#db = db;
     this.#maxBatch = maxBatch;
+    this.#role = role;
   }
 
   /** Run `write` in the next grouped transaction; resolves with its value once that transaction is durable. */
@@ -69,7 +73,7 @@ export class GroupCommit {
       for (const item of batch) item.reject(failure);
       return;
     }
-    for (const outcome of outcomes) if (outcome.ok) for (const cutpoint of outcome.result.cutpoints) crashPoint('supervisor', cutpoint);
+    for (const outcome of outcomes) if (outcome.ok) for (const cutpoint of outcome.result.cutpoints) crashPoint(this.#role, cutpoint);
     batch.forEach((item, index) => {
       const outcome = outcomes[index]!;
       if (outcome.ok) item.resolve(outcome.result.value);

@@ -1,4 +1,4 @@
-// supervisor.db's group commit (supervisor/store/group-commit.ts): the writes
+// Group commit of a store (shared/store/group-commit.ts): the writes
 // of one event-loop turn share one transaction; none is answered before that
 // transaction is durable; a write that fails undoes only itself; a commit that
 // fails answers nobody; and a kill after the commit (at a cutpoint) or before
@@ -9,11 +9,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
-import { GroupCommit } from '../../../supervisor/store/group-commit.js';
+import { GroupCommit } from '../../../shared/store/group-commit.js';
 import { distPath } from '../../helpers/children.js';
 import { codeOfAnswer } from '../../helpers/codes.js';
 
-describe('supervisor: group commit of supervisor.db', function () {
+describe('shared: group commit of a store', function () {
   this.timeout(30_000);
   let dir: string;
   let file: string;
@@ -42,7 +42,7 @@ describe('supervisor: group commit of supervisor.db', function () {
   };
 
   it('answers the first of 50 writes asked in one turn only when all 50 are committed together', async () => {
-    const group = new GroupCommit(db, 256);
+    const group = new GroupCommit(db, 256, 'supervisor');
     const insert = db.prepare('INSERT INTO writes (n) VALUES (?)');
     const seenAtFirstAnswer: number[][] = [];
     const all = Array.from({ length: 50 }, (_, i) => group.submit(() => ({ value: insert.run(i).changes, cutpoints: [] })));
@@ -53,7 +53,7 @@ describe('supervisor: group commit of supervisor.db', function () {
   });
 
   it('rolls back only the write that failed; the others of its batch commit and are answered', async () => {
-    const group = new GroupCommit(db, 256);
+    const group = new GroupCommit(db, 256, 'supervisor');
     const insert = db.prepare('INSERT INTO writes (n) VALUES (?)');
     const answers = await Promise.all([1, -1, 2].map((n) => codeOfAnswer(group.submit(() => ({ value: insert.run(n), cutpoints: [] })))));
     expect(answers[0]).to.equal('answered');
@@ -66,7 +66,7 @@ describe('supervisor: group commit of supervisor.db', function () {
     db.pragma('foreign_keys = ON');
     db.exec(`CREATE TABLE parent (id INTEGER PRIMARY KEY);
              CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);`);
-    const group = new GroupCommit(db, 256);
+    const group = new GroupCommit(db, 256, 'supervisor');
     const insert = db.prepare('INSERT INTO writes (n) VALUES (?)');
     const good = group.submit(() => ({ value: insert.run(7), cutpoints: [] }));
     // Checked only at COMMIT: the batch's commit fails, after every savepoint succeeded.
