@@ -1,5 +1,6 @@
 // Capabilities: kernel-signed grants, their revocation, and which grant a
-// reservation draws on. Budget use is derived from holds (store/holds-table.ts).
+// reservation draws on. Budget use is counted on the grant row by the hold
+// triggers (store/holds-table.ts, store/schema.ts version 2).
 import { randomBytes } from 'node:crypto';
 import { decodeArtifact, signArtifact } from '../shared/artifacts/artifact.js';
 import { CustodyError, type ErrorCode, toCustodyError } from '../shared/errors.js';
@@ -124,11 +125,40 @@ export function chooseGrant(kernel: Kernel, request: ReserveRequest, now: number
   };
 }
 
+interface VerifiedCapability {
+  readonly text: string;
+  readonly body: { readonly id: string; readonly tool: string; readonly subject: string; readonly max_invocations: number; readonly max_cost_units: number | null; readonly not_before: number; readonly expires_at: number };
+  readonly digest: string;
+}
+
+/**
+ * Capabilities whose signature verified, by capability id, with the exact
+ * text that verified. Reserve checks a grant on every call; the Ed25519
+ * verification is the costly part and its answer depends only on those
+ * bytes and this kernel's key, so a hit needs the same text (compared whole)
+ * and the row is still compared with the signed body every time. A miss only
+ * costs a verification, so the cache is simply emptied when it reaches
+ * VERIFIED_CACHE_ENTRIES (a size, not a behaviour).
+ */
+const verifiedCapabilities = new WeakMap<Kernel, Map<string, VerifiedCapability>>();
+const VERIFIED_CACHE_ENTRIES = 1024;
+
+function verifiedOf(kernel: Kernel, grant: GrantRow): VerifiedCapability {
+  let cache = verifiedCapabilities.get(kernel);
+  if (!cache) verifiedCapabilities.set(kernel, (cache = new Map<string, VerifiedCapability>()));
+  const hit = cache.get(grant.capability_id);
+  if (hit && hit.text === grant.capability) return hit;
+  const decoded = decodeArtifact('capability', grant.capability, { trustedSigners: [kernel.signer.publicKeyHex] });
+  const verified: VerifiedCapability = { text: grant.capability, body: decoded.body, digest: decoded.digest };
+  if (cache.size >= VERIFIED_CACHE_ENTRIES) cache.clear();
+  cache.set(grant.capability_id, verified);
+  return verified;
+}
+
 /** A grant is used only if its retained bytes still verify under this kernel's key and match its row. */
 function verifyCapability(kernel: Kernel, grant: GrantRow): GrantRefusal | null {
   try {
-    const decoded = decodeArtifact('capability', grant.capability, { trustedSigners: [kernel.signer.publicKeyHex] });
-    const body = decoded.body;
+    const { body, digest } = verifiedOf(kernel, grant);
     const same =
       body.id === grant.capability_id &&
       body.tool === grant.tool &&
@@ -137,7 +167,7 @@ function verifyCapability(kernel: Kernel, grant: GrantRow): GrantRefusal | null 
       body.max_cost_units === grant.max_cost_units &&
       body.not_before === grant.not_before &&
       body.expires_at === grant.expires_at &&
-      decoded.digest === grant.capability_digest;
+      digest === grant.capability_digest;
     if (!same) return { reason: 'capability_invalid', message: `grant ${grant.capability_id}: its row differs from its signed capability` };
     return null;
   } catch (error) {

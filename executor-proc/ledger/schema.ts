@@ -129,9 +129,32 @@ BEGIN SELECT RAISE(ABORT, 'the ledger head cannot be removed'); END;
 INSERT INTO head (id, seq) SELECT 1, (SELECT count(*) FROM claims) + (SELECT count(*) FROM reports);
 `;
 
+/**
+ * Version 3: the number of rows in claims (claims and refusals, the live
+ * ledger's capacity use), kept by triggers so a claim reads it in O(1)
+ * instead of counting up to claim_capacity rows. Archival deletes row by
+ * row, so each removal moves it by one; the guard refuses any other move.
+ */
+const LEDGER_V3 = `
+CREATE TABLE claims_count (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  n  INTEGER NOT NULL CHECK (typeof(n) = 'integer' AND n >= 0)
+);
+INSERT INTO claims_count (id, n) SELECT 1, count(*) FROM claims;
+CREATE TRIGGER claims_counted_insert AFTER INSERT ON claims
+BEGIN UPDATE claims_count SET n = n + 1 WHERE id = 1; END;
+CREATE TRIGGER claims_counted_delete AFTER DELETE ON claims
+BEGIN UPDATE claims_count SET n = n - 1 WHERE id = 1; END;
+CREATE TRIGGER claims_count_step BEFORE UPDATE ON claims_count WHEN NEW.id IS NOT 1 OR abs(NEW.n - OLD.n) IS NOT 1
+BEGIN SELECT RAISE(ABORT, 'claims_count moves only with a claim inserted or archived'); END;
+CREATE TRIGGER claims_count_kept BEFORE DELETE ON claims_count
+BEGIN SELECT RAISE(ABORT, 'claims_count cannot be removed'); END;
+`;
+
 export const LEDGER_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'config, clock, claims and refusals, reports, guards, claims_view', sql: LEDGER_V1 },
   { version: 2, description: 'head: a forward-only sequence over claims, refusals and reports', sql: LEDGER_V2 },
+  { version: 3, description: 'claims_count: the live ledger\'s size kept by triggers, read in O(1)', sql: LEDGER_V3 },
 ];
 
 /**

@@ -1,5 +1,7 @@
-// Budget holds. A grant's usage is derived from its holds (consumed ones are
-// used, reserved ones are held), never kept in a counter that could drift.
+// Budget holds. A grant's usage is what its holds say (consumed ones are
+// used, reserved ones are held); the store keeps it as counters on the grant
+// row, moved only by the hold triggers in the same statement as the hold
+// (schema.ts, version 2), so reading it is O(1) however long the history.
 // A hold leaves `reserved` at most once: the UPDATE names `reserved` and the
 // store's trigger refuses any other move (model P4, the H1 double release).
 import type Database from 'better-sqlite3';
@@ -45,12 +47,11 @@ export class HoldsTable {
     this.#settle = db.prepare(`
       UPDATE holds SET state = @to, cost_units_charged = @charged, settled_at = @now, settled_by = @receipt
       WHERE hold_id = @id AND state = 'reserved'`);
+    // A grant that does not exist has no usage: the zero row keeps callers total.
     this.#usage = db.prepare(`
-      SELECT coalesce(sum(CASE WHEN state = 'consumed' THEN invocations END), 0) AS invocations_used,
-             coalesce(sum(CASE WHEN state = 'reserved' THEN invocations END), 0) AS invocations_held,
-             coalesce(sum(CASE WHEN state = 'consumed' THEN cost_units_charged END), 0) AS cost_units_used,
-             coalesce(sum(CASE WHEN state = 'reserved' THEN cost_units_held END), 0) AS cost_units_held
-      FROM holds WHERE capability_id = ? AND state IN ('reserved', 'consumed')`);
+      SELECT coalesce(max(invocations_used), 0) AS invocations_used, coalesce(max(invocations_held), 0) AS invocations_held,
+             coalesce(max(cost_units_used), 0) AS cost_units_used, coalesce(max(cost_units_held), 0) AS cost_units_held
+      FROM grants WHERE capability_id = ?`);
     this.#byState = db.prepare('SELECT state, count(*) AS count FROM holds GROUP BY state');
   }
 

@@ -254,10 +254,97 @@ BEGIN
 END;
 `;
 
+/**
+ * Version 4: a grant's usage as four counters on its row, so reserve reads
+ * them in O(1) instead of summing every hold the grant ever had. Only the
+ * hold triggers move them, in the statement (so the transaction) that moves
+ * the hold; each move names the hold and the state it entered (usage_hold,
+ * usage_state), and the guard refuses any counter change that is not exactly
+ * that hold's move — a hand edit in the sqlite3 shell included. grants_view
+ * shows the counters beside the sums of the holds, and usage_agrees. It
+ * also drops receipts_by_request, which no query needed.
+ */
+const V4 = `
+ALTER TABLE grants ADD COLUMN invocations_held INTEGER NOT NULL DEFAULT 0 CHECK (invocations_held >= 0);
+ALTER TABLE grants ADD COLUMN invocations_used INTEGER NOT NULL DEFAULT 0 CHECK (invocations_used >= 0);
+ALTER TABLE grants ADD COLUMN cost_units_held INTEGER NOT NULL DEFAULT 0 CHECK (cost_units_held >= 0);
+ALTER TABLE grants ADD COLUMN cost_units_used INTEGER NOT NULL DEFAULT 0 CHECK (cost_units_used >= 0);
+ALTER TABLE grants ADD COLUMN usage_hold TEXT;   -- the hold whose move last changed the counters
+ALTER TABLE grants ADD COLUMN usage_state TEXT;  -- the state that hold entered
+
+UPDATE grants SET (invocations_held, invocations_used, cost_units_held, cost_units_used) = (
+  SELECT coalesce(sum(CASE WHEN h.state = 'reserved' THEN h.invocations END), 0),
+         coalesce(sum(CASE WHEN h.state = 'consumed' THEN h.invocations END), 0),
+         coalesce(sum(CASE WHEN h.state = 'reserved' THEN h.cost_units_held END), 0),
+         coalesce(sum(CASE WHEN h.state = 'consumed' THEN h.cost_units_charged END), 0)
+  FROM holds h WHERE h.capability_id = grants.capability_id);
+
+-- Receipts are found by (operation_id, …): the UNIQUE (operation_id, seq) index already
+-- narrows to an operation's few receipts, so this second index only cost bytes per receipt.
+DROP INDEX receipts_by_request;
+
+CREATE TRIGGER holds_initial_state BEFORE INSERT ON holds WHEN NEW.state IS NOT 'reserved'
+BEGIN SELECT RAISE(ABORT, 'illegal_transition: holds: a hold starts as reserved'); END;
+
+CREATE TRIGGER holds_charge_fixed BEFORE UPDATE OF cost_units_charged ON holds
+WHEN OLD.state IS NOT 'reserved' AND NEW.cost_units_charged IS NOT OLD.cost_units_charged
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: holds: the charge of a disposed hold never changes'); END;
+
+CREATE TRIGGER holds_count_placed AFTER INSERT ON holds
+BEGIN
+  UPDATE grants SET invocations_held = invocations_held + NEW.invocations,
+                    cost_units_held = cost_units_held + NEW.cost_units_held,
+                    usage_hold = NEW.hold_id, usage_state = NEW.state
+  WHERE capability_id = NEW.capability_id;
+END;
+
+CREATE TRIGGER holds_count_disposed AFTER UPDATE OF state ON holds
+WHEN OLD.state = 'reserved' AND NEW.state IS NOT 'reserved'
+BEGIN
+  UPDATE grants SET invocations_held = invocations_held - OLD.invocations,
+                    cost_units_held = cost_units_held - OLD.cost_units_held,
+                    invocations_used = invocations_used + CASE WHEN NEW.state = 'consumed' THEN NEW.invocations ELSE 0 END,
+                    cost_units_used = cost_units_used + CASE WHEN NEW.state = 'consumed' THEN NEW.cost_units_charged ELSE 0 END,
+                    usage_hold = NEW.hold_id, usage_state = NEW.state
+  WHERE capability_id = NEW.capability_id;
+END;
+
+CREATE TRIGGER grants_usage_guard
+BEFORE UPDATE OF invocations_held, invocations_used, cost_units_held, cost_units_used, usage_hold, usage_state ON grants
+WHEN NOT ((NEW.usage_hold IS NOT OLD.usage_hold OR NEW.usage_state IS NOT OLD.usage_state) AND EXISTS (
+  SELECT 1 FROM holds h
+  WHERE h.hold_id = NEW.usage_hold AND h.capability_id = NEW.capability_id AND h.state = NEW.usage_state
+    AND NEW.invocations_held - OLD.invocations_held = CASE WHEN h.state = 'reserved' THEN h.invocations ELSE -h.invocations END
+    AND NEW.cost_units_held - OLD.cost_units_held = CASE WHEN h.state = 'reserved' THEN h.cost_units_held ELSE -h.cost_units_held END
+    AND NEW.invocations_used - OLD.invocations_used = CASE WHEN h.state = 'consumed' THEN h.invocations ELSE 0 END
+    AND NEW.cost_units_used - OLD.cost_units_used = CASE WHEN h.state = 'consumed' THEN h.cost_units_charged ELSE 0 END))
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: grants: usage counters move only with a hold, by exactly that hold');
+END;
+
+DROP VIEW grants_view;
+CREATE VIEW grants_view AS
+SELECT g.capability_id, g.tool, g.subject, g.max_invocations, g.max_cost_units,
+       g.invocations_used, g.invocations_held, g.cost_units_used, g.cost_units_held,
+       coalesce(s.invocations_used, 0) AS holds_invocations_used, coalesce(s.invocations_held, 0) AS holds_invocations_held,
+       coalesce(s.cost_units_used, 0) AS holds_cost_units_used, coalesce(s.cost_units_held, 0) AS holds_cost_units_held,
+       (g.invocations_used = coalesce(s.invocations_used, 0) AND g.invocations_held = coalesce(s.invocations_held, 0)
+        AND g.cost_units_used = coalesce(s.cost_units_used, 0) AND g.cost_units_held = coalesce(s.cost_units_held, 0)) AS usage_agrees,
+       ${iso('g.not_before')} AS valid_from, ${iso('g.expires_at')} AS expires, ${iso('g.revoked_at')} AS revoked
+FROM grants g LEFT JOIN (
+  SELECT h.capability_id,
+         sum(CASE WHEN h.state = 'consumed' THEN h.invocations ELSE 0 END) AS invocations_used,
+         sum(CASE WHEN h.state = 'reserved' THEN h.invocations ELSE 0 END) AS invocations_held,
+         sum(CASE WHEN h.state = 'consumed' THEN h.cost_units_charged ELSE 0 END) AS cost_units_used,
+         sum(CASE WHEN h.state = 'reserved' THEN h.cost_units_held ELSE 0 END) AS cost_units_held
+  FROM holds h GROUP BY h.capability_id) s ON s.capability_id = g.capability_id;
+`;
+
 export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'identity, grants, executor pins, operations, holds, nonces, receipts, views', sql: V1 },
   { version: 2, description: 'head: a forward-only count of committed write batches', sql: V2 },
   { version: 3, description: 'executor pools: a reserved operation may be started on another executor of its tool', sql: V3 },
+  { version: 4, description: 'grant usage counters kept by the hold triggers; grants_view shows counters and hold sums', sql: V4 },
 ];
 
 export const KERNEL_DB_FILE = 'kernel.db';

@@ -15,18 +15,23 @@ import { createLogger } from '../../shared/log.js';
 import { parseConfig } from '../../supervisor/config/load.js';
 import { initState } from '../../supervisor/init.js';
 import { statePaths } from '../../supervisor/paths.js';
+import { cpuBetween, rssByRole, sampleTree, storeBytes } from './procfs.js';
+import { seedHistory } from './seed.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const CLI = path.resolve(HERE, '..', '..', 'supervisor', 'cli', 'main.js');
 
-export function measureSqliteCommits(ms: number): number {
+/** Durable commits of `rows` rows each (WAL, synchronous=FULL): transactions and rows per second. */
+export function measureSqliteCommits(ms: number, rows = 1): { rows_per_tx: number; tx_per_s: number; rows_per_s: number } {
   const dir = mkdtempSync(path.join(tmpdir(), 'custody-bench-sqlite-'));
   const db = new Database(path.join(dir, 'bench.db'));
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
   db.exec('CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)');
   const insert = db.prepare('INSERT INTO t (payload) VALUES (?)');
-  const commit = db.transaction((payload: string) => insert.run(payload));
+  const commit = db.transaction((payload: string) => {
+    for (let i = 0; i < rows; i++) insert.run(payload);
+  });
   const payload = 'x'.repeat(200);
   let count = 0;
   const started = performance.now();
@@ -37,7 +42,7 @@ export function measureSqliteCommits(ms: number): number {
   const seconds = (performance.now() - started) / 1000;
   db.close();
   rmSync(dir, { recursive: true, force: true });
-  return count / seconds;
+  return { rows_per_tx: rows, tx_per_s: count / seconds, rows_per_s: (count * rows) / seconds };
 }
 
 export function percentile(sorted: readonly number[], p: number): number {
@@ -87,10 +92,17 @@ async function invokeOnce(service: Running): Promise<{ ms: number; startedAt: nu
   return { ms: performance.now() - started, startedAt: started, outcome: answer.body.outcome };
 }
 
+async function childrenOf(service: Running): Promise<Array<{ role: string; name: string; pid: number | null }>> {
+  const status = await call(service, 'GET', '/v1/status');
+  return status.body.children as Array<{ role: string; name: string; pid: number | null }>;
+}
+
 async function runLoad(service: Running, total: number, concurrency: number) {
   const latencies: number[] = [];
   let failures = 0;
   let next = 0;
+  const children = await childrenOf(service);
+  const before = sampleTree(service.process.pid!, children);
   const started = performance.now();
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
@@ -103,7 +115,11 @@ async function runLoad(service: Running, total: number, concurrency: number) {
     }),
   );
   const seconds = (performance.now() - started) / 1000;
+  const after = sampleTree(service.process.pid!, children);
   latencies.sort((a, b) => a - b);
+  const cpu = cpuBetween(before, after);
+  const completed = Math.max(1, latencies.length);
+  const cpuPerOp = Object.fromEntries(Object.entries(cpu).map(([role, ms]) => [role, ms / completed]));
   return {
     concurrency,
     operations: total,
@@ -112,8 +128,14 @@ async function runLoad(service: Running, total: number, concurrency: number) {
     p50_ms: percentile(latencies, 50),
     p95_ms: percentile(latencies, 95),
     p99_ms: percentile(latencies, 99),
+    /** CPU ms per completed operation, by process (from /proc utime+stime, 10 ms ticks). */
+    cpu_ms_per_op: cpuPerOp,
+    cpu_ms_per_op_total: Object.values(cpuPerOp).reduce((a, b) => a + b, 0),
+    rss_bytes: rssByRole(after),
   };
 }
+
+export type LoadResult = Awaited<ReturnType<typeof runLoad>>;
 
 /**
  * kill -9 the executor while operations stream; time until the first
@@ -182,24 +204,52 @@ export async function measureSupervisorKillToServing(root: string): Promise<{ be
   return { best_ms: Math.min(...trials), trials_ms: trials };
 }
 
-export async function measureEndToEnd(scale = 1) {
+async function stopService(service: Running): Promise<void> {
+  service.process.kill('SIGTERM');
+  await new Promise((resolve) => service.process.once('exit', resolve));
+}
+
+const sum = (sizes: Record<string, number>) => Object.values(sizes).reduce((a, b) => a + b, 0);
+
+/**
+ * Every end-to-end figure in one run on one state: cold start, supervisor
+ * kill-to-serving, governed load at 1, 16 and 64 in flight (latency, CPU per
+ * process, RSS), store bytes per operation (the stores measured with the
+ * service stopped, so WAL files are checkpointed), then `history` operations
+ * seeded on the same grant (seed.ts) and the 16-in-flight load again, and
+ * last the executor kill-to-next-completed.
+ */
+export async function measureEndToEnd(scale = 1, history = 100_000) {
   const dir = mkdtempSync(path.join(tmpdir(), 'custody-bench-e2e-'));
   const root = path.join(dir, 'state');
   const config = parseConfig({ port: 0, timing: { reconcile_backoff_initial_ms: 50, reconcile_backoff_max_ms: 500, recovery_sweep_ms: 1000 } });
   await initState(root, { config, log: createLogger({}, { level: 'error' }), onChildStderr: () => undefined });
   const coldStartMs = await measureColdStart(root);
   const supervisorRestart = await measureSupervisorKillToServing(root);
-  const service = await startService(root);
+  let service = await startService(root);
   try {
-    await call(service, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 1_000_000, ttl_ms: 3_600_000 });
+    const grant = await call(service, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
+    const capabilityId = String(grant.body.capability_id);
     await runLoad(service, 20, 1);
+    await stopService(service);
+    const bytesBefore = storeBytes(root);
+    service = await startService(root);
     const sequential = await runLoad(service, Math.round(300 * scale), 1);
     const concurrent = await runLoad(service, Math.round(1000 * scale), 16);
+    const wide = await runLoad(service, Math.round(1500 * scale), 64);
+    const measured = sequential.operations + concurrent.operations + wide.operations;
+    await stopService(service);
+    const bytesAfter = storeBytes(root);
+    const perStore = Object.fromEntries(Object.keys(bytesAfter).map((file) => [file, ((bytesAfter[file] ?? 0) - (bytesBefore[file] ?? 0)) / measured]));
+    const storage = { operations: measured, bytes_per_op: (sum(bytesAfter) - sum(bytesBefore)) / measured, bytes_per_op_by_store: perStore, bytes_after: bytesAfter };
+    const seeded = seedHistory(statePaths(root).kernelDir, capabilityId, history);
+    service = await startService(root);
+    await runLoad(service, 50, 16);
+    const longHistory = { seeded_operations: history, seed_seconds: seeded.seconds, ...(await runLoad(service, Math.round(1000 * scale), 16)) };
     const recovery = await measureKillToRecovered(service);
-    return { cold_start_ms: coldStartMs, supervisor_kill_to_serving: supervisorRestart, sequential, concurrent, recovery };
+    return { cold_start_ms: coldStartMs, supervisor_kill_to_serving: supervisorRestart, sequential, concurrent, wide, storage, long_history: longHistory, recovery };
   } finally {
-    service.process.kill('SIGTERM');
-    await new Promise((resolve) => service.process.once('exit', resolve));
+    if (service.process.exitCode === null && service.process.signalCode === null) await stopService(service);
     rmSync(dir, { recursive: true, force: true });
   }
 }

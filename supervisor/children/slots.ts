@@ -3,6 +3,7 @@
 // a request refused for lack of room was never sent, so nothing about it is
 // in doubt (an operation must never be reconciled to "never claimed" just
 // because the supervisor itself had too much in flight).
+import { whenAborted } from '../../shared/abort-waiters.js';
 import { CustodyError } from '../../shared/errors.js';
 
 export class Slots {
@@ -32,19 +33,21 @@ export class Slots {
     };
     if (this.#used < this.#capacity) return Promise.resolve(grant());
     return new Promise((resolve, reject) => {
-      const onAbort = () => {
-        this.#waiting = this.#waiting.filter((w) => w !== wake);
-        reject(new CustodyError('shutting_down', 'stopped while waiting for room on the executor'));
-      };
-      const wake = () => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve(grant());
-      };
       if (signal?.aborted) {
-        onAbort();
+        reject(new CustodyError('shutting_down', 'stopped while waiting for room on the executor'));
         return;
       }
-      signal?.addEventListener('abort', onAbort, { once: true });
+      // One listener on the signal however many wait (shared/abort-waiters.ts).
+      const leave = signal
+        ? whenAborted(signal, () => {
+            this.#waiting = this.#waiting.filter((w) => w !== wake);
+            reject(new CustodyError('shutting_down', 'stopped while waiting for room on the executor'));
+          })
+        : () => undefined;
+      const wake = () => {
+        leave();
+        resolve(grant());
+      };
       this.#waiting.push(wake);
     });
   }

@@ -1,6 +1,7 @@
 // Retrying with exponential backoff until a step succeeds or a stop is asked
 // for. Reconciliation uses it without a count limit: it ends only with a
 // signed report (DESIGN §7; the model's H4 traces show what giving up leaves).
+import { whenAborted } from '../../shared/abort-waiters.js';
 import { CustodyError } from '../../shared/errors.js';
 
 export interface BackoffOptions {
@@ -38,15 +39,17 @@ export class Backoff {
         reject(new CustodyError('shutting_down', 'stopped while waiting to retry'));
         return;
       }
+      // One listener on the signal however many operations wait (shared/abort-waiters.ts).
+      const leave = signal
+        ? whenAborted(signal, () => {
+            clearTimeout(timer);
+            reject(new CustodyError('shutting_down', 'stopped while waiting to retry'));
+          })
+        : () => undefined;
       const timer = setTimeout(() => {
-        signal?.removeEventListener('abort', onAbort);
+        leave();
         resolve();
       }, delay);
-      const onAbort = () => {
-        clearTimeout(timer);
-        reject(new CustodyError('shutting_down', 'stopped while waiting to retry'));
-      };
-      signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
 }

@@ -42,7 +42,7 @@ export class OperationDriver {
   }
 
   /** Log a client request (or find the same one again) and carry it to its goal. */
-  submit(request: SubmitRequest): Promise<RequestRow> {
+  async submit(request: SubmitRequest): Promise<RequestRow> {
     const digest = parametersDigest(request.arguments);
     const binding = requestBindingHash({
       request_id: request.request_id,
@@ -52,7 +52,8 @@ export class OperationDriver {
       capability_id: null,
       cost_units: request.cost_units,
     });
-    const row = this.#ctx.store.logRequest({
+    // Durable before the kernel hears of it (a grouped commit, shared/store/group-commit.ts).
+    const row = await this.#ctx.store.logRequestGrouped({
       request_id: request.request_id,
       operation_id: operationIdFor(request.request_id),
       kind: request.kind,
@@ -63,7 +64,7 @@ export class OperationDriver {
       binding_hash: binding,
     });
     if (row.binding_hash !== binding || row.kind !== request.kind) {
-      return Promise.reject(new CustodyError('request_conflict', `request id ${request.request_id} was already used for a different ${row.kind} request; choose another id (or leave it out and one is picked), or see the first with custody trace ${request.request_id}`));
+      throw new CustodyError('request_conflict', `request id ${request.request_id} was already used for a different ${row.kind} request; choose another id (or leave it out and one is picked), or see the first with custody trace ${request.request_id}`);
     }
     return this.drive(row.request_id, request.kind);
   }
@@ -123,7 +124,7 @@ export class OperationDriver {
           if (effective === 'authorize' || effective === 'authorize-resume') return row;
           if (effective === 'report') return this.#notYet(row, effective);
           if (effective === 'reconcile') {
-            row = ctx.store.movePhase(row.request_id, 'reconciling');
+            row = await ctx.store.movePhaseGrouped(row.request_id, 'reconciling');
             break;
           }
           if (executed) return row;
@@ -135,7 +136,7 @@ export class OperationDriver {
           // Only a supervisor that died mid-execute leaves this phase behind.
           if (effective === 'authorize' || effective === 'report') return this.#notYet(row, effective);
           if (effective === 'reconcile' || effective === 'authorize-resume') {
-            row = ctx.store.movePhase(row.request_id, 'reconciling');
+            row = await ctx.store.movePhaseGrouped(row.request_id, 'reconciling');
             break;
           }
           // Ask again: a retained report is replayed, a claim without one is

@@ -72,7 +72,7 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
     let session: ChildSession | null = null;
     try {
       session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
-      row = ctx.store.startAttempt(row.request_id);
+      row = await ctx.store.startAttemptGrouped(row.request_id);
       frameId = `exec-${row.operation_id.slice(0, 16)}-${row.attempts}`;
       sentAt = performance.now();
       const result = await executor.send(
@@ -81,7 +81,7 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
         { authorization, expected: expectedOf(row), arguments: JSON.parse(row.arguments) as JsonObject, drop_reply: options.dropReply },
         { id: frameId, timeoutMs: deadline, requestId: row.request_id },
       );
-      return ctx.store.movePhase(row.request_id, 'reported', { report: result.report });
+      return await ctx.store.movePhaseGrouped(row.request_id, 'reported', { report: result.report });
     } catch (error) {
       const failure = toCustodyError(error);
       // Parked while waiting (it crashed a child before): it stays where it is.
@@ -91,7 +91,7 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
       if (!frameId || NOT_ACTED_UPON.has(failure.code)) {
         // Not sent, or refused before the executor did anything: ask again.
         if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
-        if (nowMs() >= windowOf(authorization).expires_at) return ctx.store.movePhase(row.request_id, 'reconciling', { reason: 'window passed before execute' });
+        if (nowMs() >= windowOf(authorization).expires_at) return await ctx.store.movePhaseGrouped(row.request_id, 'reconciling', { reason: 'window passed before execute' });
         ctx.log.info('execute_not_sent', { request_id: row.request_id, code: failure.code });
         await (failure.code === 'window_not_open' ? untilWindowOpens(authorization) : backoff.wait());
         continue;
@@ -131,7 +131,7 @@ async function afterExecuteFailure(ctx: OperationContext, executor: ChildHandle,
     }
   }
   ctx.log.info('execute_unanswered', { request_id: row.request_id, code: f.failure.code });
-  return ctx.store.movePhase(row.request_id, 'reconciling', { reason: f.failure.code });
+  return ctx.store.movePhaseGrouped(row.request_id, 'reconciling', { reason: f.failure.code });
 }
 
 function windowOf(authorization: string): { not_before: number; expires_at: number } {
@@ -186,7 +186,7 @@ export async function reconcileStep(ctx: OperationContext, row: RequestRow): Pro
   if (!authorization) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no authorization to reconcile`);
   const executor = usableExecutor(ctx, row);
   const report = await reconcileOperation(ctx, executor, { requestId: row.request_id, operationId: row.operation_id, tool: row.tool, authorization, expected: expectedOf(row) });
-  return ctx.store.movePhase(row.request_id, 'reported', { report });
+  return ctx.store.movePhaseGrouped(row.request_id, 'reported', { report });
 }
 
 /**

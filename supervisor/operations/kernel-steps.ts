@@ -23,7 +23,7 @@ export async function reserveStep(ctx: OperationContext, row: RequestRow): Promi
   }, row.request_id);
   if (result.verdict === 'allow' && result.nonce && result.expected) {
     checkExpectation(ctx, row, result.expected);
-    return ctx.store.movePhase(row.request_id, 'reserved', {
+    return ctx.store.movePhaseGrouped(row.request_id, 'reserved', {
       nonce_id: result.nonce.id,
       expected: JSON.stringify(result.expected),
       receipt: result.receipt ?? undefined,
@@ -54,7 +54,7 @@ export async function settleStep(ctx: OperationContext, row: RequestRow): Promis
   const result = await askKernel(ctx, 'reconcile', { authorization: row.authorization, report: row.report }, row.request_id);
   // The kernel settled it; this supervisor has not recorded that yet.
   crashPoint('supervisor', 'after_report_forwarded');
-  return ctx.store.movePhase(row.request_id, 'settled', {
+  return ctx.store.movePhaseGrouped(row.request_id, 'settled', {
     outcome: result.state,
     reason: result.reason,
     receipt: result.receipt ?? undefined,
@@ -67,12 +67,12 @@ export async function settleStep(ctx: OperationContext, row: RequestRow): Promis
  * request the client made: the authorization cannot choose its own
  * expectation (DESIGN §6.2), so the supervisor derives it from its own log.
  */
-function adoptAuthorization(ctx: OperationContext, row: RequestRow, authorization: string): RequestRow {
+function adoptAuthorization(ctx: OperationContext, row: RequestRow, authorization: string): Promise<RequestRow> {
   const body = authorizationBody.parse(readEnvelope(authorization).envelope.body);
   checkExpectation(ctx, row, body.invocation);
   // A retried start gets the first authorization: the operation is bound to the executor it names.
   ctx.pool?.track(row.request_id, body.executor.id);
-  return ctx.store.movePhase(row.request_id, 'authorized', {
+  return ctx.store.movePhaseGrouped(row.request_id, 'authorized', {
     authorization,
     expected: JSON.stringify(body.invocation),
     executor: body.executor.id,
@@ -99,8 +99,8 @@ function checkExpectation(ctx: OperationContext, row: RequestRow, invocation: In
  * behind the kernel) is picked up from the kernel's own record of it.
  */
 async function afterKernelState(ctx: OperationContext, row: RequestRow, state: OperationState, receipt: string | null, reason: string): Promise<RequestRow> {
-  if (REFUSED_STATES.has(state)) return ctx.store.movePhase(row.request_id, 'refused', { outcome: state, reason, receipt: receipt ?? undefined });
-  if (SETTLED_STATES.has(state)) return ctx.store.movePhase(row.request_id, 'settled', { outcome: state, reason, receipt: receipt ?? undefined });
+  if (REFUSED_STATES.has(state)) return ctx.store.movePhaseGrouped(row.request_id, 'refused', { outcome: state, reason, receipt: receipt ?? undefined });
+  if (SETTLED_STATES.has(state)) return ctx.store.movePhaseGrouped(row.request_id, 'settled', { outcome: state, reason, receipt: receipt ?? undefined });
   const { operation } = await askKernel(ctx, 'operation.get', { operation_id: row.operation_id, request_id: null }, row.request_id);
   if (operation?.authorization) return adoptAuthorization(ctx, row, operation.authorization);
   throw new CustodyError('outcome_unknown', `the kernel holds ${row.request_id} as ${state} (${reason}) with no authorization to carry on with; see custody trace ${row.request_id}`);

@@ -4,6 +4,7 @@ import { nowMs } from '../../shared/clock.js';
 import { CustodyError, isStorageFull, toCustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
 import { openStore, provisionStore, type StoreSpec } from '../../shared/store/sqlite-store.js';
+import { type BatchRider, GroupCommit } from '../../shared/store/group-commit.js';
 import { type RequestPhase, REQUEST_MACHINE, releasePhaseOf } from '../operations/phases.js';
 import { SUPERVISOR_MIGRATIONS } from './schema.js';
 
@@ -63,6 +64,8 @@ export interface RequestRow {
   readonly updated_at: number;
 }
 
+export type NewRequest = Pick<RequestRow, 'request_id' | 'operation_id' | 'kind' | 'tool' | 'subject' | 'arguments' | 'cost_units' | 'binding_hash'>;
+
 export type RequestPatch = Partial<
   Pick<RequestRow, 'nonce_id' | 'expected' | 'executor' | 'authorization' | 'report' | 'receipt' | 'output' | 'outcome' | 'reason'>
 >;
@@ -90,6 +93,12 @@ export function quarantinedError(row: Pick<RequestRow, 'request_id' | 'reason'>)
 export function supervisorStoreSpec(dir: string): StoreSpec {
   return { label: 'supervisor', dir, file: 'supervisor.db', migrations: SUPERVISOR_MIGRATIONS };
 }
+
+/**
+ * Writes per grouped transaction. A size, not a behaviour: more waiting
+ * writes simply take the next transaction in the same turn.
+ */
+const GROUP_COMMIT_MAX_WRITES = 256;
 
 export class SupervisorStore {
   readonly db: Database.Database;
@@ -123,6 +132,8 @@ export class SupervisorStore {
   observer: StoreObserver | null = null;
   /** One prepared UPDATE per set of patched columns, made on first use. */
   readonly #patches = new Map<string, Database.Statement>();
+  /** The request log's hot writes, grouped per event-loop turn (shared/store/group-commit.ts). */
+  readonly #group: GroupCommit;
 
   static provision(dir: string): SupervisorStore {
     return new SupervisorStore(provisionStore(supervisorStoreSpec(dir)));
@@ -134,6 +145,7 @@ export class SupervisorStore {
 
   private constructor(db: Database.Database) {
     this.db = db;
+    this.#group = new GroupCommit(db, GROUP_COMMIT_MAX_WRITES, 'supervisor', () => this.#headsRider());
     this.#putPin = db.prepare(
       `INSERT INTO pins (name, role, identity_id, public_key, key_epoch, pinned_at) VALUES (@name, @role, @identity_id, @public_key, @key_epoch, @pinned_at)
        ON CONFLICT (name) DO UPDATE SET identity_id = excluded.identity_id, public_key = excluded.public_key, key_epoch = excluded.key_epoch, pinned_at = excluded.pinned_at`,
@@ -296,6 +308,23 @@ export class SupervisorStore {
     for (const [name, head] of heads) this.#raiseWitness.run({ name, head, now });
   }
 
+  /** The pending witness heads ride with a grouped batch: written in its transaction, answered once it commits. */
+  #headsRider(): BatchRider {
+    const { heads, waiters } = this.#takePending();
+    return {
+      write: () => this.#writeHeads(heads),
+      settled: (committed) => {
+        if (committed) {
+          for (const waiter of waiters) waiter.resolve();
+          return;
+        }
+        for (const [name, head] of heads) this.#pendingHeads.set(name, Math.max(head, this.#pendingHeads.get(name) ?? 0));
+        this.#pendingWaiters.push(...waiters);
+        this.#scheduleFlush();
+      },
+    };
+  }
+
   /** Run a write in one IMMEDIATE transaction that also carries the pending witness heads (inside another transaction: that one carries them). */
   #withPendingHeads<T>(work: () => T): T {
     if (this.db.inTransaction || this.#pendingHeads.size === 0) {
@@ -325,12 +354,48 @@ export class SupervisorStore {
   // --------------------------------------------------------------- requests
 
   /** Log a request before the first kernel call; an existing row with the same id is returned as it is. */
-  logRequest(row: Pick<RequestRow, 'request_id' | 'operation_id' | 'kind' | 'tool' | 'subject' | 'arguments' | 'cost_units' | 'binding_hash'>): RequestRow {
-    const inserted = this.#insertRequest.run({ ...row, now: nowMs() }).changes === 1;
+  logRequest(row: NewRequest): RequestRow {
+    const { stored, inserted } = this.#insertRequestRow(row);
     if (inserted) crashPoint('supervisor', 'after_request_logged');
+    return stored;
+  }
+
+  #insertRequestRow(row: NewRequest): { stored: RequestRow; inserted: boolean } {
+    const inserted = this.#insertRequest.run({ ...row, now: nowMs() }).changes === 1;
     const stored = this.#getRequest.get(row.request_id);
     if (!stored) throw new CustodyError('internal', `request ${row.request_id} was not logged`);
-    return stored;
+    return { stored, inserted };
+  }
+
+  // The hot path's writes, grouped: each resolves once the transaction that
+  // holds it is durable, so a request is never sent to the kernel before its
+  // row is, nor an answer given before the phase it reports. Per request:
+  // its log row (before the kernel sees it), reserved (the nonce the start
+  // needs), authorized (the authorization the executor runs), executing
+  // (the attempt count crash accounting and recovery read), reported (the
+  // report, kept until the kernel settles it) and settled/refused (the
+  // answer). Each is one savepoint of a shared transaction, not an fsync.
+
+  /** logRequest in the next grouped transaction. */
+  logRequestGrouped(row: NewRequest): Promise<RequestRow> {
+    return this.#group.submit(() => {
+      const { stored, inserted } = this.#insertRequestRow(row);
+      return { value: stored, cutpoints: inserted ? ['after_request_logged'] : [] };
+    });
+  }
+
+  /** movePhase in the next grouped transaction; its cutpoint passes once that transaction is durable. */
+  movePhaseGrouped(requestId: string, to: RequestPhase, patch: RequestPatch = {}): Promise<RequestRow> {
+    return this.#group.submit(() => {
+      const before = this.#getRequest.get(requestId)?.phase;
+      const row = this.movePhase(requestId, to, patch);
+      return { value: row, cutpoints: before !== undefined && before !== to ? [`after_phase_${to}`] : [] };
+    });
+  }
+
+  /** startAttempt in the next grouped transaction. */
+  startAttemptGrouped(requestId: string): Promise<RequestRow> {
+    return this.#group.submit(() => ({ value: this.#startAttemptRow(requestId), cutpoints: ['after_attempt_started'] }));
   }
 
   getRequest(requestId: string): RequestRow | undefined {
@@ -441,12 +506,14 @@ export class SupervisorStore {
 
   /** Move to `executing` and count the attempt, in one transaction: the row returned carries the new count. */
   startAttempt(requestId: string): RequestRow {
-    const started = this.#withPendingHeads(() => {
-      this.movePhase(requestId, 'executing');
-      this.#bumpAttempts.run(nowMs(), requestId);
-      return this.#getRequest.get(requestId)!;
-    });
+    const started = this.#withPendingHeads(() => this.#startAttemptRow(requestId));
     crashPoint('supervisor', 'after_attempt_started');
     return started;
+  }
+
+  #startAttemptRow(requestId: string): RequestRow {
+    this.movePhase(requestId, 'executing');
+    this.#bumpAttempts.run(nowMs(), requestId);
+    return this.#getRequest.get(requestId)!;
   }
 }
