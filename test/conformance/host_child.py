@@ -237,11 +237,11 @@ class Session:
         check(frame is not None, 'the child sends a first frame')
         check(frame['kind'] == 'hello' and frame['id'] == 'hello' and frame['seq'] == 0, 'the first frame is the hello')
         body = frame['body']
-        check(list(body) == ['role', 'id', 'public_key', 'key_epoch', 'signature'], 'the hello body has its members')
+        check(list(body) == ['role', 'id', 'public_key', 'key_epoch', 'head', 'signature'], 'the hello body has its members')
         check(body['role'] == self.role, 'the hello claims the session role')
         signed = jcs({
             'custody': 'custody.hello.v1', 'sid': self.sid.hex(), 'challenge': self.challenge.hex(),
-            'role': body['role'], 'id': body['id'], 'key_epoch': body['key_epoch'],
+            'role': body['role'], 'id': body['id'], 'key_epoch': body['key_epoch'], 'head': body['head'],
         })
         check(ed25519_verify(bytes.fromhex(body['public_key']), signed, bytes.fromhex(body['signature'])), 'the hello signature verifies (Ed25519)')
         identity = {'id': body['id'], 'public_key': body['public_key'], 'key_epoch': body['key_epoch']}
@@ -252,6 +252,10 @@ class Session:
     def request(self, kind, frame_id, body):
         self.send(kind, frame_id, body)
         frame = self.receive()
+        # Head frames (§5) may come unasked before the answer: the store's head advanced.
+        while frame is not None and frame['kind'] == 'head':
+            check(list(frame['body']) == ['head'], 'a head frame carries only the head')
+            frame = self.receive()
         check(frame is not None, f'{kind} is answered')
         check(frame['id'] == frame_id, 'the answer carries the request id')
         return frame
@@ -303,7 +307,7 @@ def replay_chain(role, chain):
     hello = opened(chain['hello_line'], to_supervisor, role)
     body = hello['body']
     signed = jcs({'custody': 'custody.hello.v1', 'sid': preamble['sid'], 'challenge': preamble['challenge'],
-                  'role': role, 'id': body['id'], 'key_epoch': body['key_epoch']})
+                  'role': role, 'id': body['id'], 'key_epoch': body['key_epoch'], 'head': body['head']})
     check(signed.decode() == chain['hello_signed_message'], f'{role} chain: the signed hello text')
     check(body['role'] == role and body['id'] == preamble['name'], f'{role} chain: the hello id is the preamble name')
     check(ed25519_verify(bytes.fromhex(body['public_key']), signed, bytes.fromhex(body['signature'])), f'{role} chain: hello signature')

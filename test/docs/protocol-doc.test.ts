@@ -52,9 +52,9 @@ describe('docs/PROTOCOL.md', () => {
       };
       const hello = open(chain.hello_line, toSupervisor);
       expect([hello.sid, hello.seq, hello.from, hello.kind, hello.id]).to.deep.equal([preamble.sid, 0, role, 'hello', 'hello']);
-      const body = hello.body as { role: string; id: string; public_key: string; key_epoch: number; signature: string };
+      const body = hello.body as { role: string; id: string; public_key: string; key_epoch: number; head: number; signature: string };
       expect([body.role, body.id, body.public_key]).to.deep.equal([role, preamble.name, vectors.identities[role].public_key]);
-      const signed = canonical({ custody: 'custody.hello.v1', sid: preamble.sid, challenge: preamble.challenge, role, id: body.id, key_epoch: body.key_epoch });
+      const signed = canonical({ custody: 'custody.hello.v1', sid: preamble.sid, challenge: preamble.challenge, role, id: body.id, key_epoch: body.key_epoch, head: body.head });
       expect(signed).to.equal(chain.hello_signed_message);
       expect(verify(null, Buffer.from(signed), publicKey(body.public_key), Buffer.from(body.signature, 'hex'))).to.equal(true);
       if (role === 'executor') expect(preamble.pins.kernel).to.equal(vectors.identities.kernel.public_key);

@@ -154,7 +154,7 @@ describe('kernel-proc: kernel.db migration to grant usage counters', () => {
       db.exec(`UPDATE holds SET state = 'consumed', cost_units_charged = 2 WHERE hold_id = 'hold:o1';
                UPDATE holds SET state = 'released' WHERE hold_id = 'hold:o2';`);
       applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS, { provisioning: false });
-      expect(db.pragma('user_version', { simple: true })).to.equal(2);
+      expect(db.pragma('user_version', { simple: true })).to.equal(KERNEL_MIGRATIONS.length);
       const rows = db.prepare(`SELECT capability_id, invocations_used, invocations_held, cost_units_used, cost_units_held, usage_agrees FROM grants_view ORDER BY capability_id`).all();
       expect(rows).to.deep.equal([
         { capability_id: 'g1', invocations_used: 1, invocations_held: 1, cost_units_used: 2, cost_units_held: 9, usage_agrees: 1 },
