@@ -1,9 +1,9 @@
-// Step 1 of execute_once and of reconcile_operation (DESIGN §6.2): the
+// Step 1 of execute_once and of reconcile_operation (ARCHITECTURE.md §6.2): the
 // authorization verifies against the pinned kernel key, is addressed to this
 // executor's id, key and epoch, and binds exactly the invocation the
 // supervisor recorded from the original request, so an authorization can
 // never choose its own expectation. No time check here: the window is
-// checked inside the claim transaction (H2).
+// checked inside the claim transaction (H2, ARCHITECTURE.md §6.5).
 import { type SignedArtifact, decodeArtifact } from '../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../shared/errors.js';
 import { type Invocation } from '../shared/protocol/artifacts.js';

@@ -1,4 +1,4 @@
-// executor-proc entry: the effect side of custody (DESIGN §6.2). Started by
+// executor-proc entry: the effect side of custody (ARCHITECTURE.md §6.2). Started by
 // the supervisor, one process per configured executor:
 //   node dist/executor-proc/main.js --dir <state>/executors/<name>
 //        --resources <state>/resources [--adapter <module>]...

@@ -1,8 +1,8 @@
 // reconcile_operation asks adapters, which may write (a fence) and call out,
-// so adapter reconciliations are bounded per tool and per session (DESIGN
+// so adapter reconciliations are bounded per tool and per session (ARCHITECTURE.md
 // §6.2, §10) and cannot become an unbounded status oracle. The bound is a
 // rate, not a session total: the supervisor re-asks an indeterminate
-// operation with backoff for as long as it takes (DESIGN §7), and a total
+// operation with backoff for as long as it takes (ARCHITECTURE.md §7), and a total
 // would starve it for the rest of the session once an adapter had answered
 // indeterminate often enough.
 import { performance } from 'node:perf_hooks';

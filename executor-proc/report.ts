@@ -1,4 +1,4 @@
-// Building and signing a report (DESIGN §5). Called inside the transaction
+// Building and signing a report (ARCHITECTURE.md §5). Called inside the transaction
 // that retains it, once the claim and the finish time are known; the stored
 // text is what every replay returns.
 import { type SignedArtifact, signArtifact } from '../shared/artifacts/artifact.js';

@@ -3,7 +3,7 @@
 // identity and capacity once; in serve mode they may be repeated, and must
 // then agree with what the ledger recorded. Runtime bounds apply to the
 // session. Every bound has a default here and may only be set lower than
-// its ceiling (DESIGN §10).
+// its ceiling (ARCHITECTURE.md §10).
 import { z } from 'zod';
 import { CustodyError } from '../shared/errors.js';
 import { identifier, positiveInt, toolName } from '../shared/protocol/common.js';

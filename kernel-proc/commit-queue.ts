@@ -1,4 +1,4 @@
-// The kernel's single write path, ready for group commit (DESIGN §13).
+// The kernel's single write path, ready for group commit (ARCHITECTURE.md §13).
 // Requests become units; the units queued within one turn of the event loop
 // run in one IMMEDIATE transaction, each in its own savepoint, so one unit's
 // refusal or fault rolls back only its own writes. Nobody hears an answer
@@ -6,7 +6,7 @@
 // unit asks for fires after that commit and before any answer is sent.
 //
 // Serializing every decision through this one queue is also what closes the
-// model's H1 ordering: a sweep, a start and a reconcile for one operation can
+// race H1 (ARCHITECTURE.md §6.5) ordering: a sweep, a start and a reconcile for one operation can
 // never interleave inside each other's read-check-write.
 import type Database from 'better-sqlite3';
 import { CustodyError, toCustodyError } from '../shared/errors.js';

@@ -2,21 +2,21 @@
 // and execution nonces. These tables are the only place a move is allowed;
 // the store copies them into `state_transitions` at provisioning and its
 // triggers refuse any UPDATE that is not in them, so a bug in the code above
-// cannot skip a check (DESIGN §6.1, model property P4).
+// cannot skip a check (ARCHITECTURE.md §6.1, ARCHITECTURE.md §6.4, the hold machine).
 import { defineMachine } from '../shared/state-machine.js';
 import { type OperationState } from '../shared/protocol/kernel-messages.js';
 
 /**
- * An operation's life. Terminal states have no way out: the model's H1
- * (FIX_KREL) is that nothing moves an operation out of a terminal state, so a
+ * An operation's life. Terminal states have no way out: race H1 (ARCHITECTURE.md §6.5)
+ * is that nothing moves an operation out of a terminal state, so a
  * late start on an expired operation cannot release its hold a second time.
  */
 export const OPERATION_MACHINE = defineMachine<OperationState>('operation', {
   reserved: ['dispatch_committed', 'expired', 'start_denied'],
   dispatch_committed: ['awaiting_report', 'unknown', 'completed', 'released', 'finalization_denied'],
-  // After a kernel restart: the original report still settles it (DESIGN §6.3).
+  // After a kernel restart: the original report still settles it (ARCHITECTURE.md §6.3).
   awaiting_report: ['unknown', 'completed', 'released', 'finalization_denied'],
-  // The hold stays; a report retained later still settles it (model H4a).
+  // The hold stays; a report retained later still settles it (race H4a (ARCHITECTURE.md §6.5)).
   unknown: ['completed', 'released', 'finalization_denied'],
   completed: [],
   expired: [],
@@ -54,12 +54,12 @@ export function receiptsStillNeeded(state: OperationState): number {
 /**
  * Every release here happens inside the deciding SQLite transaction, so this
  * kernel never needs the receipt disposition `release_unconfirmed` (kept in
- * the receipt schema for a budget that lives elsewhere, DESIGN §14).
+ * the receipt schema for a budget that lives elsewhere, ARCHITECTURE.md §14).
  */
 export const HOLD_STATES = ['reserved', 'released', 'consumed'] as const;
 export type HoldState = (typeof HOLD_STATES)[number];
 
-/** A hold is disposed of at most once (model P4: `disp <= 1`). */
+/** A hold is disposed of at most once (ARCHITECTURE.md §6.4: `disp <= 1`). */
 export const HOLD_MACHINE = defineMachine<HoldState>('hold', {
   reserved: ['released', 'consumed'],
   released: [],

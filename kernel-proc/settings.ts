@@ -1,5 +1,5 @@
 // The kernel's settings: the `settings` object of its preamble, checked
-// against one closed schema. Every bound has a default and a key; DESIGN §10
+// against one closed schema. Every bound has a default and a key; ARCHITECTURE.md §10
 // bounds are configurable lower only (their defaults are also their ceilings).
 import { z } from 'zod';
 import { CustodyError } from '../shared/errors.js';
@@ -30,7 +30,7 @@ const defaultGrant = z.strictObject({
 });
 export type DefaultGrant = z.infer<typeof defaultGrant>;
 
-/** The grant created at provisioning (DESIGN §6, the reference's `review-note init`). */
+/** The grant created at provisioning (ARCHITECTURE.md §6, the walkthrough in the README). */
 export const DEFAULT_GRANT: DefaultGrant = {
   tool: 'review-notes/append',
   subject: '*',
@@ -57,7 +57,7 @@ export const kernelSettingsSchema = z.strictObject({
   sweep_interval_ms: bounded(10, 60_000, SWEEP_INTERVAL_MS_DEFAULT),
   /** Length of an authorization's execution window; default the nonce TTL; never past the grant's expiry. */
   execution_window_ms: z.number().int().min(1).max(HOUR_MS).optional(),
-  /** Requests whose writes share one transaction (group commit, DESIGN §13). */
+  /** Requests whose writes share one transaction (group commit, ARCHITECTURE.md §13). */
   commit_batch_max: bounded(1, 1024, COMMIT_BATCH_MAX_DEFAULT),
   /** Provision mode only: the grant created with the store, or null for none. */
   default_grant: defaultGrant.nullable().default(DEFAULT_GRANT),

@@ -1,4 +1,4 @@
-// Bringing the kernel up in its directory (DESIGN §9: kernel/kernel.key,
+// Bringing the kernel up in its directory (ARCHITECTURE.md §9: kernel/kernel.key,
 // kernel.pub, kernel.db), in one of two modes that never stand in for each
 // other:
 //   provision — create the directory (0700), the key pair inside this
@@ -121,7 +121,7 @@ function checkIdentity(dir: string, store: KernelStore): Signer {
 }
 
 /**
- * Startup recovery (DESIGN §6.3): a start committed before this process began
+ * Startup recovery (ARCHITECTURE.md §6.3): a start committed before this process began
  * has lost whoever was waiting for it. It becomes `awaiting_report`; the
  * original report still settles it. Nothing is re-authorized: a retried start
  * gets the retained authorization, with its original window.

@@ -1,4 +1,4 @@
-// The state directory's layout (DESIGN §9), in one place.
+// The state directory's layout (ARCHITECTURE.md §9), in one place.
 import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 

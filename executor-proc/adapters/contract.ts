@@ -1,6 +1,6 @@
 // The adapter interface: what a tool module gives custody (ADAPTERS.md shows
 // it from the operator's side). An adapter declares a contract before it can
-// run (DESIGN §6.2):
+// run (ARCHITECTURE.md §6.2):
 //   read_only   the call changes nothing; running it twice is harmless
 //   idempotent  the resource dedupes by the operation key
 //   durable     an effect plus reconcile(operation_key) that inspects the

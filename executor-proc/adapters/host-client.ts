@@ -1,5 +1,5 @@
 // Adapters run in their own long-lived helper process, the adapter host
-// (DESIGN §6.2 "adapter output never reaches the frame channel"). In the
+// (ARCHITECTURE.md §6.2 "adapter output never reaches the frame channel"). In the
 // executor, fd 1 is the frame channel; Node cannot dup2 it away, and a
 // subprocess an adapter spawns with inherited stdio would write straight
 // into it. In the host, fd 0 is /dev/null (no subprocess can read frames

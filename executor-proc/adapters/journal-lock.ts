@@ -1,5 +1,5 @@
 // An exclusive lock on a shared resource file, across processes. Several
-// executors may append to one journal, and the fence (H3) is only sound if
+// executors may append to one journal, and the fence (H3, ARCHITECTURE.md §6.5) is only sound if
 // "check the fence, append, fsync" and "look, fence, fsync" never overlap.
 //
 // Node has no flock(2). proper-lockfile (a mkdir lock with an mtime

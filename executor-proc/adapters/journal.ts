@@ -81,7 +81,7 @@ export class NotesJournal {
   /** Append a note unless the operation is fenced; a note already there is the same effect, returned as it is. */
   append(operationId: string, note: string): AppendOutcome {
     return this.#locked((view) => {
-      // H3 (FIX_FENCE): the fence is re-checked under the lock the fence was written under.
+      // H3: the fence is re-checked under the lock the fence was written under.
       if (view.fenced(operationId)) return { outcome: 'fenced' };
       const existing = view.note(operationId);
       if (existing) return { outcome: 'applied', line: existing, existing: true };
@@ -91,7 +91,7 @@ export class NotesJournal {
     });
   }
 
-  /** Find the note, or fence the operation so it can never be appended: not_applied made true (H3). */
+  /** Find the note, or fence the operation so it can never be appended: not_applied made true (H3, ARCHITECTURE.md §6.5). */
   observe(operationId: string): ObserveOutcome {
     return this.#locked((view) => {
       const existing = view.note(operationId);

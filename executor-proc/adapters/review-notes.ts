@@ -1,4 +1,4 @@
-// The built-in adapter `review-notes/append` (DESIGN §6.2): a durable tool
+// The built-in adapter `review-notes/append` (ARCHITECTURE.md §6.2): a durable tool
 // that appends a reviewer's note to <resources>/review-notes.jsonl. Its
 // reconcile finds the note, or fences the operation and answers not_applied,
 // which the fence makes true: a later append of that operation refuses.

@@ -1,4 +1,4 @@
-// Cooperative cancel (DESIGN §6.2, worker-adapter-runtime "cancellation"):
+// Cooperative cancel (ARCHITECTURE.md §6.2):
 // the acknowledgement `cancelled: true` is sent only when the adapter has
 // stopped and said no effect follows — its execute returned `cancelled` and
 // the failed_before_effect report is retained. Asking is not stopping: an

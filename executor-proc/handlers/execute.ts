@@ -1,10 +1,10 @@
-// execute_once (DESIGN §6.2 steps 1–5), in this order and no other:
+// execute_once (ARCHITECTURE.md §6.2 steps 1–5), in this order and no other:
 //   1 verify the authorization and the arguments (no time check); arguments
 //     the adapter refuses (its byte bound, its schema) are refused for good:
 //     a refusal under the claims' unique key and a signed never_claimed
 //     report carrying the code and the adapter's message, replayed on retry;
 //   2 look up: a report is replayed, a refusal refused, a claim with no
-//     report is outcome_unknown — all before any window check (H5);
+//     report is outcome_unknown — all before any window check (H5, ARCHITECTURE.md §6.5);
 //   3 claim in one BEGIN IMMEDIATE transaction that re-reads and checks the
 //     window against max(clock, HWM) (H2, H6);
 //   4 run the adapter with no transaction open;
@@ -33,7 +33,7 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
   const refused = await argumentRefusal(context, descriptor, body.arguments);
   if (refused) return dropIfAsked(context, body, refuseArguments(context, verified, refused));
 
-  // Step 2 (H5, FIX_ORDER): the lookup comes before any window check, so a
+  // Step 2 (H5, ARCHITECTURE.md §6.5): the lookup comes before any window check, so a
   // retained report replays even after the window, and a claim with no
   // report is never run again.
   const known = context.ledger.records.find(verified.subject.operationId);
@@ -235,7 +235,7 @@ function finish(context: ExecutorContext, verified: VerifiedAuthorization, claim
   return answer;
 }
 
-/** The lost-reply drill (DESIGN §6.3): the report is retained; the process dies before the reply. */
+/** The lost-reply drill (ARCHITECTURE.md §6.3): the report is retained; the process dies before the reply. */
 function dropIfAsked(context: ExecutorContext, body: RequestOf<'execute'>, result: ExecuteResult): ExecuteResult {
   if (body.drop_reply) {
     context.log.warn('reply_dropped', { status: result.status, replayed: result.replayed });

@@ -1,12 +1,12 @@
-// reconcile_operation (DESIGN §6.2): say, with a signed report, what became
+// reconcile_operation (ARCHITECTURE.md §6.2): say, with a signed report, what became
 // of an authorization, without ever running its effect.
-//   a retained report        → replay it (H5, FIX_ORDER);
+//   a retained report        → replay it (H5, ARCHITECTURE.md §6.5);
 //   a claim with no report   → ask the adapter; retain reconciled_applied or
 //                              reconciled_not_applied, or answer
 //                              indeterminate and keep the claim;
 //   nothing at all           → record a refusal under the claims' unique key
 //                              and sign never_claimed at once, window open or
-//                              not (H4b, FIX_TOMB), so no claim can follow and
+//                              not (H4b, ARCHITECTURE.md §6.5), so no claim can follow and
 //                              the kernel can release the hold.
 import { CustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
@@ -63,7 +63,7 @@ async function askAdapter(context: ExecutorContext, verified: VerifiedAuthorizat
     return retainObservation(context, verified, 'reconciled_not_applied', null, null, 'reconcile');
   }
   if (!descriptor.reconcilable) throw indeterminate(`a ${descriptor.contract} adapter without reconcile cannot tell`);
-  // Only a durable adapter promises to fence (H3); any other cannot make
+  // Only a durable adapter promises to fence (H3, ARCHITECTURE.md §6.5); any other cannot make
   // not_applied true while its own effect may still be about to happen.
   if (descriptor.contract !== 'durable' && running) throw indeterminate('its effect is still running in this executor and the adapter cannot fence');
 

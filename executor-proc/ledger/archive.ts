@@ -1,4 +1,4 @@
-// Explicit, safe archival (DESIGN §6.2 "capacity and archival"). A claim
+// Explicit, safe archival (ARCHITECTURE.md §6.2 "capacity and archival"). A claim
 // leaves the live ledger only when (a) its authorization window has passed by
 // max(clock, HWM), so it can never be claimed again, the mark guarding that,
 // (b) it has a report, and (c) the supervisor lists it as reconciled by the
@@ -74,7 +74,7 @@ export class Archiver {
   }
 
   archive(reconciled: readonly string[]): ArchiveResult {
-    // The window test below is a time-based answer: store the mark first (H6).
+    // The window test below is a time-based answer: store the mark first (H6, ARCHITECTURE.md §6.5).
     const now = this.#ledger.stampClock();
     const notArchived: Array<{ operation_id: string; reason: NotArchivedReason }> = [];
     const eligible: LiveRow[] = [];

@@ -1,4 +1,4 @@
-// The ledger's transactions (DESIGN §6.2 steps 3 and 5, the refusal of
+// The ledger's transactions (ARCHITECTURE.md §6.2 steps 3 and 5, the refusal of
 // reconcile_operation). Each write runs in one BEGIN IMMEDIATE transaction
 // that re-reads what it depends on, so nothing decided outside it is acted
 // on inside it. Time comes from max(clock, high-water mark), and the mark is
@@ -160,7 +160,7 @@ export class Ledger {
 
   /**
    * now = max(clock, high-water mark), stored as the new mark. Must run inside
-   * a write transaction: the stored mark is what makes the answer stick (H6).
+   * a write transaction: the stored mark is what makes the answer stick (H6, ARCHITECTURE.md §6.5).
    */
   #advanceClock(atLeast = 0): number {
     const now = Math.max(nowMs(), this.highWaterMark(), atLeast);
@@ -175,11 +175,11 @@ export class Ledger {
   }
 
   /**
-   * Step 3 of execute_once. H2 (FIX_CLAIMTX): the report, refusal and claim
+   * Step 3 of execute_once. H2: the report, refusal and claim
    * are re-read and the window checked against max(clock, HWM) inside this
    * BEGIN IMMEDIATE transaction; a lookup or a window check made before it and
    * acted on here would let a claim follow a never_claimed refusal or an
-   * expired reading. H6 (FIX_HWM): the mark is committed even when the answer
+   * expired reading. H6: the mark is committed even when the answer
    * is window_not_open or window_closed, so a clock stepped back cannot reopen
    * a closed window.
    */
@@ -231,7 +231,7 @@ export class Ledger {
   }
 
   /**
-   * reconcile_operation on an operation with no claim (H4b, FIX_TOMB): record
+   * reconcile_operation on an operation with no claim (H4b, ARCHITECTURE.md §6.5): record
    * a refusal under the claims' unique key and its never_claimed report in
    * one transaction, window open or not, so no claim can ever follow and the
    * kernel can release the hold. Refusals may use the reserved capacity.

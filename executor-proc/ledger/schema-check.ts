@@ -2,7 +2,7 @@
 // `sqlite3` shell (DROP TRIGGER claims_no_update). user_version alone would
 // not notice, so on open every table, index, view and trigger is compared
 // with what the migrations create, by its exact SQL; anything missing,
-// changed or added refuses the open (DESIGN §6.2 "a changed schema").
+// changed or added refuses the open (ARCHITECTURE.md §6.2 "a changed schema").
 import Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
 import { type Migration } from '../../shared/store/sqlite-store.js';

@@ -1,9 +1,9 @@
-// The ledger's schema (DESIGN §6.2, §9). The guards live in the database
+// The ledger's schema (ARCHITECTURE.md §6.2, §9). The guards live in the database
 // itself, so they hold for an operator's `sqlite3` shell as much as for
 // custody: the configuration row and every claim, refusal and report are
 // insert-once (UPDATE and DELETE raise), and the clock high-water mark only
 // moves forward. Refusals share the claims table, and so its unique key on
-// operation_id: once a refusal is recorded no claim can follow (H2/H4b).
+// operation_id: once a refusal is recorded no claim can follow (H2/H4b, ARCHITECTURE.md §6.5).
 //
 // The one sanctioned removal is archival: a DELETE on claims or reports
 // passes only when custody_archive_permit(operation_id) answers 1, a

@@ -2,7 +2,7 @@
 // claims, refusals, reports, the clock) and archive.db (what archival moved
 // out). Two doors, never one: provisioning refuses anything already there,
 // opening refuses anything missing, changed, loose, copied or swapped, and no
-// path creates a replacement to get past an error (DESIGN §6.2).
+// path creates a replacement to get past an error (ARCHITECTURE.md §6.2).
 import path from 'node:path';
 import type Database from 'better-sqlite3';
 import { CustodyError, isCustodyError } from '../../shared/errors.js';

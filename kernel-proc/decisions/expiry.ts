@@ -1,9 +1,9 @@
-// Expiry of reservations whose nonce outlived its TTL (DESIGN §6.1): the
+// Expiry of reservations whose nonce outlived its TTL (ARCHITECTURE.md §6.1): the
 // operation becomes `expired`, the nonce `expired`, the hold is released, and
 // a signed expiry receipt says so. Runs before every batch of requests (lazily,
 // on access) and on a timer. Only a `reserved` operation expires, and
 // `expired` is terminal, so a late start can never release the hold again
-// (model H1, FIX_KREL).
+// (race H1 (ARCHITECTURE.md §6.5)).
 import { type UnitContext } from '../commit-queue.js';
 import { type Kernel } from '../kernel.js';
 import { type NonceRow } from '../store/nonces-table.js';

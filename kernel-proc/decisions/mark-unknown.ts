@@ -1,7 +1,7 @@
 // mark_unknown: the supervisor's reconciliation proved nothing (the adapter
 // said indeterminate). The operation leaves the committed start for
-// `unknown` with a signed receipt; its hold stays reserved (model P4:
-// unknown ⇒ hold held) and a report retained later still settles it (H4a).
+// `unknown` with a signed receipt; its hold stays reserved (ARCHITECTURE.md §6.4:
+// unknown ⇒ hold held) and a report retained later still settles it (H4a, ARCHITECTURE.md §6.5).
 import { CustodyError } from '../../shared/errors.js';
 import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
 import { type UnitContext } from '../commit-queue.js';

@@ -1,4 +1,4 @@
-// reconcile (DESIGN §6.1): an authentic report settles its operation. An
+// reconcile (ARCHITECTURE.md §6.1): an authentic report settles its operation. An
 // effect (completed, reconciled_applied) consumes the hold, charging the
 // realized cost and releasing the rest; no effect (failed_before_effect,
 // reconciled_not_applied, never_claimed) releases it, with the refusal's

@@ -1,4 +1,4 @@
-// reserve (DESIGN §6.1): check the request against its grant, the bounds,
+// reserve (ARCHITECTURE.md §6.1): check the request against its grant, the bounds,
 // the budget and the nonce store; allowed, one transaction records the
 // operation, its budget hold, an execution nonce and the signed receipt.
 // Denied, the operation is recorded as `denied` with its receipt and no hold.

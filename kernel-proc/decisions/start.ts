@@ -1,11 +1,11 @@
-// start (DESIGN §6.1): the nonce must be this reservation's, unexpired and
+// start (ARCHITECTURE.md §6.1): the nonce must be this reservation's, unexpired and
 // unused, and the arguments must hash to the reserved parameters digest. One
 // transaction consumes the nonce, commits the start and signs the dispatch
 // authorization for the pinned executor. A refusal of a reservation is
 // signed, ends it (`start_denied`) and releases its hold in the same
 // transaction.
 //
-// The order of the checks is the model's FIX_KREL (H1):
+// The order of the checks is the model's (H1, ARCHITECTURE.md §6.5):
 //   1. a retried start (same request id, nonce and arguments) is recognised
 //      first and gets its retained answer, before its nonce is looked at (the
 //      nonce is used by then and would read as reused);
@@ -146,7 +146,7 @@ function refuseReservation(
   const slot = nextReceiptSlot(kernel, operation.operation_id);
   store.operations.move(operation, 'start_denied', now);
   if (nonce?.state === 'live') store.nonces.close(nonce, 'voided', now);
-  // The hold is released only while it is still reserved (FIX_KREL); the store refuses a second disposal.
+  // The hold is released only while it is still reserved; the store refuses a second disposal.
   const hold = store.holds.forOperation(operation.operation_id);
   if (hold?.state === 'reserved') store.holds.settle(hold, 'released', 0, now, slot.id);
   const receipt = recordReceipt(

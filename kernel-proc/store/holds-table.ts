@@ -3,7 +3,7 @@
 // row, moved only by the hold triggers in the same statement as the hold
 // (schema.ts, version 2), so reading it is O(1) however long the history.
 // A hold leaves `reserved` at most once: the UPDATE names `reserved` and the
-// store's trigger refuses any other move (model P4, the H1 double release).
+// store's trigger refuses any other move (ARCHITECTURE.md §6.4, the H1 double release).
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
 import { HOLD_MACHINE, type HoldState } from '../machines.js';

@@ -140,7 +140,7 @@ export class OperationsTable {
     return this.#inDoubt.all({ states: JSON.stringify(IN_DOUBT), limit, offset });
   }
 
-  /** Startup recovery: every committed start becomes awaiting_report (DESIGN §6.3). Returns how many. */
+  /** Startup recovery: every committed start becomes awaiting_report (ARCHITECTURE.md §6.3). Returns how many. */
   markAllAwaitingReport(now: number): number {
     OPERATION_MACHINE.assertMove('dispatch_committed', 'awaiting_report');
     return this.#awaitAll.run({ now }).changes;

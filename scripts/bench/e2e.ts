@@ -1,4 +1,4 @@
-// End-to-end measurements (DESIGN §13), in one run, each beside the limit it
+// End-to-end measurements (ARCHITECTURE.md §13), in one run, each beside the limit it
 // runs against: durable SQLite commits/s on this machine (the floor every
 // governed operation pays several times), then governed operations through
 // the real service: sequential and concurrent throughput with latency

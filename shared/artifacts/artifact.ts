@@ -1,4 +1,4 @@
-// Signing and decoding the signed artifacts (DESIGN §5). An artifact is the
+// Signing and decoding the signed artifacts (ARCHITECTURE.md §5). An artifact is the
 // RFC 8785 bytes of {schema, signer, body, signature}; the signature covers
 // the canonical bytes of the same object without `signature`. Decoding
 // refuses anything that is not exactly such bytes: over its cap, not

@@ -1,5 +1,5 @@
 // In a child, stdout is the frame channel and nothing else may ever reach it
-// (DESIGN §4.1). This takes the real stdout for frames and points every
+// (ARCHITECTURE.md §4.1). This takes the real stdout for frames and points every
 // ordinary output path of this process at stderr instead: console, and
 // process.stdout.write itself. A subprocess an adapter spawns is the
 // executor's concern (executor-proc contains it); a deliberate raw write to

@@ -3,7 +3,7 @@
 // load or create the key), prove identity with hello, serve requests, and
 // leave in one of three ways:
 //   - stdin ends (the supervisor is gone): take no new work, let what runs
-//     finish and answer, exit 0 (DESIGN §7 "losing the supervisor");
+//     finish and answer, exit 0 (ARCHITECTURE.md §7 "losing the supervisor");
 //   - `shutdown`: the same, after answering it;
 //   - a protocol fault: the channel is poisoned; what runs may finish, then
 //     exit 70 — the supervisor replaces the process with a fresh session.
@@ -133,7 +133,7 @@ function readPreamble(): Promise<{ preamble: Preamble; rest: Buffer }> {
 export async function runChild(program: ChildProgram): Promise<number> {
   // A supervisor killed with -9 takes the read end of our stderr with it. Logs
   // then have nowhere to go, but an effect still running must be allowed to
-  // finish and retain its report (DESIGN §7): a failed log write is dropped,
+  // finish and retain its report (ARCHITECTURE.md §7): a failed log write is dropped,
   // never an uncaught EPIPE that ends the process.
   process.stderr.on('error', () => undefined);
   const output = takeFrameOutput();

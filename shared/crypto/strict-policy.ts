@@ -1,4 +1,4 @@
-// The strict verification policy (DESIGN §5): the libsodium / "Dalek strict"
+// The strict verification policy (ARCHITECTURE.md §5): the libsodium / "Dalek strict"
 // row of ed25519-speccheck, where of cases 0–11 only case 3 verifies. Neither
 // backend is that row on its own (OpenSSL takes small-order and x = 0 / sign-bit
 // encodings, noble is cofactored), so these byte-level checks run in front of

@@ -1,4 +1,4 @@
-// The signed artifacts (DESIGN §5): one envelope for every kind, one closed
+// The signed artifacts (ARCHITECTURE.md §5): one envelope for every kind, one closed
 // body schema per kind, one size cap per kind. The `schema` member names the
 // kind and version and is covered by the signature, so one kind can never
 // pass for another.
@@ -28,7 +28,7 @@ export type ArtifactKind = keyof typeof ARTIFACT_SCHEMAS;
  * Size caps on the JCS bytes of each artifact. A report carries output, but it
  * travels inside a frame as a JSON string, where escaping can double its size:
  * half the 1 MiB frame bound, less room for the envelope, is the largest cap
- * that always fits (DESIGN §5 said 1 MiB, which no frame could carry).
+ * that always fits (ARCHITECTURE.md §5 said 1 MiB, which no frame could carry).
  */
 export const ARTIFACT_MAX_BYTES: Record<ArtifactKind, number> = {
   capability: 16 * 1024,

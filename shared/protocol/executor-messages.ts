@@ -1,4 +1,4 @@
-// Messages an executor serves (DESIGN §6.2).
+// Messages an executor serves (ARCHITECTURE.md §6.2).
 import { z } from 'zod';
 import { invocation, reportStatus } from './artifacts.js';
 import { hex32, identifier, jsonObject, nonNegativeInt, positiveInt, timestampMs, toolName } from './common.js';

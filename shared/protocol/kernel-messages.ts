@@ -1,4 +1,4 @@
-// Messages the kernel serves (DESIGN §6.1).
+// Messages the kernel serves (ARCHITECTURE.md §6.1).
 import { z } from 'zod';
 import { holdRecord, invocation } from './artifacts.js';
 import {

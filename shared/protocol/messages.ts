@@ -37,7 +37,7 @@ export function messageSpec(kind: MessageKind): MessageSpec {
   return MESSAGES[kind];
 }
 
-/** The child's identity proof, its first frame (DESIGN §4.2). */
+/** The child's identity proof, its first frame (ARCHITECTURE.md §4.2). */
 export const helloBody = z.strictObject({
   role: z.enum(['kernel', 'executor']),
   id: identifier,

@@ -1,4 +1,4 @@
-// The authenticated frame layout (DESIGN §4.2, docs/PROTOCOL.md):
+// The authenticated frame layout (ARCHITECTURE.md §4.2, docs/PROTOCOL.md):
 //
 //   {"v":1,"sid":"…","seq":N,"from":"…","kind":"…","id":"…","body":{…},"mac":"<64 hex>"}\n
 //   └──────────────────────── covered by the MAC ──────────────────────┘

@@ -1,7 +1,7 @@
 // A pure frame reader: chunks in, decoded frames or exactly one error out.
 // It does no I/O; the stdio adapter (channel.ts) feeds it. After the first
 // error the reader is poisoned and never yields another frame: nothing that
-// follows a bad frame on the stream is acted upon (DESIGN §4.1).
+// follows a bad frame on the stream is acted upon (ARCHITECTURE.md §4.1).
 import { CustodyError, toCustodyError } from '../errors.js';
 import { DEFAULT_MAX_DEPTH, decodeJsonObject } from './decode.js';
 import { LineSplitter } from './line-splitter.js';

@@ -1,4 +1,4 @@
-// The child's identity proof (DESIGN §4.2): an Ed25519 signature by its own
+// The child's identity proof (ARCHITECTURE.md §4.2): an Ed25519 signature by its own
 // long-term key over the canonical JSON of the session id, the supervisor's
 // challenge, its role, id, key epoch and store head (docs/ROLLBACK.md). The `custody` tag separates this
 // signature from every artifact signature, so neither can stand for the other.

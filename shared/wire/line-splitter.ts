@@ -2,7 +2,7 @@
 // bound. Hand-written because the line readers at hand do not hold a bound
 // exactly: ndjson/split2 compare `maxLength` only with the fragment left over
 // after each chunk (a whole over-long line inside one chunk passes) and count
-// UTF-16 units, not bytes (DESIGN §4.1). Here the bound is checked before any
+// UTF-16 units, not bytes (ARCHITECTURE.md §4.1). Here the bound is checked before any
 // byte is buffered, so the buffer never exceeds the limit.
 import { CustodyError } from '../errors.js';
 

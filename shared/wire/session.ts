@@ -1,6 +1,6 @@
 // One end of an authenticated session: seals outgoing frames with this
 // side's directional key and sequence, and opens incoming lines in the order
-// DESIGN §4.2 fixes: MAC on the raw bytes first, then strict decoding, then
+// ARCHITECTURE.md §4.2 fixes: MAC on the raw bytes first, then strict decoding, then
 // the envelope, session id, sender role and sequence. Any failure throws a
 // CustodyError with its own code; the caller poisons the channel.
 import { z } from 'zod';

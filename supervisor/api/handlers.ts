@@ -245,7 +245,7 @@ export function incidents(service: Service, query: URLSearchParams) {
 
 
 /**
- * Explicit archival (DESIGN §6.2): tell each executor which of its
+ * Explicit archival (ARCHITECTURE.md §6.2): tell each executor which of its
  * operations the kernel has settled; the executor moves those whose window
  * has passed to its append-only archive and says why it kept the others.
  */

@@ -45,7 +45,7 @@ export function sendText(response: ServerResponse, status: number, contentType: 
 /**
  * The error body a client sees: the code and message of a CustodyError.
  * Anything of the internal class (store paths, modes, states) is logged, and
- * the client learns only its code (DESIGN §11); so is a protocol fault
+ * the client learns only its code (ARCHITECTURE.md §11); so is a protocol fault
  * between the supervisor and a child, whose message names internal calls.
  */
 export function sendError(response: ServerResponse, error: unknown): void {

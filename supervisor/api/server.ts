@@ -1,4 +1,4 @@
-// The control API on 127.0.0.1 (DESIGN §8). One router parses every request
+// The control API on 127.0.0.1 (ARCHITECTURE.md §8). One router parses every request
 // in a fixed order, each step with its own answer: the target byte by byte
 // (400), the method (405), the token (401), the path (404) and the method on
 // it (405), the token's access (403), path parameters and query with the

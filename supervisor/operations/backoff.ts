@@ -1,6 +1,6 @@
 // Retrying with exponential backoff until a step succeeds or a stop is asked
 // for. Reconciliation uses it without a count limit: it ends only with a
-// signed report (DESIGN §7; the model's H4 traces show what giving up leaves).
+// signed report (ARCHITECTURE.md §7; race H4 (ARCHITECTURE.md §6.5) traces show what giving up leaves).
 import { whenAborted } from '../../shared/abort-waiters.js';
 import { CustodyError } from '../../shared/errors.js';
 

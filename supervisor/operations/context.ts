@@ -45,7 +45,7 @@ export function reconcileBackoff(ctx: OperationContext): Backoff {
 /**
  * A kernel request, asked again after transport failures (a restarting or
  * hung kernel) until it answers or the service stops. Safe because every
- * kernel request is idempotent by request id and bytes (DESIGN §6.1). A
+ * kernel request is idempotent by request id and bytes (ARCHITECTURE.md §6.1). A
  * request quarantined meanwhile is refused before it is sent again.
  */
 export async function askKernel<K extends MessageKind>(ctx: OperationContext, kind: K, body: RequestOf<K>, requestId?: string): Promise<ResultOf<K>> {

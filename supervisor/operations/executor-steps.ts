@@ -197,7 +197,7 @@ export async function reconcileStep(ctx: OperationContext, row: RequestRow): Pro
  * deadline passed) kills the executor so the next attempt gets a fresh
  * session. An answer that proves nothing marks the operation unknown at the
  * kernel (listed for the operator) and is asked again with backoff until a
- * signed report comes back: asking never re-runs an effect (the model's H4:
+ * signed report comes back: asking never re-runs an effect (race H4 (ARCHITECTURE.md §6.5):
  * giving up after one exchange leaves holds stuck). Throws only when the
  * executor is failed or the service stops.
  */

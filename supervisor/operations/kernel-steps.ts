@@ -65,7 +65,7 @@ export async function settleStep(ctx: OperationContext, row: RequestRow): Promis
 /**
  * Record a signed authorization, after checking that it binds exactly the
  * request the client made: the authorization cannot choose its own
- * expectation (DESIGN §6.2), so the supervisor derives it from its own log.
+ * expectation (ARCHITECTURE.md §6.2), so the supervisor derives it from its own log.
  */
 function adoptAuthorization(ctx: OperationContext, row: RequestRow, authorization: string): Promise<RequestRow> {
   const body = authorizationBody.parse(readEnvelope(authorization).envelope.body);

@@ -2,7 +2,7 @@
 // signed end (committed starts, awaiting reports, unknowns) and drives each
 // one nobody is driving. Without it a start that was never claimed — a
 // watchdog that fired early, a lost frame, an operator who abandoned a manual
-// walk — would wait forever with its hold (DESIGN §6.3, last row; the model
+// walk — would wait forever with its hold (ARCHITECTURE.md §6.3, last row; the model
 // README's note on the kernel-side sweep).
 import { toCustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';

@@ -1,4 +1,4 @@
-// Capacity and explicit archival over the wire (DESIGN §6.2): a full ledger
+// Capacity and explicit archival over the wire (ARCHITECTURE.md §6.2): a full ledger
 // refuses before claiming; archival moves only expired, reconciled claims,
 // which still replay afterwards and can never be claimed again.
 import { expect } from 'chai';

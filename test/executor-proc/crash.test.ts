@@ -1,4 +1,4 @@
-// The executor rows of the crash matrix (DESIGN §6.3): the process dies, as
+// The executor rows of the crash matrix (ARCHITECTURE.md §6.3): the process dies, as
 // by kill -9, at a cutpoint; a new process on the same directory proves one
 // effect at most, outcome_unknown instead of a second run, reconciliation
 // that tells the truth, and byte-identical replays.

@@ -1,4 +1,4 @@
-// Provision vs open (DESIGN §6.2): provisioning creates the key in the
+// Provision vs open (ARCHITECTURE.md §6.2): provisioning creates the key in the
 // process and the ledger once; opening refuses anything missing, changed,
 // loose, copied or swapped, and never creates a replacement.
 import { execFileSync } from 'node:child_process';

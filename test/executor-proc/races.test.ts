@@ -109,7 +109,7 @@ describe('executor-proc races', function () {
     const early = await refusalOf(executor.channel.request('execute', executeBody(auth)));
     expect(early.code).to.equal('window_not_open');
     expect(early.message).to.include(`at or after ${opensAt}`);
-    // A time-based answer stores the mark first (H6), the not-yet answer too.
+    // A time-based answer stores the mark first (H6, ARCHITECTURE.md §6.5), the not-yet answer too.
     expect(Number(sqlite(home.ledgerFile, 'SELECT hwm_ms FROM clock').rows[0]?.hwm_ms)).to.be.at.least(asked);
     expect(sqlite(home.ledgerFile, `SELECT count(*) AS n FROM claims WHERE operation_id = '${auth.operationId}'`).rows[0]?.n).to.equal(0);
     // The retry the code asks for: once the window is open, the same authorization claims and runs once.

@@ -1,4 +1,4 @@
-// kill -9 after each commit (DESIGN §6.3, §12): the fault switch kills the
+// kill -9 after each commit (ARCHITECTURE.md §6.3, §12): the fault switch kills the
 // kernel right after a transaction commits and before it answers; the test
 // reaps it, starts a fresh kernel on the same directory and checks what the
 // store kept and what a retry gets.

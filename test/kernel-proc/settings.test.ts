@@ -34,7 +34,7 @@ describe('kernel-proc: settings', () => {
     expect(parseKernelSettings({ nonce_ttl_ms: 5000, execution_window_ms: 900 }).execution_window_ms).to.equal(900);
   });
 
-  // DESIGN §10: these bounds are configurable lower only.
+  // ARCHITECTURE.md §10: these bounds are configurable lower only.
   const ceilings: Array<[string, number]> = [
     ['nonce_ttl_ms', 120_000],
     ['nonce_capacity', 1024],
