@@ -10,3 +10,14 @@ export async function eventually(check: () => boolean, timeoutMs = 3000, what = 
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
+
+/** Polls `probe` until it answers a value (not undefined) and resolves with it; rejects after `timeoutMs`. */
+export async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}

@@ -4,8 +4,8 @@
 // killed, reaped and restarted with its operations reconciled.
 import { expect } from 'chai';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { type TestService, FIXTURE_ADAPTERS, sqlite, startService } from '../helpers/service.js';
+import { until } from '../helpers/eventually.js';
 
 interface ChildRow {
   name: string;
@@ -21,15 +21,6 @@ async function executor(service: TestService): Promise<ChildRow> {
   return (body.children as ChildRow[]).find((c) => c.role === 'executor')!;
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await sleep(50);
-  }
-}
 
 async function incidentKinds(service: TestService): Promise<string[]> {
   const { body } = await service.http('GET', '/v1/incidents?limit=500');

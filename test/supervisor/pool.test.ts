@@ -3,8 +3,8 @@
 // two, spread between them, none on the failed one. With every candidate
 // down a new invoke is refused (executor_unavailable) and nothing is logged.
 import { expect } from 'chai';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { type TestService, sqlite, startService } from '../helpers/service.js';
+import { until } from '../helpers/eventually.js';
 
 interface ChildRow {
   name: string;
@@ -19,15 +19,6 @@ async function children(service: TestService): Promise<ChildRow[]> {
   return body.children as ChildRow[];
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await sleep(50);
-  }
-}
 
 /** kill -9 an executor and wait until the service marks it failed (max_restarts 0: the first crash fails it). */
 async function failExecutor(service: TestService, name: string): Promise<void> {

@@ -4,8 +4,8 @@
 // carries the operation on. One real service; the cases run in order, as an
 // operator would meet them (the grant cases last: they use up the grant).
 import { expect } from 'chai';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { type CliResult, type TestService, custody, startService } from '../../helpers/service.js';
+import { until } from '../../helpers/eventually.js';
 
 interface Case {
   readonly what: string;
@@ -21,15 +21,6 @@ interface Case {
   readonly says: RegExp;
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await sleep(50);
-  }
-}
 
 const CASES: readonly Case[] = [
   {

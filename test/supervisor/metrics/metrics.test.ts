@@ -4,9 +4,9 @@
 // executor restarts. The kernel's holds and commit batches come from the
 // kernel itself (the stats message).
 import { expect } from 'chai';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { type Family, parsePrometheusText, valueOf } from '../../helpers/prometheus-text.js';
 import { type TestService, startService } from '../../helpers/service.js';
+import { until } from '../../helpers/eventually.js';
 
 const TOOL = 'review-notes/append';
 
@@ -16,15 +16,6 @@ async function scrape(service: TestService, token?: string): Promise<{ status: n
   return { status: response.status, type: response.headers.get('content-type'), families: response.status === 200 ? parsePrometheusText(text) : null, text };
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await sleep(50);
-  }
-}
 
 describe('GET /metrics', function () {
   this.timeout(90_000);
