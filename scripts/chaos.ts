@@ -232,7 +232,13 @@ export async function runChaos(options: Options): Promise<{ verdict: Record<stri
   const root = path.join(base, 'state');
   const config = parseConfig({
     port: 0,
-    restart: { max_restarts: 1000, period_s: 60, backoff_initial_ms: 50, backoff_max_ms: 1000 },
+    // Kills here are random, not poison pills: a request in flight at two of
+    // them must not be parked (quarantine has its own tests).
+    restart: { max_restarts: 1000, period_s: 60, backoff_initial_ms: 50, backoff_max_ms: 1000, quarantine_after_crashes: 100 },
+    // A 10-minute campaign runs more operations than the default 50 000
+    // claims a ledger holds without archival (a full ledger is ledger_full,
+    // an operator's cue to run custody archive, not a fault under test).
+    executors: [{ name: 'default', claim_capacity: 2_000_000 }],
     timing: { heartbeat_interval_ms: 1000, heartbeat_timeout_ms: 3000, reconcile_backoff_initial_ms: 100, reconcile_backoff_max_ms: 2000, recovery_sweep_ms: 1000 },
   });
   const logFile = path.join(base, 'service.log');
