@@ -14,7 +14,7 @@ import { type LedgerConfig } from './ledger/stores.js';
 /**
  * Room in a frame for all but the report: the envelope (about 400 bytes with
  * a 128-byte id), an answer's other members, and the authorization that
- * travels beside the report in the supervisor's kernel `reconcile` (at most
+ * travels beside the report in the supervisor's kernel `settle` (at most
  * about 1.8 KiB escaped, every identifier at 128 bytes).
  */
 export const FRAME_ROOM_BYTES = 4096;

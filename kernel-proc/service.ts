@@ -15,7 +15,7 @@ import { CommitQueue, type Unit } from './commit-queue.js';
 import { sweepExpired } from './decisions/expiry.js';
 import { markUnknown } from './decisions/mark-unknown.js';
 import { getOperation, listGrants, listOperations, recoverOperations } from './decisions/queries.js';
-import { reconcile } from './decisions/reconcile.js';
+import { settle } from './decisions/settle.js';
 import { reserve } from './decisions/reserve.js';
 import { start } from './decisions/start.js';
 import { addGrant, revokeGrant } from './grants.js';
@@ -118,8 +118,8 @@ export class KernelService implements ChildService {
         const request = this.#bounded(kind, body as RequestOf<'start'>);
         return submit((context) => start(kernel, request, context));
       }
-      case 'reconcile':
-        return submit((context) => reconcile(kernel, body as RequestOf<'reconcile'>, context));
+      case 'settle':
+        return submit((context) => settle(kernel, body as RequestOf<'settle'>, context));
       case 'mark_unknown':
         return submit((context) => markUnknown(kernel, body as RequestOf<'mark_unknown'>, context));
       case 'operation.get':

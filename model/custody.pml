@@ -116,7 +116,7 @@ inline dispose(h) {
   assert(disposals <= 1)
 }
 
-/* Settling a report (kernel-proc/decisions/reconcile.ts). */
+/* Settling a report (kernel-proc/decisions/settle.ts). */
 inline settle(r) {
   if
   :: kst == K_DISPATCHED || kst == K_AWAITING || kst == K_UNKNOWN ->

@@ -239,7 +239,7 @@ export async function runChaos(options: Options): Promise<{ verdict: Record<stri
     // claims a ledger holds without archival (a full ledger is ledger_full,
     // an operator's cue to run custody archive, not a fault under test).
     executors: [{ name: 'default', claim_capacity: 2_000_000 }],
-    timing: { heartbeat_interval_ms: 1000, heartbeat_timeout_ms: 3000, reconcile_backoff_initial_ms: 100, reconcile_backoff_max_ms: 2000, recovery_sweep_ms: 1000 },
+    timing: { heartbeat_interval_ms: 1000, heartbeat_timeout_ms: 3000, retry_backoff_initial_ms: 100, retry_backoff_max_ms: 2000, recovery_sweep_ms: 1000 },
   });
   const logFile = path.join(base, 'service.log');
   const sink = createWriteStream(logFile, { flags: 'a' });

@@ -21,7 +21,7 @@ export function getClaim(context: ExecutorContext, body: RequestOf<'claims.get'>
 }
 
 export function archiveReconciled(context: ExecutorContext, body: RequestOf<'archive'>): ResultOf<'archive'> {
-  const result = context.archiver.archive(body.reconciled);
+  const result = context.archiver.archive(body.settled);
   context.log.info('archived', { archived: result.archived, live: result.live, not_archived: result.notArchived.length });
   return { archived: result.archived, live: result.live, not_archived: [...result.notArchived] };
 }

@@ -54,7 +54,7 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
       const { claimCapacity, refusalReserve } = context.ledger.config;
       throw new CustodyError(
         'ledger_full',
-        `ledger holds ${claim.live} of ${claimCapacity} claims (${refusalReserve} kept for refusals); nothing was claimed — archive expired, reconciled claims to make room (custody archive), then ask again with the same name`,
+        `ledger holds ${claim.live} of ${claimCapacity} claims (${refusalReserve} kept for refusals); nothing was claimed — archive expired, settled claims to make room (custody archive), then ask again with the same name`,
       );
     }
     case 'claimed':
@@ -130,7 +130,7 @@ function refuseArguments(context: ExecutorContext, verified: VerifiedAuthorizati
     case 'full':
       throw new CustodyError(
         'ledger_full',
-        `ledger holds ${outcome.live} of ${config.claimCapacity} claims and refusals, the refusal reserve included; the arguments were refused (${cause.code}: ${cause.message}) but the refusal could not be recorded — archive expired, reconciled claims to make room (custody archive)`,
+        `ledger holds ${outcome.live} of ${config.claimCapacity} claims and refusals, the refusal reserve included; the arguments were refused (${cause.code}: ${cause.message}) but the refusal could not be recorded — archive expired, settled claims to make room (custody archive)`,
       );
   }
 }

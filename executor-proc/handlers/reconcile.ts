@@ -45,7 +45,7 @@ export async function reconcileOperation(context: ExecutorContext, body: Request
     case 'full':
       throw new CustodyError(
         'ledger_full',
-        `ledger holds ${refusal.live} of ${config.claimCapacity} claims and refusals, the refusal reserve included; archive expired, reconciled claims to record this refusal (custody archive)`,
+        `ledger holds ${refusal.live} of ${config.claimCapacity} claims and refusals, the refusal reserve included; archive expired, settled claims to record this refusal (custody archive)`,
       );
   }
 }

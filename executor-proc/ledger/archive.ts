@@ -1,7 +1,7 @@
 // Explicit, safe archival (ARCHITECTURE.md §6.2 "capacity and archival"). A claim
 // leaves the live ledger only when (a) its authorization window has passed by
 // max(clock, HWM), so it can never be claimed again, the mark guarding that,
-// (b) it has a report, and (c) the supervisor lists it as reconciled by the
+// (b) it has a report, and (c) the supervisor lists it as settled by the
 // kernel. It is copied into archive.db (append-only) and committed there
 // first, then removed from the live ledger in a second transaction that the
 // delete triggers allow only for rows verified in the archive. A crash
@@ -73,12 +73,12 @@ export class Archiver {
     this.#deleteClaim = db.prepare('DELETE FROM claims WHERE operation_id = ?');
   }
 
-  archive(reconciled: readonly string[]): ArchiveResult {
+  archive(settled: readonly string[]): ArchiveResult {
     // The window test below is a time-based answer: store the mark first (H6, ARCHITECTURE.md §6.5).
     const now = this.#ledger.stampClock();
     const notArchived: Array<{ operation_id: string; reason: NotArchivedReason }> = [];
     const eligible: LiveRow[] = [];
-    for (const operationId of new Set(reconciled)) {
+    for (const operationId of new Set(settled)) {
       const record = this.#ledger.records.live(operationId);
       if (!record) {
         const reason = this.#ledger.records.archived(operationId) ? 'already_archived' : 'unknown_operation';

@@ -159,7 +159,7 @@ export const LEDGER_MIGRATIONS: readonly Migration[] = [
 
 /**
  * The archive: where archival moves claims and reports whose authorization
- * has expired and whose report the kernel has reconciled. Append-only, with
+ * has expired and whose report the kernel has settled. Append-only, with
  * no sanctioned removal at all.
  */
 export const ARCHIVE_V1 = `

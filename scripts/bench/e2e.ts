@@ -222,7 +222,7 @@ const sum = (sizes: Record<string, number>) => Object.values(sizes).reduce((a, b
 export async function measureEndToEnd(scale = 1, history = 100_000) {
   const dir = mkdtempSync(path.join(tmpdir(), 'custody-bench-e2e-'));
   const root = path.join(dir, 'state');
-  const config = parseConfig({ port: 0, timing: { reconcile_backoff_initial_ms: 50, reconcile_backoff_max_ms: 500, recovery_sweep_ms: 1000 } });
+  const config = parseConfig({ port: 0, timing: { retry_backoff_initial_ms: 50, retry_backoff_max_ms: 500, recovery_sweep_ms: 1000 } });
   await initState(root, { config, log: createLogger({}, { level: 'error' }), onChildStderr: () => undefined });
   const coldStartMs = await measureColdStart(root);
   const supervisorRestart = await measureSupervisorKillToServing(root);

@@ -74,8 +74,8 @@ export const EXECUTOR_MESSAGES = {
   },
   archive: {
     to: ['executor'],
-    /** Operations whose reports the kernel has reconciled; only those whose window has passed may leave. */
-    request: z.strictObject({ reconciled: z.array(hex32).max(10_000) }),
+    /** Operations whose reports the kernel has settled; only those whose window has passed may leave. */
+    request: z.strictObject({ settled: z.array(hex32).max(10_000) }),
     result: z.strictObject({
       archived: nonNegativeInt,
       live: nonNegativeInt,

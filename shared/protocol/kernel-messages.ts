@@ -54,7 +54,7 @@ export const operationView = z.strictObject({
 });
 export type OperationView = z.infer<typeof operationView>;
 
-/** The answer to reserve, start and reconcile: a decision, its receipt, and what follows from it. */
+/** The answer to reserve, start and settle: a decision, its receipt, and what follows from it. */
 const decision = z.strictObject({
   operation_id: hex32,
   verdict: z.enum(['allow', 'deny']),
@@ -107,7 +107,7 @@ export const KERNEL_MESSAGES = {
     }),
     result: decision.extend({ authorization: artifactText.nullable(), expected: invocation.nullable() }),
   },
-  reconcile: {
+  settle: {
     to: ['kernel'],
     request: z.strictObject({ authorization: artifactText, report: artifactText }),
     result: decision.extend({ output: jsonValue.nullable() }),

@@ -260,7 +260,7 @@ export async function archive(service: Service): Answer {
     let live = 0;
     // 1 000 ids (66 KiB) per request stay inside the smallest frame bound.
     for (let at = 0; at < Math.max(settled.length, 1); at += 1_000) {
-      const answer = await executor.request('archive', { reconciled: settled.slice(at, at + 1_000) }, { timeoutMs: 60_000 });
+      const answer = await executor.request('archive', { settled: settled.slice(at, at + 1_000) }, { timeoutMs: 60_000 });
       archived += answer.archived;
       live = answer.live;
       for (const { reason } of answer.not_archived) kept[reason] = (kept[reason] ?? 0) + 1;

@@ -105,7 +105,7 @@ program
 
 program
   .command('report')
-  .description("give the executor's signed report to the kernel; prints the output after a completed, verified reconcile")
+  .description("give the executor's signed report to the kernel; prints the output once the kernel has verified and settled it")
   .argument('<name>', 'operation name', parseName('NAME'))
   .addOption(waitOption())
   .option('--json', 'machine-readable output')

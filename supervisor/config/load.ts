@@ -21,12 +21,27 @@ function describe(value: unknown): string {
   return text.length > 60 ? `${text.slice(0, 57)}...` : text;
 }
 
+/** Keys an earlier version wrote (custody init spells out every default) and their names now. */
+const RENAMED_KEYS: Readonly<Record<string, string>> = {
+  reconcile_backoff_initial_ms: 'retry_backoff_initial_ms',
+  reconcile_backoff_max_ms: 'retry_backoff_max_ms',
+};
+
+function unknownKeys(key: string, keys: readonly PropertyKey[]): string {
+  return keys
+    .map((k) => {
+      const now = typeof k === 'string' ? RENAMED_KEYS[k] : undefined;
+      return now === undefined ? JSON.stringify(k) : `${JSON.stringify(k)} (renamed ${JSON.stringify(now)}: rename it in ${key})`;
+    })
+    .join(', ');
+}
+
 function formatIssues(file: string, input: unknown, error: z.ZodError): string {
   return error.issues
     .slice(0, 5)
     .map((issue) => {
       const key = issue.path.length > 0 ? issue.path.join('.') : '(top level)';
-      if (issue.code === 'unrecognized_keys') return `${file}: ${key}: unknown key(s) ${issue.keys.map((k) => JSON.stringify(k)).join(', ')}`;
+      if (issue.code === 'unrecognized_keys') return `${file}: ${key}: unknown key(s) ${unknownKeys(key, issue.keys)}`;
       return `${file}: ${key}: ${issue.message}, got ${describe(valueAt(input, issue.path))}`;
     })
     .join('\n');
@@ -46,8 +61,8 @@ function checkConsistency(file: string, config: CustodyConfig): void {
   if (config.restart.backoff_initial_ms > config.restart.backoff_max_ms) {
     problems.push(`restart.backoff_initial_ms: ${config.restart.backoff_initial_ms} is above restart.backoff_max_ms ${config.restart.backoff_max_ms}`);
   }
-  if (config.timing.reconcile_backoff_initial_ms > config.timing.reconcile_backoff_max_ms) {
-    problems.push(`timing.reconcile_backoff_initial_ms: ${config.timing.reconcile_backoff_initial_ms} is above timing.reconcile_backoff_max_ms`);
+  if (config.timing.retry_backoff_initial_ms > config.timing.retry_backoff_max_ms) {
+    problems.push(`timing.retry_backoff_initial_ms: ${config.timing.retry_backoff_initial_ms} is above timing.retry_backoff_max_ms`);
   }
   if (problems.length > 0) throw new CustodyError('config_invalid', problems.map((p) => `${file}: ${p}`).join('\n'));
 }

@@ -80,8 +80,8 @@ export const timingSchema = z.strictObject({
   /** Grace after a `cancel` before the watchdog kills. */
   cancel_grace_ms: millis(600_000).default(2_000),
   /** Backoff of reconciliation retries and re-polls of unknown operations. */
-  reconcile_backoff_initial_ms: millis(600_000).default(500),
-  reconcile_backoff_max_ms: millis(3_600_000).default(30_000),
+  retry_backoff_initial_ms: millis(600_000).default(500),
+  retry_backoff_max_ms: millis(3_600_000).default(30_000),
   /** How often committed starts are swept for operations nobody drives. */
   recovery_sweep_ms: millis(3_600_000).default(5_000),
   /** How long a graceful shutdown lets in-flight operations finish. */

@@ -38,8 +38,8 @@ export function isTransportFailure(error: unknown): boolean {
 }
 
 /** The backoff of every retry that waits for a peer: reconciliation, kernel requests, sends. */
-export function reconcileBackoff(ctx: OperationContext): Backoff {
-  return new Backoff({ initialMs: ctx.config.timing.reconcile_backoff_initial_ms, maxMs: ctx.config.timing.reconcile_backoff_max_ms, signal: ctx.signal });
+export function retryBackoff(ctx: OperationContext): Backoff {
+  return new Backoff({ initialMs: ctx.config.timing.retry_backoff_initial_ms, maxMs: ctx.config.timing.retry_backoff_max_ms, signal: ctx.signal });
 }
 
 /**
@@ -49,7 +49,7 @@ export function reconcileBackoff(ctx: OperationContext): Backoff {
  * request quarantined meanwhile is refused before it is sent again.
  */
 export async function askKernel<K extends MessageKind>(ctx: OperationContext, kind: K, body: RequestOf<K>, requestId?: string): Promise<ResultOf<K>> {
-  const backoff = reconcileBackoff(ctx);
+  const backoff = retryBackoff(ctx);
   for (;;) {
     if (ctx.signal.aborted) throw new CustodyError('shutting_down', 'the service is stopping');
     try {

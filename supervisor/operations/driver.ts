@@ -165,9 +165,9 @@ export class OperationDriver {
   async #finalAnswer(row: RequestRow, goal: Goal): Promise<RequestRow> {
     if (goal === 'execute' && row.report) return this.#replayExecute(row);
     if (goal !== 'report' || !row.authorization || !row.report || !row.receipt) return row;
-    const again = await askKernel(this.#ctx, 'reconcile', { authorization: row.authorization, report: row.report });
+    const again = await askKernel(this.#ctx, 'settle', { authorization: row.authorization, report: row.report });
     if (again.receipt !== row.receipt) {
-      this.#ctx.store.recordIncident({ child: 'kernel', kind: 'receipt_mismatch', code: 'internal', message: `a repeated reconcile of ${row.request_id} returned different receipt bytes`, operation_id: row.operation_id });
+      this.#ctx.store.recordIncident({ child: 'kernel', kind: 'receipt_mismatch', code: 'internal', message: `a repeated settle of ${row.request_id} returned different receipt bytes`, operation_id: row.operation_id });
       throw new CustodyError('internal', `the kernel's repeated receipt for ${row.request_id} differs from the retained one`);
     }
     return row;

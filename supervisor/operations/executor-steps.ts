@@ -13,7 +13,7 @@ import { type ChildSession } from '../../shared/child/spawn.js';
 import { type ChildHandle, DROP_REPLY_EXIT } from '../children/child-handle.js';
 import { ADAPTER_DEADLINE_MARGIN_MS } from '../children/specs.js';
 import { type RequestRow } from '../store/supervisor-store.js';
-import { type OperationContext, askKernel, isTransportFailure, reconcileBackoff } from './context.js';
+import { type OperationContext, askKernel, isTransportFailure, retryBackoff } from './context.js';
 import { executorIdOf, expectedOf } from './kernel-steps.js';
 
 export { DROP_REPLY_EXIT } from '../children/child-handle.js';
@@ -64,7 +64,7 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
   if (!authorization) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no authorization`);
   const executor = usableExecutor(ctx, row);
   const deadline = deadlineFor(ctx, executor, row.tool);
-  const backoff = reconcileBackoff(ctx);
+  const backoff = retryBackoff(ctx);
   for (;;) {
     const release = await executor.slots.acquire(ctx.signal);
     let frameId = '';
@@ -202,7 +202,7 @@ export async function reconcileStep(ctx: OperationContext, row: RequestRow): Pro
  * executor is failed or the service stops.
  */
 export async function reconcileOperation(ctx: OperationContext, executor: ChildHandle, target: ReconcileTarget): Promise<string> {
-  const backoff = reconcileBackoff(ctx);
+  const backoff = retryBackoff(ctx);
   const exchangeMs = reconcileDeadlineFor(ctx, executor, target.tool);
   let markedUnknown = false;
   for (;;) {

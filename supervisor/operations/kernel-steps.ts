@@ -51,7 +51,7 @@ export async function startStep(ctx: OperationContext, row: RequestRow): Promise
 /** Give the kernel the signed report; its receipt settles the request. */
 export async function settleStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
   if (!row.authorization || !row.report) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no authorization or report to settle`);
-  const result = await askKernel(ctx, 'reconcile', { authorization: row.authorization, report: row.report }, row.request_id);
+  const result = await askKernel(ctx, 'settle', { authorization: row.authorization, report: row.report }, row.request_id);
   // The kernel settled it; this supervisor has not recorded that yet.
   crashPoint('supervisor', 'after_report_forwarded');
   return ctx.store.movePhaseGrouped(row.request_id, 'settled', {

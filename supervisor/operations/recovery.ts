@@ -10,7 +10,7 @@ import { type OperationView } from '../../shared/protocol/kernel-messages.js';
 import { type ResultOf } from '../../shared/protocol/messages.js';
 import { nowMs } from '../../shared/clock.js';
 import { type Backoff } from './backoff.js';
-import { type OperationContext, askKernel, reconcileBackoff } from './context.js';
+import { type OperationContext, askKernel, retryBackoff } from './context.js';
 import { type OperationDriver } from './driver.js';
 import { reconcileOperation } from './executor-steps.js';
 import { executorIdOf } from './kernel-steps.js';
@@ -114,7 +114,7 @@ export class RecoverySweeper {
 
   /** Back off an operation whose last attempt failed, so a refusal is not repeated every sweep. */
   #postpone(operationId: string, now: number): void {
-    const pending = this.#pending.get(operationId) ?? { due: 0, backoff: reconcileBackoff(this.#ctx) };
+    const pending = this.#pending.get(operationId) ?? { due: 0, backoff: retryBackoff(this.#ctx) };
     pending.due = now + pending.backoff.nextDelayMs();
     this.#pending.set(operationId, pending);
   }
@@ -159,7 +159,7 @@ export class RecoverySweeper {
     const settle = async () => {
       const executor = ctx.executorById(executorIdOf(authorization));
       const report = await reconcileOperation(ctx, executor, { requestId: op.request_id, operationId: op.operation_id, tool: op.tool, authorization, expected });
-      await askKernel(ctx, 'reconcile', { authorization, report });
+      await askKernel(ctx, 'settle', { authorization, report });
       ctx.store.recordIncident({ child: executor.name, kind: 'orphan_settled', code: null, message: `settled ${op.request_id}, which no request of this supervisor carried`, operation_id: op.operation_id });
       this.#pending.delete(op.operation_id);
     };

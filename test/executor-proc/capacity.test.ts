@@ -48,12 +48,12 @@ describe('executor-proc capacity and archival', function () {
     expect((await executor.channel.request('reconcile_operation', { authorization: third.text, expected: third.expected })).status).to.equal('never_claimed');
 
     const listed = [first.operationId, second.operationId, third.operationId];
-    const early = await executor.channel.request('archive', { reconciled: listed });
+    const early = await executor.channel.request('archive', { settled: listed });
     expect(early.archived).to.equal(0);
     expect(early.not_archived.map((entry) => entry.reason)).to.deep.equal(['window_open', 'window_open', 'window_open']);
 
     setClockOffset(home, 120_000);
-    const moved = await executor.channel.request('archive', { reconciled: listed });
+    const moved = await executor.channel.request('archive', { settled: listed });
     expect(moved).to.deep.equal({ archived: 3, live: 0, not_archived: [] });
 
     // Archived: still found, still replayed byte for byte, never claimed again.

@@ -68,19 +68,19 @@ describe('kernel-proc: kill -9 after each commit, then a restart on the same dir
     expect(retry).to.include({ verdict: 'allow', state: 'dispatch_committed', authorization: view.authorization });
     expect((await get('c-start')).operation!.window).to.deep.equal(view.window);
     expect((await kernel.request('recover', { limit: 100, offset: 0 })).operations.map((op) => op.request_id)).to.include('c-start');
-    const settled = await kernel.request('reconcile', { authorization: retry.authorization!, report: signReport(executor, retry.authorization!, root.publicKey) });
+    const settled = await kernel.request('settle', { authorization: retry.authorization!, report: signReport(executor, retry.authorization!, root.publicKey) });
     expect(settled.state).to.equal('completed');
   });
 
   it('after the reconcile commit: a repeated reconcile returns the byte-identical completion receipt', async () => {
     const { authorization } = await dispatch('c-reconcile');
     const body = { authorization, report: signReport(executor, authorization, root.publicKey) };
-    await crashAt('after_reconcile_commit', (armed) => armed.request('reconcile', body));
+    await crashAt('after_settle_commit', (armed) => armed.request('settle', body));
     const kept = (await get('c-reconcile')).operation!;
     expect(kept.state).to.equal('completed');
-    const first = await kernel.request('reconcile', body);
+    const first = await kernel.request('settle', body);
     expect(first.receipt).to.equal(kept.last_receipt);
-    expect(JSON.stringify(await kernel.request('reconcile', body))).to.equal(JSON.stringify(first));
+    expect(JSON.stringify(await kernel.request('settle', body))).to.equal(JSON.stringify(first));
     expect(holdOf(root, operationIdFor('c-reconcile'))!.state).to.equal('consumed');
   });
 
@@ -90,7 +90,7 @@ describe('kernel-proc: kill -9 after each commit, then a restart on the same dir
     const view = (await get('c-unknown')).operation!;
     expect(view.state).to.equal('unknown');
     expect(view.hold).to.include({ disposition: 'reserved' });
-    const settled = await kernel.request('reconcile', { authorization, report: signReport(executor, authorization, root.publicKey) });
+    const settled = await kernel.request('settle', { authorization, report: signReport(executor, authorization, root.publicKey) });
     expect(settled.state).to.equal('completed');
   });
 
@@ -111,7 +111,7 @@ describe('kernel-proc: kill -9 after each commit, then a restart on the same dir
     await kernel.kill();
     kernel = await KernelProcess.start(root);
     expect((await get('c-kill')).operation!.state).to.equal('awaiting_report');
-    const settled = await kernel.request('reconcile', { authorization, report });
+    const settled = await kernel.request('settle', { authorization, report });
     expect(settled).to.include({ verdict: 'allow', state: 'completed' });
   });
 

@@ -66,7 +66,7 @@ describe('kernel-proc: grant usage counters', function () {
       run: async () => {
         const view = await kernel.request('operation.get', { operation_id: null, request_id: 'u-a' });
         const authorization = view.operation!.authorization!;
-        await kernel.request('reconcile', { authorization, report: signReport(executor, authorization, root.publicKey, { realized_cost_units: 3 }) });
+        await kernel.request('settle', { authorization, report: signReport(executor, authorization, root.publicKey, { realized_cost_units: 3 }) });
       },
       after: [1, 1, 3, 5],
     },

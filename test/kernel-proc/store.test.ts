@@ -21,7 +21,7 @@ describe('kernel-proc: kernel.db for operators', function () {
     await kernel.request('grant.add', grantBody(TOOL));
     const done = await kernel.request('reserve', reserveBody('v-done'));
     const started = await kernel.request('start', { request_id: 'v-done', nonce_id: done.nonce!.id, arguments: reserveBody('v-done').arguments });
-    await kernel.request('reconcile', { authorization: started.authorization!, report: signReport(executor, started.authorization!, root.publicKey) });
+    await kernel.request('settle', { authorization: started.authorization!, report: signReport(executor, started.authorization!, root.publicKey) });
     await kernel.request('reserve', reserveBody('v-denied', { tool: 'nobody/serves' }));
     await kernel.request('reserve', reserveBody('v-waiting'));
   });

@@ -26,6 +26,7 @@ describe('custody.json', () => {
     expect(messageOf({ port: 70_000 })).to.match(/custody\.json: port: .*got 70000/);
     expect(messageOf({ executors: [{ name: 'a', max_in_flight: 0 }] })).to.match(/executors\.0\.max_in_flight: .*got 0/);
     expect(messageOf({ restart: { max_restart: 3 } })).to.match(/restart: unknown key\(s\) "max_restart"/);
+    expect(messageOf({ timing: { reconcile_backoff_max_ms: 900 } })).to.match(/timing: unknown key\(s\) "reconcile_backoff_max_ms" \(renamed "retry_backoff_max_ms": rename it in timing\)/);
     expect(messageOf({ executors: [{ name: 'a' }, { name: 'a' }] })).to.match(/executors\.1\.name: "a" is used twice/);
     expect(messageOf({ executors: [{ name: 'a', deadlines_ms: { 'Not A Tool': 5 } }] })).to.match(/deadlines_ms: key "Not A Tool"/);
     expect(messageOf({ restart: { backoff_initial_ms: 900, backoff_max_ms: 100 } })).to.match(/backoff_initial_ms: 900 is above/);

@@ -66,7 +66,7 @@ const MATRIX: readonly Row[] = [
   { fault: 'kernel:after_reserve_commit', walk: 'invoke', ends: ['completed'], effects: 1 },
   { fault: 'kernel:after_start_commit', walk: 'invoke', ends: ['completed'], effects: 1 },
   { fault: 'kernel:after_start_commit,kernel:after_recovery_commit', walk: 'invoke', ends: ['completed'], effects: 1 },
-  { fault: 'kernel:after_reconcile_commit', walk: 'invoke', ends: ['completed'], effects: 1 },
+  { fault: 'kernel:after_settle_commit', walk: 'invoke', ends: ['completed'], effects: 1 },
   // A nonce that expires at once: the sweep before the start's batch expires the reservation.
   { fault: 'kernel:after_sweep_commit', walk: 'invoke', kernel: { nonce_ttl_ms: 1 }, ends: ['expired'], effects: 0 },
   { fault: 'kernel:after_mark_unknown_commit', walk: 'invoke', tool: 'fixture/unsure', ends: ['unknown'], effects: 0 },

@@ -39,7 +39,7 @@ describe('the walkthrough, through the CLI', function () {
 
     const reported = await service.cli(['report', 'note-1']);
     expect(reported.code, reported.stderr).to.equal(0);
-    expect(reported.stdout).to.equal(`Completed: original report reconciled.\n\n${NOTE}`);
+    expect(reported.stdout).to.equal(`Completed: original report settled.\n\n${NOTE}`);
     const line = JSON.parse(journal()[0]!) as { note: string; sha256: string };
     expect(line.note).to.equal(NOTE);
     expect(line.sha256).to.equal('1237fdc278c34d32ab1e023f63d4b5e97922b13d18328e7f13783bb4d337e75f');

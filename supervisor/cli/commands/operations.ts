@@ -99,7 +99,7 @@ export async function reportCommand(client: ServiceClient, out: Output, name: st
   const outcome = answer.body as unknown as OperationOutcome;
   out.result(outcome, () => {
     if (outcome.outcome === 'completed') {
-      const head = goal === 'report' ? 'Completed: original report reconciled.' : `Completed: ${name} reconciled from the executor's signed report.`;
+      const head = goal === 'report' ? 'Completed: original report settled.' : `Completed: ${name} reconciled from the executor's signed report.`;
       return outcome.output === null ? head : `${head}\n\n${formatOutput(outcome.output)}`;
     }
     // An authorized operation waits for its execute: asking for its report again would not move it.

@@ -62,7 +62,7 @@ describe('GET /metrics', function () {
     }
     expect(delta('custody_kernel_holds', { state: 'consumed' }), 'three holds consumed, as the kernel counts them').to.equal(3);
     expect(valueOf(after, 'custody_kernel_holds', { state: 'reserved' })).to.equal(0);
-    // Each invoke commits a reserve, a start and a reconcile on the kernel: at least three batches each time, none empty.
+    // Each invoke commits a reserve, a start and a settle on the kernel: at least three batches each time, none empty.
     expect(delta('custody_commit_batch_size_count', { store: 'kernel' })).to.be.at.least(3);
     expect(delta('custody_commit_batch_size_bucket', { store: 'kernel', le: '1024' })).to.equal(delta('custody_commit_batch_size_count', { store: 'kernel' }));
     // The executor's ledger: a claim and a report per invoke, one each per transaction.

@@ -1,11 +1,11 @@
-// reconcile (ARCHITECTURE.md §6.1): an authentic report settles its operation. An
+// settle (ARCHITECTURE.md §6.1): an authentic report settles its operation. An
 // effect (completed, reconciled_applied) consumes the hold, charging the
 // realized cost and releasing the rest; no effect (failed_before_effect,
 // reconciled_not_applied, never_claimed) releases it, with the refusal's
 // code as the reason when the executor refused the arguments. A report that breaks a
 // settlement rule — a claim outside the window, a realized cost above the
 // hold — is a finalization deny, flagged for an operator. The settlement and
-// its receipt are retained: repeating the same reconcile returns the
+// its receipt are retained: repeating the same settle returns the
 // byte-identical receipt.
 import { type SignedArtifact, artifactDigest } from '../../shared/artifacts/artifact.js';
 import { canonicalDigest } from '../../shared/canonical/digest.js';
@@ -22,7 +22,7 @@ import { type ReceiptRow } from '../store/receipts-table.js';
 import { nextReceiptSlot, recordReceipt } from './receipts.js';
 import { type AuthenticAuthorization, checkAuthorization, checkReport } from './report-check.js';
 
-type ReconcileResult = ResultOf<'reconcile'>;
+type SettleResult = ResultOf<'settle'>;
 
 interface Outcome {
   readonly state: OperationState;
@@ -33,17 +33,17 @@ interface Outcome {
   readonly flag: string | null;
 }
 
-export function reconcile(kernel: Kernel, request: RequestOf<'reconcile'>, context: UnitContext): ReconcileResult {
+export function settle(kernel: Kernel, request: RequestOf<'settle'>, context: UnitContext): SettleResult {
   const authentic = checkAuthorization(kernel, request.authorization);
   const { operation } = authentic;
   const requestDigest = canonicalDigest({
-    custody: 'custody.reconcile.v1',
+    custody: 'custody.settle.v1',
     authorization_digest: authentic.authorization.digest,
     report_digest: artifactDigest(request.report),
   });
-  // A repeated reconcile is recognised by its bytes first: the retained receipt, even if a pin moved on since.
+  // A repeated settle is recognised by its bytes first: the retained receipt, even if a pin moved on since.
   const answered = kernel.store.receipts.forRequest(operation.operation_id, requestDigest);
-  if (answered) return reconcileReply(operation, answered);
+  if (answered) return settleReply(operation, answered);
   if (OPERATION_MACHINE.isTerminal(operation.state)) {
     throw new CustodyError(
       'operation_terminal',
@@ -54,7 +54,7 @@ export function reconcile(kernel: Kernel, request: RequestOf<'reconcile'>, conte
     throw new CustodyError('illegal_transition', `operation ${operation.request_id} is ${operation.state}; only a committed start is settled`);
   }
   const report = checkReport(kernel, authentic, request.report);
-  return settle(kernel, authentic, report, requestDigest, context);
+  return recordSettlement(kernel, authentic, report, requestDigest, context);
 }
 
 function judge(kernel: Kernel, authentic: AuthenticAuthorization, report: SignedArtifact<'report'>): Outcome {
@@ -90,13 +90,13 @@ function judge(kernel: Kernel, authentic: AuthenticAuthorization, report: Signed
   return { state: 'completed', verdict: 'allow', reason: 'ok', hold: 'consumed', charged: realized, flag: null };
 }
 
-function settle(
+function recordSettlement(
   kernel: Kernel,
   authentic: AuthenticAuthorization,
   report: SignedArtifact<'report'>,
   requestDigest: string,
   context: UnitContext,
-): ReconcileResult {
+): SettleResult {
   const { store } = kernel;
   const { now } = context;
   const { operation } = authentic;
@@ -124,11 +124,11 @@ function settle(
     now,
   );
   kernel.log[outcome.verdict === 'allow' ? 'info' : 'warn']('operation_settled', { operation_id: operation.operation_id, status: report.body.status, state: outcome.state, reason: outcome.reason, flag: outcome.flag });
-  context.afterCommit('after_reconcile_commit');
-  return reconcileReply(store.operations.get(operation.operation_id)!, receipt);
+  context.afterCommit('after_settle_commit');
+  return settleReply(store.operations.get(operation.operation_id)!, receipt);
 }
 
-function reconcileReply(operation: OperationRow, receipt: ReceiptRow): ReconcileResult {
+function settleReply(operation: OperationRow, receipt: ReceiptRow): SettleResult {
   return {
     operation_id: operation.operation_id,
     verdict: receipt.verdict,

@@ -16,7 +16,7 @@ import {
   refused,
 } from './helpers.js';
 
-describe('kernel-proc: reconcile', function () {
+describe('kernel-proc: settle', function () {
   this.timeout(20_000);
   const root = new KernelRoot();
   const executor = testExecutor(31);
@@ -54,7 +54,7 @@ describe('kernel-proc: reconcile', function () {
     got = await look();
     expect([got.operation!.state, got.operation!.hold!.disposition, got.receipts.length]).to.deep.equal(['dispatch_committed', 'reserved', 1]);
     expect(got.operation!.authorization).to.equal(started.authorization);
-    await kernel.request('reconcile', { authorization: started.authorization!, report: report(executor, started.authorization!) });
+    await kernel.request('settle', { authorization: started.authorization!, report: report(executor, started.authorization!) });
     got = await look();
     expect([got.operation!.state, got.operation!.hold!.disposition, got.receipts.length]).to.deep.equal(['completed', 'consumed', 2]);
     expect(got.receipts.map((text) => verifyReceipt(text, root.publicKey).decision)).to.deep.equal(['reserve', 'completion']);
@@ -62,7 +62,7 @@ describe('kernel-proc: reconcile', function () {
 
   it('completes an operation on its executor\'s report: hold consumed, output delivered, a completion receipt', async () => {
     const { operationId, authorization } = await dispatch('r-complete');
-    const settled = await kernel.request('reconcile', { authorization, report: report(executor, authorization, { output: { line: 'one' } }) });
+    const settled = await kernel.request('settle', { authorization, report: report(executor, authorization, { output: { line: 'one' } }) });
     expect(settled).to.include({ verdict: 'allow', reason: 'ok', state: 'completed' });
     expect(settled.output).to.deep.equal({ line: 'one' });
     const receipt = verifyReceipt(settled.receipt!, root.publicKey);
@@ -75,32 +75,32 @@ describe('kernel-proc: reconcile', function () {
   it('answers a repeated reconcile with the byte-identical receipt', async () => {
     const { authorization } = await dispatch('r-repeat');
     const body = { authorization, report: report(executor, authorization) };
-    const first = await kernel.request('reconcile', body);
-    for (let i = 0; i < 3; i += 1) expect(JSON.stringify(await kernel.request('reconcile', body))).to.equal(JSON.stringify(first));
+    const first = await kernel.request('settle', body);
+    for (let i = 0; i < 3; i += 1) expect(JSON.stringify(await kernel.request('settle', body))).to.equal(JSON.stringify(first));
   });
 
   it('refuses another report for a settled operation: operation_terminal', async () => {
     const { authorization } = await dispatch('r-other-report');
-    await kernel.request('reconcile', { authorization, report: report(executor, authorization) });
-    const refusal = await refused(kernel.request('reconcile', { authorization, report: report(executor, authorization, { status: 'failed_before_effect', output: null }) }));
+    await kernel.request('settle', { authorization, report: report(executor, authorization) });
+    const refusal = await refused(kernel.request('settle', { authorization, report: report(executor, authorization, { status: 'failed_before_effect', output: null }) }));
     expect(refusal.code).to.equal('operation_terminal');
   });
 
   it('refuses a report signed by another key: report_invalid, and the operation is untouched', async () => {
     const { operationId, authorization } = await dispatch('r-wrong-key');
-    const refusal = await refused(kernel.request('reconcile', { authorization, report: report(stranger, authorization) }));
+    const refusal = await refused(kernel.request('settle', { authorization, report: report(stranger, authorization) }));
     expect(refusal.code).to.equal('report_invalid');
     expect(refusal.message).to.match(/signer_untrusted/);
     expect(await stateOf(operationId)).to.equal('dispatch_committed');
     expect(holdOf(root, operationId)!.state).to.equal('reserved');
     // The genuine report still settles it.
-    expect((await kernel.request('reconcile', { authorization, report: report(executor, authorization) })).state).to.equal('completed');
+    expect((await kernel.request('settle', { authorization, report: report(executor, authorization) })).state).to.equal('completed');
   });
 
   it('refuses a report made for another authorization: report_invalid', async () => {
     const a = await dispatch('r-for-a');
     const b = await dispatch('r-for-b');
-    const refusal = await refused(kernel.request('reconcile', { authorization: a.authorization, report: report(executor, b.authorization) }));
+    const refusal = await refused(kernel.request('settle', { authorization: a.authorization, report: report(executor, b.authorization) }));
     expect(refusal.code).to.equal('report_invalid');
     expect(await stateOf(a.operationId)).to.equal('dispatch_committed');
   });
@@ -108,33 +108,33 @@ describe('kernel-proc: reconcile', function () {
   it('refuses an authorization this kernel did not sign, or not the one it committed: authorization_invalid', async () => {
     const { authorization } = await dispatch('r-auth');
     const tampered = authorization.replace('"request_id":"r-auth"', '"request_id":"r-autH"');
-    expect((await refused(kernel.request('reconcile', { authorization: tampered, report: report(executor, authorization) }))).code).to.equal('authorization_invalid');
+    expect((await refused(kernel.request('settle', { authorization: tampered, report: report(executor, authorization) }))).code).to.equal('authorization_invalid');
   });
 
   it('denies finalization of a report whose claim fell outside the window: report_outside_window, flagged, hold consumed', async () => {
     const { operationId, authorization } = await dispatch('r-window');
     const window = (await kernel.request('operation.get', { operation_id: operationId, request_id: null })).operation!.window!;
     const late = report(executor, authorization, { claimed_at: window.expires_at, finished_at: window.expires_at + 5 });
-    const settled = await kernel.request('reconcile', { authorization, report: late });
+    const settled = await kernel.request('settle', { authorization, report: late });
     expect(settled).to.include({ verdict: 'deny', reason: 'report_outside_window', state: 'finalization_denied', output: null });
     expect(verifyReceipt(settled.receipt!, root.publicKey)).to.include({ decision: 'finalization', reason: 'report_outside_window' });
     const view = (await kernel.request('operation.get', { operation_id: operationId, request_id: null })).operation!;
     expect(view.flag).to.match(/report_outside_window: claimed at/);
     expect(holdOf(root, operationId)!.state).to.equal('consumed');
-    expect(JSON.stringify(await kernel.request('reconcile', { authorization, report: late }))).to.equal(JSON.stringify(settled));
+    expect(JSON.stringify(await kernel.request('settle', { authorization, report: late }))).to.equal(JSON.stringify(settled));
   });
 
   it('accepts a claim at the first millisecond of the window', async () => {
     const { authorization } = await dispatch('r-window-edge');
     const edge = report(executor, authorization);
-    expect((await kernel.request('reconcile', { authorization, report: edge })).state).to.equal('completed');
+    expect((await kernel.request('settle', { authorization, report: edge })).state).to.equal('completed');
   });
 
   it('releases the hold for a report that proves no effect: failed_before_effect, reconciled_not_applied, never_claimed', async () => {
     for (const status of ['failed_before_effect', 'reconciled_not_applied', 'never_claimed'] as const) {
       const { operationId, authorization } = await dispatch(`r-none-${status}`);
       const overrides = status === 'never_claimed' ? { status, output: null, claimed_at: null } : { status, output: null };
-      const settled = await kernel.request('reconcile', { authorization, report: report(executor, authorization, overrides) });
+      const settled = await kernel.request('settle', { authorization, report: report(executor, authorization, overrides) });
       expect(settled, status).to.include({ verdict: 'allow', state: 'released', output: null });
       expect(verifyReceipt(settled.receipt!, root.publicKey).hold.disposition).to.equal('released');
       expect(holdOf(root, operationId)).to.include({ state: 'released', cost_units_charged: 0 });
@@ -144,7 +144,7 @@ describe('kernel-proc: reconcile', function () {
   it("settles a never_claimed report carrying the executor's refusal of the arguments as released, with the refusal's code as the receipt's reason", async () => {
     const { operationId, authorization } = await dispatch('r-refused-args');
     const refusal = { code: 'arguments_too_large', message: 'review-notes/append arguments: note: note is 5000 UTF-8 bytes; at most 4096 are allowed' };
-    const settled = await kernel.request('reconcile', { authorization, report: report(executor, authorization, { status: 'never_claimed', output: null, claimed_at: null, refusal }) });
+    const settled = await kernel.request('settle', { authorization, report: report(executor, authorization, { status: 'never_claimed', output: null, claimed_at: null, refusal }) });
     expect(settled).to.include({ verdict: 'allow', reason: 'arguments_too_large', state: 'released', output: null });
     expect(verifyReceipt(settled.receipt!, root.publicKey)).to.include({ decision: 'completion', reason: 'arguments_too_large', state: 'released' });
     expect(holdOf(root, operationId)).to.include({ state: 'released', cost_units_charged: 0 });
@@ -157,7 +157,7 @@ describe('kernel-proc: reconcile', function () {
   for (const { what, overrides, says } of badRefusals) {
     it(`refuses ${what}: report_invalid, and the hold stays`, async () => {
       const { operationId, authorization } = await dispatch(`r-bad-refusal-${overrides.status}`);
-      const refusal = await refused(kernel.request('reconcile', { authorization, report: report(executor, authorization, overrides) }));
+      const refusal = await refused(kernel.request('settle', { authorization, report: report(executor, authorization, overrides) }));
       expect(refusal.code).to.equal('report_invalid');
       expect(refusal.message).to.match(says);
       expect(holdOf(root, operationId)!.state).to.equal('reserved');
@@ -168,7 +168,7 @@ describe('kernel-proc: reconcile', function () {
     const { authorization } = await dispatch('r-window-early');
     const window = decodeArtifact('authorization', authorization, { trustedSigners: [root.publicKey] }).body;
     const early = report(executor, authorization, { claimed_at: window.not_before - 1 });
-    expect(await kernel.request('reconcile', { authorization, report: early })).to.include({ reason: 'report_outside_window', state: 'finalization_denied' });
+    expect(await kernel.request('settle', { authorization, report: early })).to.include({ reason: 'report_outside_window', state: 'finalization_denied' });
   });
 
   describe('queries', () => {
@@ -203,7 +203,7 @@ describe('kernel-proc: reconcile', function () {
     it('charges the realized cost and releases the rest of the hold', async () => {
       const { operationId, authorization } = await dispatch('r-cost', { capability_id: capabilityId, cost_units: 10 });
       expect(await usage()).to.include({ cost_units_held: 10, cost_units_used: 0 });
-      const settled = await kernel.request('reconcile', { authorization, report: report(executor, authorization, { realized_cost_units: 7 }) });
+      const settled = await kernel.request('settle', { authorization, report: report(executor, authorization, { realized_cost_units: 7 }) });
       expect(verifyReceipt(settled.receipt!, root.publicKey).hold).to.include({ cost_units_held: 10, cost_units_charged: 7 });
       expect(holdOf(root, operationId)).to.include({ state: 'consumed', cost_units_charged: 7 });
       expect(await usage()).to.include({ cost_units_held: 0, cost_units_used: 7 });
@@ -211,13 +211,13 @@ describe('kernel-proc: reconcile', function () {
 
     it('charges the realized cost exactly at the hold', async () => {
       const { authorization } = await dispatch('r-cost-at', { capability_id: capabilityId, cost_units: 5 });
-      const settled = await kernel.request('reconcile', { authorization, report: report(executor, authorization, { realized_cost_units: 5 }) });
+      const settled = await kernel.request('settle', { authorization, report: report(executor, authorization, { realized_cost_units: 5 }) });
       expect(settled.state).to.equal('completed');
     });
 
     it('denies finalization of a realized cost one unit above the hold: cost_exceeded, flagged, only the hold charged', async () => {
       const { operationId, authorization } = await dispatch('r-cost-over', { capability_id: capabilityId, cost_units: 5 });
-      const settled = await kernel.request('reconcile', { authorization, report: report(executor, authorization, { realized_cost_units: 6 }) });
+      const settled = await kernel.request('settle', { authorization, report: report(executor, authorization, { realized_cost_units: 6 }) });
       expect(settled).to.include({ verdict: 'deny', reason: 'cost_exceeded', state: 'finalization_denied', output: null });
       expect(verifyReceipt(settled.receipt!, root.publicKey).hold).to.include({ disposition: 'consumed', cost_units_charged: 5 });
       const view = (await kernel.request('operation.get', { operation_id: operationId, request_id: null })).operation!;
@@ -236,11 +236,11 @@ describe('kernel-proc: reconcile', function () {
     it('refuses a report for an authorization of a superseded epoch: epoch_stale; new authorizations go to the new key', async () => {
       const { operationId, authorization } = await dispatch('r-epoch', { tool: 'epoch/tool' });
       await kernel.request('executor.pin', pinBody(epoch2, ['epoch/*']));
-      const refusal = await refused(kernel.request('reconcile', { authorization, report: report(epoch1, authorization) }));
+      const refusal = await refused(kernel.request('settle', { authorization, report: report(epoch1, authorization) }));
       expect(refusal.code).to.equal('epoch_stale');
       expect(await stateOf(operationId)).to.equal('dispatch_committed');
       const fresh = await dispatch('r-epoch-2', { tool: 'epoch/tool' });
-      expect((await kernel.request('reconcile', { authorization: fresh.authorization, report: report(epoch2, fresh.authorization) })).state).to.equal('completed');
+      expect((await kernel.request('settle', { authorization: fresh.authorization, report: report(epoch2, fresh.authorization) })).state).to.equal('completed');
     });
 
     it('refuses to pin an older epoch (epoch_stale) or another key at the same epoch (identity_mismatch)', async () => {
@@ -264,7 +264,7 @@ describe('kernel-proc: reconcile', function () {
       expect(verifyReceipt(marked.operation.last_receipt!, root.publicKey)).to.include({ decision: 'unknown', reason: 'outcome_unknown', state: 'unknown' });
       expect(JSON.stringify(await kernel.request('mark_unknown', { operation_id: operationId, reason: 'again' }))).to.equal(JSON.stringify(marked));
       expect((await kernel.request('recover', { limit: 1000, offset: 0 })).operations.map((op) => op.operation_id)).to.include(operationId);
-      const settled = await kernel.request('reconcile', { authorization, report: report(executor, authorization) });
+      const settled = await kernel.request('settle', { authorization, report: report(executor, authorization) });
       expect(settled.state).to.equal('completed');
       expect(holdOf(root, operationId)!.state).to.equal('consumed');
     });
@@ -276,7 +276,7 @@ describe('kernel-proc: reconcile', function () {
 
     it('leaves a settled operation as it is when asked to mark it unknown', async () => {
       const { operationId, authorization } = await dispatch('r-unknown-late');
-      await kernel.request('reconcile', { authorization, report: report(executor, authorization) });
+      await kernel.request('settle', { authorization, report: report(executor, authorization) });
       expect((await kernel.request('mark_unknown', { operation_id: operationId, reason: 'late' })).operation.state).to.equal('completed');
     });
   });
