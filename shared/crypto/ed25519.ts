@@ -53,13 +53,27 @@ function describeText(value: unknown): string {
   return `${JSON.stringify(shown)} (${value.length} characters)`;
 }
 
+/**
+ * Keys already found valid. Every artifact names its signer's key, so a
+ * kernel or executor decodes the same few keys on every operation; the curve
+ * checks behind validatePublicKey (a square root in the field) cost the
+ * kernel ~0.09 ms per operation in `node dist/scripts/bench/profile.js`
+ * (docs/PERFORMANCE.md). The answer depends on the bytes alone, so it is
+ * remembered; bounded, since a peer could name many keys.
+ */
+const VALID_KEYS = new Set<string>();
+const VALID_KEYS_MAX = 256;
+
 /** Exactly 64 lowercase hex characters naming a valid key (validatePublicKey). */
 export function publicKeyFromHex(hex: string): Uint8Array {
   if (typeof hex !== 'string' || !PUBLIC_KEY_HEX.test(hex)) {
     throw new CustodyError('key_invalid', `a public key must be 64 lowercase hex characters, got ${describeText(hex)}`);
   }
   const key = new Uint8Array(Buffer.from(hex, 'hex'));
+  if (VALID_KEYS.has(hex)) return key;
   validatePublicKey(key);
+  if (VALID_KEYS.size >= VALID_KEYS_MAX) VALID_KEYS.clear();
+  VALID_KEYS.add(hex);
   return key;
 }
 

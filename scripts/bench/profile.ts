@@ -1,0 +1,116 @@
+// CPU profiles of every process under a governed load (docs/PERFORMANCE.md
+// "Profiling"): the supervisor runs under `node --cpu-prof`, the kernel and
+// the executor through their configurable argv, `ops` invokes of
+// review-notes/append at `in-flight` clients, then a graceful stop writes the
+// profiles. Prints each process's busy time and its heaviest functions by
+// self time, per operation, so a change can be judged where it lands.
+//
+//   node dist/scripts/bench/profile.js [--ops 800] [--in-flight 16] [--top 15] [--keep DIR]
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { createLogger } from '../../shared/log.js';
+import { parseConfig } from '../../supervisor/config/load.js';
+import { initState } from '../../supervisor/init.js';
+import { statePaths } from '../../supervisor/paths.js';
+import { fileURLToPath } from 'node:url';
+import { EXECUTOR_ENTRY, KERNEL_ENTRY } from '../../supervisor/children/specs.js';
+
+const CLI_ENTRY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'supervisor', 'cli', 'main.js');
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  hitCount?: number;
+}
+interface CpuProfile {
+  nodes: ProfileNode[];
+  startTime: number;
+  endTime: number;
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** Self time by function (ms), the idle and GC pseudo-frames kept apart. */
+export function selfTimes(profile: CpuProfile): Map<string, number> {
+  const byId = new Map(profile.nodes.map((node) => [node.id, node]));
+  const totals = new Map<string, number>();
+  profile.samples.forEach((id, index) => {
+    const frame = byId.get(id)!.callFrame;
+    const where = frame.url === '' ? '' : ` ${frame.url.replace(/^file:\/\/.*?\/dist\//, '').replace(/^file:\/\/.*node_modules\//, '')}:${frame.lineNumber + 1}`;
+    const name = `${frame.functionName || '(anonymous)'}${where}`;
+    totals.set(name, (totals.get(name) ?? 0) + (profile.timeDeltas[index] ?? 0) / 1000);
+  });
+  return totals;
+}
+
+function summarize(file: string, label: string, operations: number, top: number): string {
+  const profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
+  const times = selfTimes(profile);
+  const wall = (profile.endTime - profile.startTime) / 1000;
+  const idle = times.get('(idle)') ?? 0;
+  const busy = wall - idle;
+  const lines = [`${label}: wall ${wall.toFixed(0)} ms, busy ${(busy).toFixed(0)} ms = ${(busy / operations).toFixed(3)} ms/op`];
+  const ranked = [...times].filter(([name]) => name !== '(idle)').sort((a, b) => b[1] - a[1]).slice(0, top);
+  for (const [name, ms] of ranked) lines.push(`  ${(ms / operations).toFixed(3).padStart(7)} ms/op  ${name}`);
+  return lines.join('\n');
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ options: { ops: { type: 'string', default: '800' }, 'in-flight': { type: 'string', default: '16' }, top: { type: 'string', default: '15' }, keep: { type: 'string' } } });
+  const operations = Number(values.ops);
+  const inFlight = Number(values['in-flight']);
+  const dir = mkdtempSync(path.join(tmpdir(), 'custody-profile-'));
+  const profiles = values.keep ?? path.join(dir, 'profiles');
+  mkdirSync(profiles, { recursive: true });
+  const root = path.join(dir, 'state');
+  const paths = statePaths(root);
+  const prof = ['--cpu-prof', `--cpu-prof-dir=${profiles}`];
+  const config = parseConfig({
+    port: 0,
+    kernel: { argv: [process.execPath, ...prof, KERNEL_ENTRY, '--dir', paths.kernelDir] },
+    executors: [{ name: 'default', argv: [process.execPath, ...prof, EXECUTOR_ENTRY, '--dir', paths.executorDir('default'), '--resources', paths.resourcesDir] }],
+  });
+  await initState(root, { config, log: createLogger({}, { level: 'error' }), onChildStderr: () => undefined });
+  for (const file of readdirSync(profiles)) rmSync(path.join(profiles, file));
+  const service = spawn(process.execPath, [...prof, CLI_ENTRY, 'start', '--state', root], { stdio: ['ignore', 'ignore', 'ignore'] });
+  let port = 0;
+  while (port === 0) {
+    if (existsSync(paths.serviceJson)) {
+      const written = JSON.parse(readFileSync(paths.serviceJson, 'utf8')) as { pid: number; port: number };
+      if (written.pid === service.pid) port = written.port;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  const token = readFileSync(paths.controlToken, 'utf8').trim();
+  const call = async (route: string, body: unknown) =>
+    (await fetch(`http://127.0.0.1:${port}${route}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })).json() as Promise<Record<string, unknown>>;
+  await call('/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
+  let next = 0;
+  let completed = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: inFlight }, async () => {
+      while (next < operations) {
+        next += 1;
+        const answer = await call('/v1/invoke', { tool: 'review-notes/append', arguments: { note: `profile note ${next}` } });
+        if (answer.outcome === 'completed') completed += 1;
+      }
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  const status = (await (await fetch(`http://127.0.0.1:${port}/v1/status`, { headers: { authorization: `Bearer ${token}` } })).json()) as { children: Array<{ name: string; pid: number | null }> };
+  const roles = new Map<number, string>([[service.pid!, 'supervisor'], ...status.children.map((c): [number, string] => [c.pid ?? -1, c.name])]);
+  service.kill('SIGTERM');
+  await new Promise((resolve) => service.once('exit', resolve));
+  console.log(`${completed}/${operations} completed at ${inFlight} in flight, ${(completed / seconds).toFixed(1)} ops/s; profiles in ${profiles}`);
+  for (const file of readdirSync(profiles).filter((name) => name.endsWith('.cpuprofile')).sort()) {
+    const pid = Number(/\.(\d+)\.\d+\.\d+\.cpuprofile$/.exec(file)?.[1] ?? /\.(\d+)\.\d+\.cpuprofile$/.exec(file)?.[1]);
+    console.log(summarize(path.join(profiles, file), roles.get(pid) ?? `pid ${pid} (adapter host)`, completed, Number(values.top)));
+  }
+  if (values.keep === undefined) rmSync(dir, { recursive: true, force: true });
+}
+
+await main();
