@@ -18,15 +18,8 @@ import {
   stopExecutor,
 } from './helpers.js';
 import { decodeArtifact } from '../../shared/artifacts/artifact.js';
+import { refused } from '../helpers/codes.js';
 
-async function refusal(promise: Promise<unknown>): Promise<CustodyError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as CustodyError;
-  }
-  throw new Error('expected a refusal');
-}
 
 describe('executor-proc execute_once', function () {
   this.timeout(30_000);
@@ -133,7 +126,7 @@ describe('executor-proc execute_once', function () {
   for (const { title, code, make } of refusals) {
     it(`refuses ${title} with ${code} and claims nothing`, async () => {
       const body = make();
-      const error = await refusal(executor.channel.request('execute', body));
+      const error = await refused(executor.channel.request('execute', body));
       expect(error.code).to.equal(code);
       const rows = sqlite(home.ledgerFile, `SELECT count(*) AS n FROM claims WHERE operation_id = '${body.expected.operation_id}'`).rows;
       expect(rows[0]?.n).to.equal(0);
@@ -183,9 +176,9 @@ describe('executor-proc execute_once', function () {
 
   it('keeps the claim without a report when the adapter throws, and never runs it again', async () => {
     const auth = authorize(executor, { tool: 'fixture/unsure', args: {} });
-    const first = await refusal(executor.channel.request('execute', executeBody(auth)));
+    const first = await refused(executor.channel.request('execute', executeBody(auth)));
     expect(first.code).to.equal('outcome_unknown');
-    const again = await refusal(executor.channel.request('execute', executeBody(auth)));
+    const again = await refused(executor.channel.request('execute', executeBody(auth)));
     expect(again.code).to.equal('outcome_unknown');
     const view = sqlite(home.ledgerFile, `SELECT state FROM claims_view WHERE operation_id = '${auth.operationId}'`).rows;
     expect(view).to.deep.equal([{ state: 'outcome_unknown' }]);

@@ -5,18 +5,10 @@
 import { expect } from 'chai';
 import { renameSync } from 'node:fs';
 import path from 'node:path';
-import { type CustodyError } from '../../shared/errors.js';
 import { helloMessage } from '../../shared/wire/hello.js';
 import { type Home, authorize, executeBody, journalEntries, makeHome, notesFor, provisioned, removeHome, sqlite, startExecutor, stopExecutor } from './helpers.js';
+import { refused } from '../helpers/codes.js';
 
-async function refusal(promise: Promise<unknown>): Promise<CustodyError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as CustodyError;
-  }
-  throw new Error('expected a refusal');
-}
 
 describe('executor-proc: ledger head and its witness', function () {
   this.timeout(30_000);
@@ -57,7 +49,7 @@ describe('executor-proc: ledger head and its witness', function () {
     const executor = await startExecutor(home, { onHead: () => new Promise<void>(() => undefined), settings: { adapter_deadline_ms: 1500 } });
     try {
       const auth = authorize(executor);
-      const error = await refusal(executor.channel.request('execute', executeBody(auth)));
+      const error = await refused(executor.channel.request('execute', executeBody(auth)));
       expect(error.code).to.equal('head_unwitnessed');
       expect(error.message).to.contain(auth.operationId);
       expect(journalEntries(home)).to.have.length(0);
@@ -75,7 +67,7 @@ describe('executor-proc: ledger head and its witness', function () {
     expect((await executor.channel.request('execute', executeBody(first))).status).to.equal('completed');
     renameSync(path.join(home.dir, 'ledger.db'), path.join(home.dir, 'ledger.moved'));
     const second = authorize(executor);
-    const error = await refusal(executor.channel.request('execute', executeBody(second)));
+    const error = await refused(executor.channel.request('execute', executeBody(second)));
     expect(error.code).to.equal('store_replaced');
     expect(error.message).to.contain(path.join(home.dir, 'ledger.db'));
     expect(notesFor(home, second.operationId)).to.have.length(0);

@@ -1,4 +1,5 @@
 // The error code a call fails with: what most refusal tests assert on.
+import { CustodyError } from '../../shared/errors.js';
 
 /** The code a synchronous call throws, or undefined when it returns. */
 export function codeOf(fn: () => unknown): string | undefined {
@@ -27,6 +28,17 @@ export async function refusalOf(promise: Promise<unknown>): Promise<{ code: stri
   } catch (error) {
     const { code, message } = error as { code?: unknown; message?: unknown };
     return { code: String(code), message: String(message) };
+  }
+  throw new Error('expected a refusal, got an answer');
+}
+
+/** The CustodyError a promise rejects with; fails the test when it resolves or rejects with anything else. */
+export async function refused(promise: Promise<unknown>): Promise<CustodyError> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof CustodyError) return error;
+    throw error;
   }
   throw new Error('expected a refusal, got an answer');
 }

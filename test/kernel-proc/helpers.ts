@@ -223,13 +223,4 @@ export function holdOf(root: KernelRoot, operationId: string) {
   )[0];
 }
 
-/** The error a request was refused with; fails the test if it was answered. */
-export async function refused(promise: Promise<unknown>): Promise<CustodyError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof CustodyError) return error;
-    throw error;
-  }
-  throw new Error('expected a refusal, got an answer');
-}
+export { refused } from '../helpers/codes.js';

@@ -1,9 +1,9 @@
 // The pool's choice and its bounded wait, on fake children whose state the
 // test sets: fast and exact, no processes.
 import { expect } from 'chai';
-import { type CustodyError } from '../../../shared/errors.js';
 import { type ChildState } from '../../../supervisor/children/child-handle.js';
 import { ExecutorPool } from '../../../supervisor/children/pool.js';
+import { refused } from '../../helpers/codes.js';
 
 class FakeChild {
   constructor(
@@ -21,14 +21,6 @@ function poolOf(states: Record<string, ChildState>, waitMs = 0, tools: Record<st
   return { pool, children };
 }
 
-async function refusal(promise: Promise<unknown>): Promise<CustodyError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as CustodyError;
-  }
-  throw new Error('expected a refusal');
-}
 
 describe('supervisor/children/pool: routing a new operation', () => {
   it('routes to the running candidate with the fewest operations in flight', () => {
@@ -83,7 +75,7 @@ describe('supervisor/children/pool: routing a new operation', () => {
 describe('supervisor/children/pool: when every candidate is down (timing.executor_wait_ms)', () => {
   it('refuses at once with executor_unavailable when the bound is 0, naming each candidate and its state', async () => {
     const { pool } = poolOf({ a: 'failed', b: 'backoff' }, 0);
-    const failure = await refusal(pool.pick('notes/x'));
+    const failure = await refused(pool.pick('notes/x'));
     expect(failure.code).to.equal('executor_unavailable');
     expect(failure.message).to.contain('a failed').and.to.contain('b backoff').and.to.contain('timing.executor_wait_ms');
   });
@@ -100,7 +92,7 @@ describe('supervisor/children/pool: when every candidate is down (timing.executo
     const { pool, children } = poolOf({ a: 'failed' }, 150);
     const late = setTimeout(() => (children.a!.state = 'running'), 1500);
     const started = Date.now();
-    const failure = await refusal(pool.pick('notes/x'));
+    const failure = await refused(pool.pick('notes/x'));
     clearTimeout(late);
     expect(failure.code).to.equal('executor_unavailable');
     expect(Date.now() - started).to.be.at.least(150).and.below(1500);
