@@ -159,7 +159,7 @@ interface OpenedSession {
   readonly log: Logger;
 }
 
-/** Read and check the preamble (docs/PROTOCOL.md §11): the session, or exit 65 when there is none usable. */
+/** Read and check the preamble (docs/PROTOCOL.md §4.1, §11.5): the session, or exit 65 when there is none usable. */
 async function openSession(program: ChildProgram, log: Logger): Promise<OpenedSession | number> {
   let preamble: Preamble;
   let rest: Buffer;

@@ -192,7 +192,7 @@ class HeadAcknowledgements {
   }
 }
 
-/** The preamble (docs/PROTOCOL.md §11): the session's secrets, the pins, the frame bounds, the role's settings. */
+/** The preamble (docs/PROTOCOL.md §4.1, settings §11.4): the session's secrets, the pins, the frame bounds, the role's settings. */
 function preambleFor(secrets: SessionSecrets, challenge: string, options: SpawnChildOptions): Buffer {
   return encodePreamble({
     custody: PREAMBLE_TAG,
