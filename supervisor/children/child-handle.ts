@@ -7,7 +7,10 @@
 // supervisor's own deliberate kills (the watchdog) restart at once and do not
 // count: they are not the child's failures. A failed child comes back on an
 // operator's restart, or (an executor) by itself after
-// restart.failed_cooldown_s, each time with a fresh intensity.
+// restart.failed_cooldown_s, each time with a fresh intensity
+// (ARCHITECTURE.md §7). The handle keeps the process lifecycle; restarts and
+// their timers are restart-book.ts, the current process run.ts, kill, reap
+// and the heartbeat supervisor/watchdog/.
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { type Logger } from '../../shared/log.js';
 import { type ChildRole, type JsonObject } from '../../shared/protocol/common.js';
@@ -30,8 +33,6 @@ import { SessionWaiters } from './session-waiters.js';
 import { spawnOptionsFor } from './spawn-options.js';
 import { type HeadWitnessStore } from './witness.js';
 import { Slots } from './slots.js';
-
-export { type RollbackRecovery } from './head-check.js';
 
 export type ChildState = 'stopped' | 'starting' | 'running' | 'backoff' | 'failed' | 'stopping';
 
