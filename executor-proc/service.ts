@@ -22,7 +22,7 @@ import { Archiver } from './ledger/archive.js';
 import { Ledger } from './ledger/ledger.js';
 import { ReconcileBudget } from './reconcile-budget.js';
 import { FRAME_ROOM_BYTES, REPORT_MIN_BYTES, reportMaxBytes } from './report.js';
-import { parseExecutorSettings } from './settings.js';
+import { type ExecutorSettings, parseExecutorSettings } from './settings.js';
 import { type ExecutorState, ensureResources, openExecutorState } from './state.js';
 
 type ExecutorKind = keyof typeof EXECUTOR_MESSAGES;
@@ -42,7 +42,24 @@ const DRAIN_MARGIN_MS = 5_000;
 export async function setupExecutor(preamble: Preamble, log: Logger, options: ExecutorOptions): Promise<ChildService> {
   const settings = parseExecutorSettings(preamble.settings);
   const reportMaxBytes = reportBoundFor(options.maxFrameBytes);
-  // The adapter host starts while the stores open: a restart after kill -9 is on the recovery path.
+  const { state, host } = await openStateAndHost(preamble, log, options, settings);
+  const stores = { open: true };
+  const context = executorContext(state, host, { settings, reportMaxBytes, log, options, isOpen: () => stores.open });
+  logReady(context, preamble.mode);
+  return executorService(context, state, async () => {
+    await host.close();
+    stores.open = false;
+    closeStores(state);
+    await state.lock.release();
+  });
+}
+
+/**
+ * The adapter host starts while the stores open: a restart after kill -9 is
+ * on the recovery path (ARCHITECTURE.md §7 "losing the supervisor"). If
+ * either fails, what the other opened is closed before the refusal.
+ */
+async function openStateAndHost(preamble: Preamble, log: Logger, options: ExecutorOptions, settings: ExecutorSettings): Promise<{ state: ExecutorState; host: AdapterHost }> {
   ensureResources(options.resources);
   const hostStarting = AdapterHost.start(
     { resources: options.resources, modules: [...options.adapterModules], note_max_bytes: settings.runtime.noteMaxBytes },
@@ -50,27 +67,30 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
   );
   let state: ExecutorState;
   try {
-    state = await openExecutorState({
-      mode: preamble.mode,
-      dir: options.dir,
-      name: preamble.name,
-      kernelPin: preamble.pins.kernel,
-      settings: settings.provision,
-    });
+    state = await openExecutorState({ mode: preamble.mode, dir: options.dir, name: preamble.name, kernelPin: preamble.pins.kernel, settings: settings.provision });
   } catch (error) {
     await hostStarting.then((host) => host.close()).catch(() => undefined);
     throw error;
   }
-  let host: AdapterHost;
   try {
-    host = await hostStarting;
+    return { state, host: await hostStarting };
   } catch (error) {
     closeStores(state);
     await state.lock.release().catch(() => undefined);
     throw error;
   }
+}
 
-  let open = true;
+interface ContextInputs {
+  readonly settings: ExecutorSettings;
+  readonly reportMaxBytes: number;
+  readonly log: Logger;
+  readonly options: ExecutorOptions;
+  readonly isOpen: () => boolean;
+}
+
+/** What every handler works with: the ledger over the open stores, its head witness, the host, the bounds. */
+function executorContext(state: ExecutorState, host: AdapterHost, { settings, reportMaxBytes, log, options, isOpen }: ContextInputs): ExecutorContext {
   const ledger = new Ledger(state.stores, state.lock, (error) => {
     log.error('store_replaced', errorFields(error));
     // After the refusal has been answered: the next process opens what the path names.
@@ -78,7 +98,7 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
   });
   const witness = new HeadWitness(ledger.head());
   ledger.onAdvanced = (head) => void witness.announce(head);
-  const context: ExecutorContext = {
+  return {
     ledger,
     archiver: new Archiver(ledger, state.stores.archive),
     host,
@@ -94,11 +114,15 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
     }),
     witness,
     dropReply: () => options.exit(EXIT.dropReply),
-    isOpen: () => open,
+    isOpen,
   };
+}
+
+/** One line saying what this executor is and serves, and one per adapter that cannot run. */
+function logReady({ ledger, host, log, reportMaxBytes }: ExecutorContext, mode: Preamble['mode']): void {
   const { config } = ledger;
   log.info('executor_ready', {
-    mode: preamble.mode,
+    mode,
     executor_id: config.executorId,
     key_epoch: config.keyEpoch,
     claim_capacity: config.claimCapacity,
@@ -110,28 +134,28 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
   for (const descriptor of host.descriptors.values()) {
     if (descriptor.contract === null) log.warn('adapter_cannot_run', { tool: descriptor.tool, source: descriptor.source, problem: descriptor.problem });
   }
+}
 
-  const longestDeadline = Math.max(
-    settings.runtime.adapterDeadlineMs,
-    ...Object.values(settings.runtime.adapterDeadlines),
-    ...[...host.descriptors.values()].map((d) => d.deadlineMs ?? 0),
-  );
+/** The executor as the runtime sees it; `close` releases the host, the stores and the lock, in that order. */
+function executorService(context: ExecutorContext, state: ExecutorState, close: () => Promise<void>): ChildService {
+  const { ledger, witness, log, settings } = context;
+  const { config } = ledger;
   return {
     identity: { id: config.executorId, keyEpoch: config.keyEpoch, signer: state.signer },
-    maxInFlight: settings.runtime.maxInFlight,
-    // Losing the supervisor lets a running effect finish and retain its report, bounded by its deadline.
-    drainTimeoutMs: settings.runtime.drainTimeoutMs ?? longestDeadline + DRAIN_MARGIN_MS,
+    maxInFlight: settings.maxInFlight,
+    drainTimeoutMs: drainTimeoutFor(context),
     handle: (kind: MessageKind, body: unknown, request: RequestContext) => handle(context, kind as ExecutorKind | 'stats', body, request),
     head: () => ledger.head(),
     attachPeer: (peer) => witness.attach(peer),
     stopAccepting: () => log.info('executor_draining', { effects_running: context.inFlight.size }),
-    close: async () => {
-      await host.close();
-      open = false;
-      closeStores(state);
-      await state.lock.release();
-    },
+    close,
   };
+}
+
+/** Losing the supervisor lets a running effect finish and retain its report, bounded by its deadline (ARCHITECTURE.md §7). */
+function drainTimeoutFor({ settings, host }: ExecutorContext): number {
+  const longestDeadline = Math.max(settings.adapterDeadlineMs, ...Object.values(settings.adapterDeadlines), ...[...host.descriptors.values()].map((d) => d.deadlineMs ?? 0));
+  return settings.drainTimeoutMs ?? longestDeadline + DRAIN_MARGIN_MS;
 }
 
 async function handle(context: ExecutorContext, kind: ExecutorKind | 'stats', body: unknown, request: RequestContext): Promise<unknown> {

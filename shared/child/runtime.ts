@@ -21,7 +21,7 @@ import { signHello } from '../wire/hello.js';
 import { PreambleReader } from '../wire/preamble.js';
 import { type RequestContext, ServerChannel } from '../wire/server.js';
 import { SessionEndpoint } from '../wire/session.js';
-import { takeFrameOutput } from './frame-output.js';
+import { type FrameSink, takeFrameOutput } from './frame-output.js';
 
 export const EXIT = {
   ok: 0,
@@ -131,14 +131,36 @@ function readPreamble(): Promise<{ preamble: Preamble; rest: Buffer }> {
 
 /** Run a child program to its end; resolves with the process exit code. */
 export async function runChild(program: ChildProgram): Promise<number> {
-  // A supervisor killed with -9 takes the read end of our stderr with it. Logs
-  // then have nowhere to go, but an effect still running must be allowed to
-  // finish and retain its report (ARCHITECTURE.md §7): a failed log write is dropped,
-  // never an uncaught EPIPE that ends the process.
-  process.stderr.on('error', () => undefined);
+  ignoreLostStderr();
   const output = takeFrameOutput();
-  let log = createLogger({ role: program.role, pid: process.pid });
+  const opened = await openSession(program, createLogger({ role: program.role, pid: process.pid }));
+  if (typeof opened === 'number') return opened;
+  const service = await setUpService(program, opened, output);
+  if (typeof service === 'number') return service;
+  return new Serving(program.role, opened, service, output).finished;
+}
 
+/**
+ * A supervisor killed with -9 takes the read end of our stderr with it. Logs
+ * then have nowhere to go, but an effect still running must be allowed to
+ * finish and retain its report (ARCHITECTURE.md §7 "losing the supervisor"):
+ * a failed log write is dropped, never an uncaught EPIPE that ends the process.
+ */
+function ignoreLostStderr(): void {
+  process.stderr.on('error', () => undefined);
+}
+
+/** What the preamble gave this process: its session, its frame bounds, the bytes read past it. */
+interface OpenedSession {
+  readonly preamble: Preamble;
+  readonly rest: Buffer;
+  readonly endpoint: SessionEndpoint;
+  readonly limits: FrameLimits;
+  readonly log: Logger;
+}
+
+/** Read and check the preamble (docs/PROTOCOL.md §4.1, §11.5): the session, or exit 65 when there is none usable. */
+async function openSession(program: ChildProgram, log: Logger): Promise<OpenedSession | number> {
   let preamble: Preamble;
   let rest: Buffer;
   let limits: FrameLimits;
@@ -153,8 +175,6 @@ export async function runChild(program: ChildProgram): Promise<number> {
     log.error('preamble_refused', { code: 'preamble_malformed', message: `preamble is for a ${preamble.role}, this is a ${program.role}` });
     return EXIT.preamble;
   }
-  log = log.child({ name: preamble.name, sid: preamble.sid });
-
   const endpoint = new SessionEndpoint({
     secrets: { sid: preamble.sid, key: Buffer.from(preamble.key, 'hex') },
     side: 'child',
@@ -162,10 +182,14 @@ export async function runChild(program: ChildProgram): Promise<number> {
     peer: 'supervisor',
     limits,
   });
+  return { preamble, rest, endpoint, limits, log: log.child({ name: preamble.name, sid: preamble.sid }) };
+}
 
-  let service: ChildService;
+/** The program's setup; a refusal is sent as one `fatal` frame and exits 78 (docs/PROTOCOL.md §10). */
+async function setUpService(program: ChildProgram, opened: OpenedSession, output: FrameSink): Promise<ChildService | number> {
+  const { log, endpoint } = opened;
   try {
-    service = await program.setup(preamble, log, limits);
+    return await program.setup(opened.preamble, log, opened.limits);
   } catch (error) {
     const refusal = toCustodyError(error);
     log.error('setup_refused', errorFields(error));
@@ -176,72 +200,97 @@ export async function runChild(program: ChildProgram): Promise<number> {
     }
     return EXIT.config;
   }
+}
 
-  let finish!: (code: number) => void;
-  const finished = new Promise<number>((resolve) => (finish = resolve));
-  let leaving = false;
+/**
+ * The serving process: hello, then requests until it leaves. Leaving (input
+ * ended, `shutdown`, or a poisoned channel) takes no new work, lets what runs
+ * finish up to the drain timeout, closes the service and resolves `finished`
+ * with the exit code (ARCHITECTURE.md §7 "losing the supervisor").
+ */
+class Serving {
+  readonly finished: Promise<number>;
+  readonly #service: ChildService;
+  readonly #log: Logger;
+  readonly #channel: ServerChannel;
+  #finish!: (code: number) => void;
+  #leaving = false;
 
-  const leave = async (code: number, why: string) => {
-    if (leaving) return;
-    leaving = true;
-    log.info('child_leaving', { why, in_flight: channel.inFlight });
-    service.stopAccepting?.();
-    const drainMs = service.drainTimeoutMs ?? 30_000;
+  constructor(role: ChildRole, opened: OpenedSession, service: ChildService, output: FrameSink) {
+    this.finished = new Promise<number>((resolve) => (this.#finish = resolve));
+    this.#service = service;
+    this.#log = opened.log;
+    this.#channel = new ServerChannel({
+      input: process.stdin,
+      output,
+      endpoint: opened.endpoint,
+      log: opened.log,
+      role,
+      maxInFlight: service.maxInFlight ?? 64,
+      handler: (kind, body, context) => this.#dispatch(kind, body, context),
+      onTerminated: (reason, state) => this.#onTerminated(reason, state),
+    });
+    this.#start(role, opened);
+  }
+
+  /** Prove identity with the signed hello, then take frames (docs/PROTOCOL.md §5). */
+  #start(role: ChildRole, { preamble, rest, log }: OpenedSession): void {
+    const { identity } = this.#service;
+    const hello = signHello(identity.signer, preamble.sid, preamble.challenge, { role, id: identity.id, keyEpoch: identity.keyEpoch, head: this.#service.head?.() ?? 0 });
+    this.#channel.start(hello, rest);
+    this.#service.attachPeer?.({ sendHead: (head) => this.#channel.sendUnasked(HEAD_KIND, { head }) });
+    process.stdin.resume();
+    log.info('child_serving', { id: identity.id, key_epoch: identity.keyEpoch, mode: preamble.mode });
+  }
+
+  /** ping, echo and shutdown are answered here; the role's own kinds go to the service. */
+  async #dispatch(kind: MessageKind, body: unknown, context: RequestContext): Promise<unknown> {
+    if (this.#leaving) throw new CustodyError('shutting_down', 'this process is shutting down and accepts no new work');
+    switch (kind) {
+      case 'ping':
+        return { now: Date.now() };
+      case 'echo':
+        return this.#service.echo ? this.#service.echo(body as Record<string, unknown>) : body;
+      case 'shutdown':
+        setImmediate(() => void this.#leave(EXIT.ok, 'shutdown requested'));
+        return {};
+      default:
+        return this.#service.handle(kind, body, context);
+    }
+  }
+
+  #onTerminated(reason: CustodyError, state: string): void {
+    if (state === 'poisoned') {
+      this.#log.error('channel_poisoned', errorFields(reason));
+      void this.#leave(EXIT.software, reason.code);
+    } else {
+      void this.#leave(EXIT.ok, 'input ended');
+    }
+  }
+
+  async #leave(code: number, why: string): Promise<void> {
+    if (this.#leaving) return;
+    this.#leaving = true;
+    this.#log.info('child_leaving', { why, in_flight: this.#channel.inFlight });
+    this.#service.stopAccepting?.();
+    await this.#drain();
+    try {
+      await this.#service.close?.();
+    } catch (error) {
+      this.#log.error('close_failed', errorFields(error));
+    }
+    this.#finish(code);
+  }
+
+  /** Wait for what is in flight to answer, at most the service's drain timeout (default 30 s). */
+  async #drain(): Promise<void> {
+    const drainMs = this.#service.drainTimeoutMs ?? 30_000;
     let timer: NodeJS.Timeout | undefined;
     const drained = await Promise.race([
-      channel.whenIdle().then(() => true),
+      this.#channel.whenIdle().then(() => true),
       new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), drainMs))),
     ]);
     clearTimeout(timer);
-    if (!drained) log.warn('drain_timeout', { in_flight: channel.inFlight, drain_ms: drainMs });
-    try {
-      await service.close?.();
-    } catch (error) {
-      log.error('close_failed', errorFields(error));
-    }
-    finish(code);
-  };
-
-  const channel = new ServerChannel({
-    input: process.stdin,
-    output,
-    endpoint,
-    log,
-    role: program.role,
-    maxInFlight: service.maxInFlight ?? 64,
-    handler: async (kind, body, context) => {
-      if (leaving) throw new CustodyError('shutting_down', 'this process is shutting down and accepts no new work');
-      switch (kind) {
-        case 'ping':
-          return { now: Date.now() };
-        case 'echo':
-          return service.echo ? service.echo(body as Record<string, unknown>) : body;
-        case 'shutdown':
-          setImmediate(() => void leave(EXIT.ok, 'shutdown requested'));
-          return {};
-        default:
-          return service.handle(kind, body, context);
-      }
-    },
-    onTerminated: (reason, state) => {
-      if (state === 'poisoned') {
-        log.error('channel_poisoned', errorFields(reason));
-        void leave(EXIT.software, reason.code);
-      } else {
-        void leave(EXIT.ok, 'input ended');
-      }
-    },
-  });
-
-  const hello = signHello(service.identity.signer, preamble.sid, preamble.challenge, {
-    role: program.role,
-    id: service.identity.id,
-    keyEpoch: service.identity.keyEpoch,
-    head: service.head?.() ?? 0,
-  });
-  channel.start(hello, rest);
-  service.attachPeer?.({ sendHead: (head) => channel.sendUnasked(HEAD_KIND, { head }) });
-  process.stdin.resume();
-  log.info('child_serving', { id: service.identity.id, key_epoch: service.identity.keyEpoch, mode: preamble.mode });
-  return finished;
+    if (!drained) this.#log.warn('drain_timeout', { in_flight: this.#channel.inFlight, drain_ms: drainMs });
+  }
 }

@@ -2,7 +2,7 @@
 // group, write the preamble, open the channel, and accept it only after its
 // hello proves the expected identity. Used by the supervisor and by tests
 // that drive the real kernel and executor entry points.
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { CustodyError } from '../errors.js';
@@ -15,7 +15,7 @@ import { type FrameLimits } from '../wire/frame-reader.js';
 import { type PinnedIdentity, verifyHello } from '../wire/hello.js';
 import { encodePreamble } from '../wire/preamble.js';
 import { SessionEndpoint } from '../wire/session.js';
-import { createSessionSecrets } from '../wire/session-keys.js';
+import { type SessionSecrets, createSessionSecrets } from '../wire/session-keys.js';
 
 export interface ChildExit {
   readonly code: number | null;
@@ -76,13 +76,38 @@ export function killGroup(pid: number, signal: NodeJS.Signals): void {
   }
 }
 
+/**
+ * Start a child with a fresh session and accept it once its hello proves the
+ * expected identity (ARCHITECTURE.md §4.2); refused or silent, it is killed
+ * and awaited before the refusal is thrown.
+ */
 export async function spawnChild(options: SpawnChildOptions): Promise<ChildSession> {
   const [command, ...args] = options.argv;
   if (!command) throw new CustodyError('config_invalid', `${options.name}: empty argv`);
   const secrets = createSessionSecrets();
   const challenge = randomBytes(32).toString('hex');
   const log = options.log.child({ child: options.name, sid: secrets.sid });
+  const started = startProcess(command, args, options);
+  relayStderr(started.child, options, log);
+  const channel = openChannel(started.child, secrets, options, log);
+  started.child.stdin.write(preambleFor(secrets, challenge, options));
+  channel.start();
+  return awaitHello(started, channel, { sid: secrets.sid, challenge }, options, log);
+}
 
+/** A spawned process, before its hello. */
+interface StartedProcess {
+  readonly child: ChildProcessWithoutNullStreams;
+  readonly pid: number | undefined;
+  readonly exited: Promise<ChildExit>;
+  readonly drained: Promise<void>;
+  /** Rejects when the command cannot be started at all. */
+  readonly spawnFailure: Promise<never>;
+  readonly kill: (signal?: NodeJS.Signals) => void;
+}
+
+/** Spawn the command as the leader of its own process group (ARCHITECTURE.md §7 "children"). */
+function startProcess(command: string, args: readonly string[], options: SpawnChildOptions): StartedProcess {
   const child = spawn(command, args, {
     cwd: options.cwd,
     env: options.env ?? process.env,
@@ -101,12 +126,20 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
   const kill = (signal: NodeJS.Signals = 'SIGKILL') => {
     if (pid !== undefined && child.exitCode === null && child.signalCode === null) killGroup(pid, signal);
   };
+  return { child, pid, exited, drained, spawnFailure, kill };
+}
 
+/** The child's stderr is its JSON log, one line at a time; stdin errors are only the echo of an early exit. */
+function relayStderr(child: ChildProcessWithoutNullStreams, options: SpawnChildOptions, log: Logger): void {
   const onLine = options.onStderrLine ?? ((line: string) => process.stderr.write(line + '\n'));
   createInterface({ input: child.stderr, crlfDelay: Infinity }).on('line', onLine);
   // A child that dies early closes its stdin; the write error is the exit's echo.
   child.stdin.on('error', (error) => log.debug('child_stdin_error', errorFields(error)));
+}
 
+/** The supervisor's end of the session; an executor's heads are acknowledged once recorded (docs/ROLLBACK.md). */
+function openChannel(child: ChildProcessWithoutNullStreams, secrets: SessionSecrets, options: SpawnChildOptions, log: Logger): ClientChannel {
+  const acks = new HeadAcknowledgements(log);
   const endpoint = new SessionEndpoint({ secrets, side: 'supervisor', self: 'supervisor', peer: options.role, limits: options.limits });
   const channel = new ClientChannel({
     input: child.stdout,
@@ -121,57 +154,85 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
       if (options.role !== 'executor') return;
       // The executor waits for this before it runs an effect; a failed record leaves it waiting, never acknowledged.
       void Promise.resolve(recorded).then(
-        () => acknowledge(head),
+        () => acks.acknowledge(head),
         (error: unknown) => log.warn('head_not_witnessed', { head, ...errorFields(error) }),
       );
     },
   });
-  // One head.witnessed per turn, with the highest head recorded: the heads of one group commit share one answer.
-  let recordedHead = -1;
-  let acknowledgedHead = -1;
-  let ackScheduled = false;
-  const acknowledge = (head: number) => {
-    recordedHead = Math.max(recordedHead, head);
-    if (ackScheduled) return;
-    ackScheduled = true;
-    setImmediate(() => {
-      ackScheduled = false;
-      if (recordedHead <= acknowledgedHead) return;
-      acknowledgedHead = recordedHead;
-      channel.request('head.witnessed', { head: recordedHead }).catch((error: unknown) => log.warn('head_not_witnessed', { head: recordedHead, ...errorFields(error) }));
-    });
-  };
-  child.stdin.write(
-    encodePreamble({
-      custody: PREAMBLE_TAG,
-      sid: secrets.sid,
-      key: secrets.key.toString('hex'),
-      role: options.role,
-      name: options.name,
-      challenge,
-      mode: options.mode,
-      pins: { kernel: options.pins.kernel },
-      limits: { max_frame_bytes: options.limits.maxFrameBytes, max_depth: options.limits.maxDepth },
-      settings: options.settings,
-    }),
-  );
-  channel.start();
+  acks.attach(channel);
+  return channel;
+}
 
+/** One head.witnessed per turn, with the highest head recorded: the heads of one group commit share one answer. */
+class HeadAcknowledgements {
+  readonly #log: Logger;
+  #channel: ClientChannel | null = null;
+  #recorded = -1;
+  #acknowledged = -1;
+  #scheduled = false;
+
+  constructor(log: Logger) {
+    this.#log = log;
+  }
+
+  attach(channel: ClientChannel): void {
+    this.#channel = channel;
+  }
+
+  acknowledge(head: number): void {
+    this.#recorded = Math.max(this.#recorded, head);
+    if (this.#scheduled) return;
+    this.#scheduled = true;
+    setImmediate(() => {
+      this.#scheduled = false;
+      if (this.#recorded <= this.#acknowledged || !this.#channel) return;
+      const recorded = (this.#acknowledged = this.#recorded);
+      this.#channel.request('head.witnessed', { head: recorded }).catch((error: unknown) => this.#log.warn('head_not_witnessed', { head: recorded, ...errorFields(error) }));
+    });
+  }
+}
+
+/** The preamble (docs/PROTOCOL.md §4.1, settings §11.4): the session's secrets, the pins, the frame bounds, the role's settings. */
+function preambleFor(secrets: SessionSecrets, challenge: string, options: SpawnChildOptions): Buffer {
+  return encodePreamble({
+    custody: PREAMBLE_TAG,
+    sid: secrets.sid,
+    key: secrets.key.toString('hex'),
+    role: options.role,
+    name: options.name,
+    challenge,
+    mode: options.mode,
+    pins: { kernel: options.pins.kernel },
+    limits: { max_frame_bytes: options.limits.maxFrameBytes, max_depth: options.limits.maxDepth },
+    settings: options.settings,
+  });
+}
+
+/**
+ * The first frame must be a hello proving the expected identity within the
+ * hello timeout; anything else (silence, an early exit, a start that failed,
+ * a wrong proof) poisons the channel, kills the group and waits for the exit.
+ */
+async function awaitHello(
+  started: StartedProcess,
+  channel: ClientChannel,
+  proof: { readonly sid: string; readonly challenge: string },
+  options: SpawnChildOptions,
+  log: Logger,
+): Promise<ChildSession> {
+  const { child, pid, exited, drained, kill } = started;
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new CustodyError('deadline_exceeded', `${options.name} sent no hello within ${options.helloTimeoutMs} ms`)),
-      options.helloTimeoutMs,
-    );
+    timer = setTimeout(() => reject(new CustodyError('deadline_exceeded', `${options.name} sent no hello within ${options.helloTimeoutMs} ms`)), options.helloTimeoutMs);
   });
   const exitedEarly = exited.then((exit) => {
     throw channel.termination ?? new CustodyError('peer_exited', `${options.name} exited (code ${exit.code}, signal ${exit.signal}) before its hello`);
   });
   try {
-    const hello = await Promise.race([channel.hello, timeout, spawnFailure, exitedEarly]);
-    verifyHello(hello, { sid: secrets.sid, challenge, role: options.role }, options.expect);
+    const hello = await Promise.race([channel.hello, timeout, started.spawnFailure, exitedEarly]);
+    verifyHello(hello, { ...proof, role: options.role }, options.expect);
     if (pid === undefined) throw new CustodyError('peer_exited', `${options.name} has no pid`);
-    return { process: child, pid, sid: secrets.sid, channel, hello, exited, drained, kill };
+    return { process: child, pid, sid: proof.sid, channel, hello, exited, drained, kill };
   } catch (error) {
     const reason = error instanceof CustodyError ? error : new CustodyError('hello_invalid', String(error));
     log.warn('child_refused', errorFields(reason));

@@ -66,6 +66,11 @@ export async function acquireDirLock(dir: string): Promise<DirLock> {
     db.close();
     throw error;
   }
+  return heldLock(db, lockPath, pidPath);
+}
+
+/** The lock as its owner sees it: held while `db` stays inside its transaction and is not released. */
+function heldLock(db: Database.Database, lockPath: string, pidPath: string): DirLock {
   let released = false;
   return {
     lockPath,

@@ -1,18 +1,19 @@
-// The steps that ask an executor: execute, under the watchdog, and
-// reconcile_operation, which never re-runs an effect and is asked again
-// until it yields a signed report.
+// The steps that ask an executor: execute, under the watchdog
+// (supervisor/watchdog/), and reconcile_operation, which never re-runs an
+// effect and is asked again until it yields a signed report.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
-import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common.js';
-import { type Invocation } from '../../shared/protocol/artifacts.js';
+import { type JsonObject } from '../../shared/protocol/common.js';
 import { authorizationBody } from '../../shared/protocol/artifacts.js';
 import { nowMs } from '../../shared/clock.js';
 import { type ChildSession } from '../../shared/child/spawn.js';
 import { type ChildHandle, DROP_REPLY_EXIT } from '../children/child-handle.js';
-import { ADAPTER_DEADLINE_MARGIN_MS } from '../children/specs.js';
 import { type RequestRow } from '../store/supervisor-store.js';
+import { deadlineFor, ownDeadlinePassed, reconcileDeadlineFor } from '../watchdog/deadlines.js';
+import { expireExecute } from '../watchdog/expire.js';
+import { type ReconcileTarget, reconcileExchange } from '../watchdog/reconcile-exchange.js';
 import { type OperationContext, askKernel, isTransportFailure, retryBackoff } from './context.js';
 import { executorIdOf, expectedOf } from './kernel-steps.js';
 
@@ -20,19 +21,6 @@ export { DROP_REPLY_EXIT } from '../children/child-handle.js';
 
 /** Answers that prove the executor did not act on the request: nothing about it is in doubt. */
 const NOT_ACTED_UPON: ReadonlySet<string> = new Set(['too_many_in_flight', 'shutting_down', 'window_not_open']);
-
-/** The watchdog deadline of a tool on an executor: its own entry, else `*`, else 30 s. */
-export function deadlineFor(ctx: OperationContext, executor: ChildHandle, tool: string): number {
-  const config = ctx.config.executors.find((e) => e.name === executor.name);
-  const deadlines = config?.deadlines_ms ?? {};
-  const specific = Object.entries(deadlines).find(([pattern]) => pattern !== '*' && toolPatternCovers(pattern, tool));
-  return specific?.[1] ?? deadlines['*'] ?? 30_000;
-}
-
-/** One reconcile exchange may take as long as the executor gives the tool's reconcile, plus a margin. */
-function reconcileDeadlineFor(ctx: OperationContext, executor: ChildHandle, tool: string): number {
-  return Math.max(ctx.config.timing.reconcile_exchange_ms, deadlineFor(ctx, executor, tool) + ADAPTER_DEADLINE_MARGIN_MS + 5_000);
-}
 
 function usableExecutor(ctx: OperationContext, row: RequestRow): ChildHandle {
   if (!row.executor) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no executor`);
@@ -54,8 +42,9 @@ export interface ExecuteOptions {
  * Send execute with the tool's deadline armed before dispatch. The request
  * is `executing` only from the moment its frame is written: waiting for a
  * session or for room on the executor is not in doubt, and is retried. On
- * expiry the watchdog tries a cooperative cancel (short grace), then kills
- * the executor's process group and waits for it to be gone; the request
+ * expiry the watchdog (supervisor/watchdog/expire.ts) tries a cooperative
+ * cancel (short grace), then kills the executor's process group and waits
+ * for it to be gone; the request
  * moves to `reconciling`, where a fresh session is asked. Any other failure
  * to learn the outcome also moves it there.
  */
@@ -97,7 +86,7 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
         continue;
       }
       // Only this channel's own timeout, after the whole deadline, is the watchdog's: a deadline_exceeded in the answer is the peer's.
-      const ownDeadline = failure.code === 'deadline_exceeded' && performance.now() - sentAt >= deadline;
+      const ownDeadline = ownDeadlinePassed(failure, sentAt, deadline);
       return await afterExecuteFailure(ctx, executor, row, { failure, frameId, deadline, ownDeadline, dropReply: options.dropReply, session });
     } finally {
       release();
@@ -122,7 +111,7 @@ async function afterExecuteFailure(ctx: OperationContext, executor: ChildHandle,
   // argument_check_timeout is a refusal before any claim: nothing acts, nothing is killed,
   // and reconciliation closes the operation as never claimed.
   if (f.ownDeadline || f.failure.code === 'adapter_still_running') {
-    await fireWatchdog(ctx, executor, row, f.frameId, f.deadline);
+    await expireExecute(ctx, executor, row, f.frameId, f.deadline);
   } else if (f.dropReply && isTransportFailure(f.failure)) {
     const exit = await Promise.race([f.session?.exited ?? Promise.resolve(null), sleep(5_000).then(() => null)]);
     if (exit?.code === DROP_REPLY_EXIT) {
@@ -143,40 +132,6 @@ function untilWindowOpens(authorization: string): Promise<void> {
   return sleep(Math.min(Math.max(windowOf(authorization).not_before - nowMs(), 50), 5_000));
 }
 
-async function fireWatchdog(ctx: OperationContext, executor: ChildHandle, row: RequestRow, frameId: string, deadline: number): Promise<void> {
-  const session = executor.session;
-  ctx.store.recordIncident({
-    child: executor.name,
-    kind: 'watchdog',
-    code: 'deadline_exceeded',
-    message: `${row.tool} for ${row.request_id} ran past its ${deadline} ms deadline`,
-    operation_id: row.operation_id,
-  });
-  if (session) {
-    try {
-      const { cancelled } = await session.channel.request('cancel', { target: frameId }, { timeoutMs: ctx.config.timing.cancel_grace_ms });
-      if (cancelled) {
-        ctx.log.info('watchdog_cancelled', { request_id: row.request_id });
-        return;
-      }
-    } catch (error) {
-      ctx.log.info('watchdog_cancel_refused', { request_id: row.request_id, code: toCustodyError(error).code });
-    }
-  }
-  await executor.killAndReap(`watchdog: ${row.request_id} past its ${deadline} ms deadline`, { deliberate: true });
-  ctx.store.recordIncident({ child: executor.name, kind: 'watchdog_kill', code: null, message: `killed and reaped ${executor.name} for ${row.request_id}`, operation_id: row.operation_id });
-}
-
-/** What a reconcile asks about: one authorized operation, whether or not a request of this supervisor carries it. */
-export interface ReconcileTarget {
-  /** The client's request id (the operation name), for logs and incidents. */
-  readonly requestId: string;
-  readonly operationId: string;
-  readonly tool: string;
-  readonly authorization: string;
-  readonly expected: Invocation;
-}
-
 /**
  * Reconcile a request this supervisor carries: ask until a signed report
  * comes back (reconcileOperation), then record it for the kernel.
@@ -192,10 +147,9 @@ export async function reconcileStep(ctx: OperationContext, row: RequestRow): Pro
 /**
  * The one reconcile_operation step, for the driver and the recovery sweep
  * alike: ask the executor what became of the operation, one exchange at a
- * time, each in a slot of the executor and on a live session, each bounded
- * by the tool's reconcile deadline; a hung exchange (this supervisor's own
- * deadline passed) kills the executor so the next attempt gets a fresh
- * session. An answer that proves nothing marks the operation unknown at the
+ * time (the watchdog's reconcileExchange: a slot, a live session, the tool's
+ * reconcile deadline, a hung exchange killed so the next attempt gets a
+ * fresh session). An answer that proves nothing marks the operation unknown at the
  * kernel (listed for the operator) and is asked again with backoff until a
  * signed report comes back: asking never re-runs an effect (race H4 (ARCHITECTURE.md §6.5):
  * giving up after one exchange leaves holds stuck). Throws only when the
@@ -206,40 +160,26 @@ export async function reconcileOperation(ctx: OperationContext, executor: ChildH
   const exchangeMs = reconcileDeadlineFor(ctx, executor, target.tool);
   let markedUnknown = false;
   for (;;) {
-    const release = await executor.slots.acquire(ctx.signal);
-    let sentAt: number | null = null;
-    try {
-      const session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
-      sentAt = performance.now();
-      const result = await executor.send(session, 'reconcile_operation', { authorization: target.authorization, expected: target.expected }, { timeoutMs: exchangeMs, requestId: target.requestId });
-      ctx.store.recordIncident({ child: executor.name, kind: 'reconciled', code: null, message: `reconcile_operation: ${result.status}${result.replayed ? ' (retained report)' : ''}`, operation_id: target.operationId });
-      return result.report;
-    } catch (error) {
-      const failure = toCustodyError(error);
-      if (failure.code === 'request_quarantined') throw failure;
-      ctx.log.warn('reconcile_unanswered', { request_id: target.requestId, code: failure.code, attempt: backoff.attempts + 1 });
-      if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
-      if (failure.code === 'deadline_exceeded' && sentAt !== null && performance.now() - sentAt >= exchangeMs) {
-        // A hung exchange: the next attempt gets a fresh session.
-        ctx.store.recordIncident({
-          child: executor.name,
-          kind: 'reconcile_kill',
-          code: 'deadline_exceeded',
-          message: `reconcile_operation for ${target.requestId} unanswered within ${exchangeMs} ms; killing ${executor.name}`,
-          operation_id: target.operationId,
-        });
-        await executor.killAndReap(`reconcile_operation for ${target.requestId} unanswered within ${exchangeMs} ms`, { deliberate: true });
-      } else if (!isTransportFailure(failure) && failure.code !== 'reconcile_budget_exhausted' && !markedUnknown) {
-        if (failure.code !== 'indeterminate') {
-          ctx.store.recordIncident({ child: executor.name, kind: 'reconcile_refused', code: failure.code, message: failure.message, operation_id: target.operationId });
-        }
-        markedUnknown = await markUnknown(ctx, target, failure);
+    const answer = await reconcileExchange(ctx, executor, target, exchangeMs);
+    if ('report' in answer) return answer.report;
+    const { failure } = answer;
+    if (failure.code === 'request_quarantined') throw failure;
+    ctx.log.warn('reconcile_unanswered', { request_id: target.requestId, code: failure.code, attempt: backoff.attempts + 1 });
+    if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
+    // A hung exchange killed the executor: the next attempt gets a fresh session.
+    if (!answer.hung && !markedUnknown && provesNothing(failure)) {
+      if (failure.code !== 'indeterminate') {
+        ctx.store.recordIncident({ child: executor.name, kind: 'reconcile_refused', code: failure.code, message: failure.message, operation_id: target.operationId });
       }
-    } finally {
-      release();
+      markedUnknown = await markUnknown(ctx, target, failure);
     }
     await backoff.wait();
   }
+}
+
+/** An answer from the executor that proves nothing about the outcome (not a lost channel, not the reconcile bound). */
+function provesNothing(failure: CustodyError): boolean {
+  return !isTransportFailure(failure) && failure.code !== 'reconcile_budget_exhausted';
 }
 
 /** Tell the kernel the outcome is unknown (its hold stays); true once the kernel has it. */

@@ -1,0 +1,41 @@
+// How a child's process is started (shared/child/spawn.ts): its spec, the
+// session's bounds and pin, and where the session's events go.
+import { type CustodyError } from '../../shared/errors.js';
+import { type SpawnChildOptions } from '../../shared/child/spawn.js';
+import { type ChildDeps, type ChildHandle } from './child-handle.js';
+
+/** Room for control messages (ping, cancel, shutdown) above the operations' slots. */
+const CONTROL_ROOM = 8;
+
+/** What the handle hears from a session while it runs. */
+export interface SessionEvents {
+  onChannelEnd(reason: CustodyError, state: string): void;
+  onHead(head: number): Promise<void>;
+}
+
+export function spawnOptionsFor(child: ChildHandle, deps: ChildDeps, events: SessionEvents): SpawnChildOptions {
+  const { spec } = child;
+  return {
+    argv: spec.argv,
+    ...(spec.env ? { env: spec.env } : {}),
+    role: spec.role,
+    name: spec.name,
+    mode: 'serve',
+    pins: spec.pins,
+    settings: spec.settings,
+    limits: deps.limits,
+    expect: deps.pin(),
+    maxInFlight: spec.maxInFlight + CONTROL_ROOM,
+    helloTimeoutMs: deps.timing.hello_timeout_ms,
+    log: deps.log,
+    onStderrLine: (line) => relayStderr(child, deps, line),
+    onChannelEnd: (reason, state) => events.onChannelEnd(reason, state),
+    onHead: (head) => events.onHead(head),
+  };
+}
+
+/** A child's stderr line (its JSON log) goes where the deps say; by default to this process's stderr, as it is. */
+function relayStderr(child: ChildHandle, deps: ChildDeps, line: string): void {
+  if (deps.onStderrLine) deps.onStderrLine(child, line);
+  else process.stderr.write(line + '\n');
+}
