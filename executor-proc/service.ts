@@ -17,6 +17,7 @@ import { archiveReconciled, getClaim, recoverLedger } from './handlers/claims.js
 import { checkToolArguments, listTools } from './handlers/tools.js';
 import { executeOnce } from './handlers/execute.js';
 import { reconcileOperation } from './handlers/reconcile.js';
+import { kernelRotated, keyStatements, rotateKey } from './handlers/rotation.js';
 import { HeadWitness } from './head-witness.js';
 import { Archiver } from './ledger/archive.js';
 import { Ledger } from './ledger/ledger.js';
@@ -25,7 +26,7 @@ import { FRAME_ROOM_BYTES, REPORT_MIN_BYTES, reportMaxBytes } from './report.js'
 import { parseExecutorSettings } from './settings.js';
 import { type ExecutorState, ensureResources, openExecutorState } from './state.js';
 
-type ExecutorKind = keyof typeof EXECUTOR_MESSAGES;
+type ExecutorKind = keyof typeof EXECUTOR_MESSAGES | 'key.rotate' | 'key.statements' | 'kernel.rotated';
 
 export interface ExecutorOptions {
   /** The session's frame bound: every report this executor signs must fit in an answer. */
@@ -83,6 +84,7 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
     archiver: new Archiver(ledger, state.stores.archive),
     host,
     signer: state.signer,
+    dir: options.dir,
     settings: settings.runtime,
     reportMaxBytes,
     log,
@@ -97,10 +99,21 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
     isOpen: () => open,
   };
   const { config } = ledger;
+  // custody.json's key_epoch is information: the ledger's key_epochs decide (docs/SECURITY.md, "Rotating keys").
+  const configured = settings.provision.keyEpoch;
+  if (preamble.mode === 'serve' && configured !== undefined && configured !== config.keyEpoch) {
+    log.warn('key_epoch_setting_differs', {
+      configured,
+      key_epoch: config.keyEpoch,
+      message: `the settings name key epoch ${configured}, the ledger is at epoch ${config.keyEpoch} (custody executor rotate moves it); the ledger's epoch is used — key_epoch in custody.json is information only`,
+    });
+  }
+  if (state.rotationFinished !== undefined) log.warn('key_rotation_finished', { key_epoch: state.rotationFinished });
   log.info('executor_ready', {
     mode: preamble.mode,
     executor_id: config.executorId,
     key_epoch: config.keyEpoch,
+    kernel_epoch: ledger.epochs.current('kernel_epochs').epoch,
     claim_capacity: config.claimCapacity,
     report_max_bytes: reportMaxBytes,
     live_claims: ledger.liveCount(),
@@ -156,6 +169,12 @@ async function handle(context: ExecutorContext, kind: ExecutorKind | 'stats', bo
       return checkToolArguments(context, body as RequestOf<'arguments.check'>);
     case 'ledger.recover':
       return recoverLedger(context, body as RequestOf<'ledger.recover'>);
+    case 'key.rotate':
+      return rotateKey(context);
+    case 'key.statements':
+      return keyStatements(context, body as RequestOf<'key.statements'>);
+    case 'kernel.rotated':
+      return kernelRotated(context, body as RequestOf<'kernel.rotated'>);
     case 'head.witnessed':
       context.witness.acknowledge((body as RequestOf<'head.witnessed'>).head);
       return {};

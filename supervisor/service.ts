@@ -27,6 +27,8 @@ import { admitRequest, attributeCrash } from './operations/quarantine.js';
 import { type StatePaths, statePaths } from './paths.js';
 import { writePrivateFile } from './init.js';
 import { SupervisorStore } from './store/supervisor-store.js';
+import { KeyRotation } from './rotation.js';
+import { type ChildSession } from '../shared/child/spawn.js';
 
 export interface ServiceOptions {
   readonly stateDir: string;
@@ -57,6 +59,8 @@ export class Service {
   readonly metrics: ServiceMetrics;
   readonly driver: OperationDriver;
   readonly sweeper: RecoverySweeper;
+  /** Key rotation of the kernel and the executors, and its catch-up at each hello (rotation.ts). */
+  readonly rotation: KeyRotation;
   readonly startedAt = nowMs();
   readonly #lock: DirLock;
   readonly #abort = new AbortController();
@@ -107,10 +111,9 @@ export class Service {
       limits,
       timing: config.timing,
       restart: config.restart,
-      pin: () => {
-        const pin = store.getPin(name);
-        return pin ? { id: pin.identity_id, publicKey: pin.public_key, keyEpoch: pin.key_epoch } : null;
-      },
+      // A hello at a later key epoch is trusted once the rotation statements lead there (rotation.ts).
+      pin: () => this.rotation.pinFor(name),
+      afterHello: (child: ChildHandle, session: ChildSession) => this.rotation.afterHello(child, session),
       onFailed: (child: ChildHandle, reason: CustodyError) => this.#onChildFailed(child, reason),
       admit: (requestId: string) => admitRequest(store, requestId),
       onCrash: (child: ChildHandle, requestIds: readonly string[], why: string) =>
@@ -124,11 +127,20 @@ export class Service {
       log,
     });
     store.observer = this.metrics;
+    this.rotation = new KeyRotation({
+      store,
+      log,
+      timing: config.timing,
+      kernel: () => this.kernel,
+      executors: () => this.executors,
+      signal: this.#abort.signal,
+    });
     this.kernel = new ChildHandle(kernelSpec(config, paths), deps('kernel'));
     const executors = new Map<string, ChildHandle>();
     for (const executor of config.executors) {
       if (!store.getPin(executor.name)) throw new CustodyError('store_missing', `executor ${executor.name} is configured but was never provisioned (no pin); run custody init on a new state`);
-      executors.set(executor.name, new ChildHandle(executorSpec(executor, config, paths, kernelPin.public_key), deps(executor.name)));
+      // The kernel's first key: an executor's ledger was provisioned with it; later ones reach it as rotation statements.
+      executors.set(executor.name, new ChildHandle(executorSpec(executor, config, paths, store.firstKeyOf('kernel') ?? kernelPin.public_key), deps(executor.name)));
     }
     this.executors = executors;
     // Pins are fixed at init and read once: every step looks its executor up by identity.
@@ -144,6 +156,7 @@ export class Service {
       kernel: this.kernel,
       executorById: (id) => this.executorById(id),
       pool: this.pool,
+      catchUpPin: (id) => this.rotation.catchUpPin(id),
       signal: this.#abort.signal,
     };
     this.driver = new OperationDriver(ctx);
@@ -234,6 +247,14 @@ export class Service {
   async #pinTools(): Promise<void> {
     for (const executor of this.config.executors) {
       const pin = this.store.getPin(executor.name)!;
+      if (executor.key_epoch !== pin.key_epoch) {
+        this.log.warn('key_epoch_informational', {
+          executor: executor.name,
+          configured: executor.key_epoch,
+          key_epoch: pin.key_epoch,
+          message: `custody.json names key_epoch ${executor.key_epoch} for ${executor.name}; its key is at epoch ${pin.key_epoch} (custody executor rotate moves it) — the configured value is information only`,
+        });
+      }
       await this.kernel.request('executor.pin', { executor_id: pin.identity_id, public_key: pin.public_key, key_epoch: pin.key_epoch, tools: executor.tools });
     }
   }

@@ -81,6 +81,13 @@ export interface ChildDeps {
    * `counted: false` restarts it without counting toward the intensity.
    */
   readonly onCrash?: (child: ChildHandle, requestIds: readonly string[], why: string) => { counted: boolean };
+  /**
+   * After the hello proved an identity and before the session serves
+   * anything: key rotation's catch-up (supervisor/rotation.ts). A hello at a
+   * newer key epoch than the pin is trusted only once this moved the pin
+   * to it; throwing refuses the process (identity_mismatch fails the child).
+   */
+  readonly afterHello?: (child: ChildHandle, session: ChildSession) => Promise<void>;
   /** Where the child's stderr lines (its JSON log) go; default: this process's stderr, as they are. */
   readonly onStderrLine?: (child: ChildHandle, line: string) => void;
 }
@@ -351,6 +358,7 @@ export class ChildHandle {
         onHead: (head) => this.#onHead(head),
       });
       await this.#checkHead(session);
+      await this.#afterHello(session);
     } catch (error) {
       const reason = toCustodyError(error, 'peer_exited');
       if (this.#machine.is('stopping', 'stopped')) throw reason;
@@ -383,6 +391,19 @@ export class ChildHandle {
       void this.killAndReap('heartbeat missed');
     });
     this.#waiters.resolveAll(session);
+  }
+
+  /** Catch-up of rotated keys; a process that cannot be caught up is killed and reaped before the refusal. */
+  async #afterHello(session: ChildSession): Promise<void> {
+    if (!this.#deps.afterHello) return;
+    try {
+      await this.#deps.afterHello(this, session);
+    } catch (error) {
+      session.kill('SIGKILL');
+      await session.exited;
+      await killGroupAndWait(session.pid, GROUP_EXIT_WAIT_MS);
+      throw error;
+    }
   }
 
   /**
