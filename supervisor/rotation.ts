@@ -35,6 +35,8 @@ export interface RotationDeps {
   readonly executors: () => ReadonlyMap<string, ChildHandle>;
   /** Aborted when the service stops. */
   readonly signal: AbortSignal;
+  /** After a pin moved: settle what the rotation retired and nobody is carrying (Service.settleRetired). */
+  readonly afterRotation?: () => void;
 }
 
 export interface ExecutorRotated {
@@ -81,6 +83,7 @@ export class KeyRotation {
       await this.#pinAtKernel(answer.statement);
       this.#record(pin, next, answer.statement);
       this.#deps.log.info('executor_key_rotated', { executor: name, key_epoch: next.epoch, retired_epoch: pin.key_epoch });
+      this.#deps.afterRotation?.();
       return { name, key_epoch: next.epoch, public_key: next.publicKey, retired_epoch: pin.key_epoch, statement: answer.statement };
     });
   }
@@ -95,6 +98,7 @@ export class KeyRotation {
       this.#record(pin, next, answer.statement);
       this.#deps.log.info('kernel_key_rotated', { key_epoch: next.epoch, retired_epoch: pin.key_epoch });
       const executors = await this.#deliverKernelChain();
+      this.#deps.afterRotation?.();
       return { key_epoch: next.epoch, public_key: next.publicKey, retired_epoch: pin.key_epoch, statement: answer.statement, executors };
     });
   }
@@ -163,6 +167,7 @@ export class KeyRotation {
       this.#deps.store.recordIncident({ child: child.name, kind: 'key_rotation_caught_up', code: null, message: `${child.name} key epoch ${pin.key_epoch} → ${end.epoch}: ${applied.length} rotation statement(s) carried after a rotation cut short` });
       this.#deps.log.warn('key_rotation_caught_up', { child: child.name, from_epoch: pin.key_epoch, to_epoch: end.epoch });
       if (child.spec.role === 'kernel') void this.#deliverKernelChain();
+      this.#deps.afterRotation?.();
     }
   }
 

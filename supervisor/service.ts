@@ -28,6 +28,8 @@ import { type StatePaths, statePaths } from './paths.js';
 import { writePrivateFile } from './init.js';
 import { SupervisorStore } from './store/supervisor-store.js';
 import { KeyRotation } from './rotation.js';
+import { readEnvelope } from '../shared/artifacts/artifact.js';
+import { authorizationBody } from '../shared/protocol/artifacts.js';
 import { type ChildSession } from '../shared/child/spawn.js';
 
 export interface ServiceOptions {
@@ -134,6 +136,7 @@ export class Service {
       kernel: () => this.kernel,
       executors: () => this.executors,
       signal: this.#abort.signal,
+      afterRotation: () => this.#settleRetired(),
     });
     this.kernel = new ChildHandle(kernelSpec(config, paths), deps('kernel'));
     const executors = new Map<string, ChildHandle>();
@@ -184,6 +187,28 @@ export class Service {
     this.log.info('child_restart_requested', { child: name, state: child.state });
     await child.restart('restart requested by the operator', this.config.timing.shutdown_grace_ms);
     return child;
+  }
+
+  /**
+   * After a key rotation: a request authorized but not executed (an
+   * `authorize` waiting for its operator) whose authorization names a
+   * retired executor epoch or was signed by a retired kernel key can never
+   * run; reconcile it now, so the executor refuses it with a signed
+   * epoch_retired report and the kernel releases its hold. Requests being
+   * driven are carried by their drive (the executor refuses them the same way).
+   */
+  #settleRetired(): void {
+    if (!this.#lifecycle.is('running')) return;
+    const kernelKey = this.store.getPin('kernel')?.public_key;
+    for (const row of this.store.openRequests()) {
+      if (row.phase !== 'authorized' || !row.authorization || this.driver.isDriving(row.request_id)) continue;
+      const { envelope } = readEnvelope(row.authorization);
+      const addressed = authorizationBody.parse(envelope.body).executor;
+      const pinned = [...this.executors.keys()].map((name) => this.store.getPin(name)).find((pin) => pin?.identity_id === addressed.id);
+      if (envelope.signer === kernelKey && (!pinned || addressed.key_epoch >= pinned.key_epoch)) continue;
+      this.log.info('retired_authorization_settled', { request_id: row.request_id, executor: addressed.id, key_epoch: addressed.key_epoch });
+      this.driver.drive(row.request_id, 'reconcile').catch((error: unknown) => this.log.warn('retired_settle_failed', { request_id: row.request_id, ...errorFields(error) }));
+    }
   }
 
   executorById(id: string): ChildHandle {

@@ -59,6 +59,9 @@ describe('key rotation: executors', function () {
     const before = invoke(service, 'rot-before');
     await until('execute paused before its claim', async () => (existsSync(path.join(faults, 'executor.pause_before_claim.reached')) ? true : undefined));
     expect(await sqlite(kernelDb, "SELECT o.state, h.state AS hold FROM operations o JOIN holds h USING (operation_id) WHERE o.request_id = 'rot-before'")).to.deep.equal([{ state: 'dispatch_committed', hold: 'reserved' }]);
+    // Authorized by an operator and never executed: nobody drives it.
+    const waiting = await service.cli(['authorize', 'review-notes/append', '--arg', 'note=waiting', '--operation', 'rot-waiting']);
+    expect(waiting.code, waiting.stderr).to.equal(0);
 
     const rotated = await service.cli(['executor', 'rotate', 'default', '--json']);
     expect(rotated.code, rotated.stderr).to.equal(0);
@@ -82,6 +85,14 @@ describe('key rotation: executors', function () {
     expect(refused.body, JSON.stringify(refused.body)).to.deep.include({ outcome: 'released', reason: 'epoch_retired' });
     expect(await sqlite(kernelDb, "SELECT o.state, h.state AS hold, v.last_reason AS reason FROM operations o JOIN holds h USING (operation_id) JOIN operations_view v USING (request_id) WHERE o.request_id = 'rot-before'")).to.deep.equal([{ state: 'released', hold: 'released', reason: 'epoch_retired' }]);
     expect(await sqlite(ledger, "SELECT kind, report_status FROM claims_view WHERE operation_id = (SELECT operation_id FROM claims_view ORDER BY seq LIMIT 1)")).to.deep.equal([{ kind: 'refusal', report_status: 'never_claimed' }]);
+
+    // The operator's authorization is settled by the rotation itself: refused by the executor, hold released.
+    await until('rot-waiting released', async () => {
+      const rows = await sqlite(kernelDb, "SELECT o.state, h.state AS hold FROM operations o JOIN holds h USING (operation_id) WHERE o.request_id = 'rot-waiting'");
+      return rows[0]?.state === 'released' ? rows : undefined;
+    });
+    expect(await sqlite(kernelDb, "SELECT last_reason FROM operations_view WHERE request_id = 'rot-waiting'")).to.deep.equal([{ last_reason: 'epoch_retired' }]);
+    expect(await sqlite(kernelDb, "SELECT h.state FROM holds h JOIN operations o USING (operation_id) WHERE o.request_id = 'rot-waiting'")).to.deep.equal([{ state: 'released' }]);
 
     const after = await invoke(service, 'rot-after');
     expect(after.body).to.deep.include({ outcome: 'completed' });
