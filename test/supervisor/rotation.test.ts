@@ -208,3 +208,47 @@ describe('key rotation: the kernel, with one executor stopped during it', functi
     expect(Number(claims[0]!.n)).to.be.greaterThan(0);
   });
 });
+
+describe('key rotation: the kernel killed after committing its new key, before answering', function () {
+  this.timeout(120_000);
+  const faults = mkdtempSync(path.join(tmpdir(), 'custody-rotate-kernel-crash-'));
+  let service: TestService;
+
+  before(async () => {
+    service = await startService({ env: { CUSTODY_FAULT: 'kernel:after_kernel_rotation_commit', CUSTODY_FAULT_DIR: faults } });
+    expect((await service.http('POST', '/v1/grants', GRANT)).status).to.equal(201);
+  });
+  after(async () => {
+    await service.stop();
+    service.cleanup();
+    rmSync(faults, { recursive: true, force: true });
+  });
+
+  it('promotes the committed key at the kernel restart, catches the supervisor pin up at its hello, re-pins the executor, and serves under the new key', async () => {
+    const kernelDir = service.paths.kernelDir;
+    const oldKernel = readFileSync(path.join(kernelDir, 'kernel.pub'), 'utf8').trim();
+    const rotated = await service.cli(['kernel', 'rotate']);
+    expect(rotated.code).to.not.equal(0);
+    expect(existsSync(path.join(faults, 'kernel.after_kernel_rotation_commit.fired'))).to.equal(true);
+    const supervisorDb = path.join(service.paths.supervisorDir, 'supervisor.db');
+    const [pin] = await until('the supervisor pin caught up', async () => {
+      const rows = await sqlite(supervisorDb, "SELECT key_epoch, public_key FROM pins WHERE name = 'kernel'");
+      return rows[0]?.key_epoch === 2 ? rows : undefined;
+    });
+    expect(pin!.public_key).to.not.equal(oldKernel);
+    expect(readFileSync(path.join(kernelDir, 'kernel.pub'), 'utf8').trim()).to.equal(pin!.public_key);
+    expect(existsSync(path.join(kernelDir, 'kernel.next.key'))).to.equal(false);
+    expect(await sqlite(path.join(kernelDir, 'kernel.db'), 'SELECT epoch, public_key FROM kernel_epochs ORDER BY epoch')).to.deep.equal([
+      { epoch: 1, public_key: oldKernel },
+      { epoch: 2, public_key: pin!.public_key },
+    ]);
+    await until('the executor re-pinned', async () => {
+      const rows = await sqlite(path.join(service.paths.executorDir('default'), 'ledger.db'), 'SELECT max(epoch) AS epoch FROM kernel_epochs');
+      return rows[0]?.epoch === 2 ? true : undefined;
+    });
+    const done = await invoke(service, 'after-kernel-crash');
+    expect(done.body, JSON.stringify(done.body)).to.deep.include({ outcome: 'completed' });
+    const signers = await exportAndVerify(service, 'after-kernel-crash', path.join(path.dirname(service.dir), 'export-kernel'));
+    expect(signers['receipt-2-completion.json']).to.equal('kernel.e2.pub');
+  });
+});
