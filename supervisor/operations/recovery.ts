@@ -10,7 +10,7 @@ import { type OperationView } from '../../shared/protocol/kernel-messages.js';
 import { type ResultOf } from '../../shared/protocol/messages.js';
 import { nowMs } from '../../shared/clock.js';
 import { type Backoff } from './backoff.js';
-import { type OperationContext, askKernel, reconcileBackoff } from './context.js';
+import { type OperationContext, reconcileBackoff } from './context.js';
 import { type OperationDriver } from './driver.js';
 import { reconcileOperation } from './executor-steps.js';
 import { executorIdOf, settleReport } from './kernel-steps.js';
