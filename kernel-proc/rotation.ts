@@ -18,6 +18,7 @@ import { CustodyError } from '../shared/errors.js';
 import { crashPoint } from '../shared/fault.js';
 import { type RequestOf, type ResultOf } from '../shared/protocol/messages.js';
 import { rotationBody } from '../shared/protocol/artifacts.js';
+import { ROTATION_STATEMENTS_MAX } from '../shared/protocol/rotation-messages.js';
 import { type UnitContext } from './commit-queue.js';
 import { KERNEL_ID, type Kernel } from './kernel.js';
 
@@ -80,9 +81,11 @@ export function finishKernelRotation(kernel: Kernel, dir: string, committed: boo
   kernel.log.info('kernel_key_rotated', { key_epoch: rotation?.result.key_epoch, public_key: rotation?.result.public_key });
 }
 
-export function listKeys(kernel: Kernel): ResultOf<'keys.list'> {
+export function listKeys(kernel: Kernel, request: RequestOf<'keys.list'>): ResultOf<'keys.list'> {
+  const epochs = kernel.store.kernelEpochs();
   return {
-    kernel: kernel.store.kernelEpochs().map((row) => ({ key_epoch: row.epoch, public_key: row.public_key, statement: row.statement, created_at: row.created_at })),
+    kernel_epoch: epochs.at(-1)!.epoch,
+    kernel: epochs.filter((row) => row.epoch > request.after_epoch).slice(0, ROTATION_STATEMENTS_MAX).map((row) => ({ key_epoch: row.epoch, public_key: row.public_key, statement: row.statement, created_at: row.created_at })),
     executors: kernel.store.pins.all().map((pin) => ({ executor_id: pin.executor_id, key_epoch: pin.key_epoch, public_key: pin.public_key, pinned_at: pin.pinned_at })),
   };
 }

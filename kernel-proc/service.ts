@@ -160,7 +160,7 @@ export class KernelService implements ChildService {
           return pinned;
         });
       case 'keys.list':
-        return this.#queue.submit(() => listKeys(kernel));
+        return this.#queue.submit(() => listKeys(kernel, body as RequestOf<'keys.list'>));
       case 'kernel.rotate': {
         let rotation: KernelRotation | null = null;
         return this.#queue.submit((context) => (rotation = rotateKernel(kernel, kernel.dir, context))).then(

@@ -22,6 +22,7 @@ import { crashPoint } from '../shared/fault.js';
 import { type Logger } from '../shared/log.js';
 import { type MessageKind, type RequestOf, type ResultOf } from '../shared/protocol/messages.js';
 import { type PinnedIdentity } from '../shared/wire/hello.js';
+import { ROTATION_STATEMENTS_MAX } from '../shared/protocol/rotation-messages.js';
 import { type ChildHandle } from './children/child-handle.js';
 import { type Timing } from './config/schema.js';
 import { isTransportFailure } from './operations/context.js';
@@ -116,10 +117,8 @@ export class KeyRotation {
       });
     }
     if (child.spec.role !== 'executor') return;
-    const chain = this.#deps.store.rotationsOf('kernel').map((row) => row.statement);
-    if (chain.length === 0) return;
-    const answer = await session.channel.request('kernel.rotated', { statements: chain }, { timeoutMs: this.#deps.timing.hello_timeout_ms });
-    this.#deps.log.info('executor_kernel_pin', { executor: child.name, kernel_epoch: answer.kernel_epoch });
+    const epoch = await this.#giveKernelChain((statements) => session.channel.request('kernel.rotated', { statements }, { timeoutMs: this.#deps.timing.hello_timeout_ms }));
+    if (epoch !== null) this.#deps.log.info('executor_kernel_pin', { executor: child.name, kernel_epoch: epoch });
   }
 
   /**
@@ -138,10 +137,7 @@ export class KeyRotation {
 
   /** Verify the child's statements from the pin; an executor's go to the kernel first; then supervisor.db moves. */
   async #catchUp(child: ChildHandle, session: ChildSession, pin: PinRow): Promise<void> {
-    const statements =
-      child.spec.role === 'kernel'
-        ? (await session.channel.request('keys.list', {}, { timeoutMs: this.#deps.timing.hello_timeout_ms })).kernel.flatMap((row) => (row.statement !== null && row.key_epoch > pin.key_epoch ? [row.statement] : []))
-        : (await session.channel.request('key.statements', { after_epoch: pin.key_epoch }, { timeoutMs: this.#deps.timing.hello_timeout_ms })).statements;
+    const statements = await this.#statementsAfter(child, session, pin.key_epoch);
     let chain;
     try {
       chain = verifyChain(epochKeyOf(pin), statements);
@@ -171,6 +167,36 @@ export class KeyRotation {
     }
   }
 
+  /** A child's own statements past `after`, paged (ROTATION_STATEMENTS_MAX a message), oldest first. */
+  async #statementsAfter(child: ChildHandle, session: ChildSession, after: number): Promise<string[]> {
+    const timeoutMs = this.#deps.timing.hello_timeout_ms;
+    const statements: string[] = [];
+    for (let from = after; ; ) {
+      let page: string[];
+      let current: number;
+      if (child.spec.role === 'kernel') {
+        const answer = await session.channel.request('keys.list', { after_epoch: from }, { timeoutMs });
+        page = answer.kernel.flatMap((row) => (row.statement === null ? [] : [row.statement]));
+        current = answer.kernel_epoch;
+      } else {
+        const answer = await session.channel.request('key.statements', { after_epoch: from }, { timeoutMs });
+        page = answer.statements;
+        current = answer.key_epoch;
+      }
+      statements.push(...page);
+      from += page.length;
+      if (page.length === 0 || from >= current) return statements;
+    }
+  }
+
+  /** The kernel's chain, in messages of at most ROTATION_STATEMENTS_MAX, in order; the executor's kernel pin after the last. */
+  async #giveKernelChain(send: (statements: string[]) => Promise<ResultOf<'kernel.rotated'>>): Promise<number | null> {
+    const chain = this.#deps.store.rotationsOf('kernel').map((row) => row.statement);
+    let epoch: number | null = null;
+    for (let at = 0; at < chain.length; at += ROTATION_STATEMENTS_MAX) epoch = (await send(chain.slice(at, at + ROTATION_STATEMENTS_MAX))).kernel_epoch;
+    return epoch;
+  }
+
   /** pin.rotate at the kernel, asked again across a kernel restart (it is idempotent). */
   async #pinAtKernel(statement: string): Promise<ResultOf<'pin.rotate'>> {
     return this.#askKernel('pin.rotate', { statement });
@@ -198,7 +224,6 @@ export class KeyRotation {
 
   /** Every executor not failed or stopped re-pins the kernel key now; one that cannot be asked does it at its next hello. */
   async #deliverKernelChain(): Promise<Array<{ name: string; kernel_epoch: number | null }>> {
-    const chain = this.#deps.store.rotationsOf('kernel').map((row) => row.statement);
     const results: Array<{ name: string; kernel_epoch: number | null }> = [];
     for (const child of this.#deps.executors().values()) {
       if (child.state !== 'running' && child.state !== 'starting' && child.state !== 'backoff') {
@@ -206,8 +231,8 @@ export class KeyRotation {
         continue;
       }
       try {
-        const answer = await child.request('kernel.rotated', { statements: chain }, { timeoutMs: this.#deps.timing.hello_timeout_ms, waitMs: 2_000 });
-        results.push({ name: child.name, kernel_epoch: answer.kernel_epoch });
+        const epoch = await this.#giveKernelChain((statements) => child.request('kernel.rotated', { statements }, { timeoutMs: this.#deps.timing.hello_timeout_ms, waitMs: 2_000 }));
+        results.push({ name: child.name, kernel_epoch: epoch });
       } catch (error) {
         this.#deps.log.warn('kernel_pin_deferred', { executor: child.name, ...{ code: toCustodyError(error).code } });
         results.push({ name: child.name, kernel_epoch: null });

@@ -19,6 +19,7 @@ import { CustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
 import { nowMs } from '../../shared/clock.js';
 import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
+import { ROTATION_STATEMENTS_MAX } from '../../shared/protocol/rotation-messages.js';
 import { KEY_BASENAME } from '../state.js';
 import { type ExecutorContext } from '../context.js';
 
@@ -48,7 +49,7 @@ export function rotateKey(context: ExecutorContext): ResultOf<'key.rotate'> {
 export function keyStatements(context: ExecutorContext, body: RequestOf<'key.statements'>): ResultOf<'key.statements'> {
   const rows = context.ledger.epochs.all('key_epochs');
   const current = rows.at(-1)!;
-  const statements = rows.filter((row) => row.epoch > body.after_epoch && row.statement !== null).map((row) => row.statement!);
+  const statements = rows.filter((row) => row.epoch > body.after_epoch && row.statement !== null).slice(0, ROTATION_STATEMENTS_MAX).map((row) => row.statement!);
   return { key_epoch: current.epoch, public_key: current.public_key, statements };
 }
 

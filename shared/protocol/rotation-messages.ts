@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { hex32, identifier, positiveInt, timestampMs } from './common.js';
 import { type MessageSpec, artifactText, emptyBody } from './message-spec.js';
 
-/** Statements in one message: a chain longer than this is delivered in several. */
+/** Statements (or key epochs) in one message: a longer chain is paged by epoch (`after_epoch`) or sent in several messages, in order. */
 export const ROTATION_STATEMENTS_MAX = 256;
 
 const statements = z.array(artifactText).max(ROTATION_STATEMENTS_MAX);
@@ -25,11 +25,16 @@ export const ROTATION_MESSAGES = {
     request: emptyBody,
     result: z.strictObject({ key_epoch: positiveInt, public_key: hex32, statement: artifactText }),
   },
-  /** Every key epoch the kernel has had, and every executor key epoch it has pinned (receipt export, catch-up). */
+  /**
+   * The kernel's key epochs after `after_epoch`, oldest first, at most
+   * ROTATION_STATEMENTS_MAX (page on by the last one's epoch), its current
+   * epoch, and every executor key epoch it has pinned (receipt export, catch-up).
+   */
   'keys.list': {
     to: ['kernel'],
-    request: emptyBody,
+    request: z.strictObject({ after_epoch: z.number().int().min(0) }),
     result: z.strictObject({
+      kernel_epoch: positiveInt,
       kernel: z.array(epochKey).max(ROTATION_STATEMENTS_MAX),
       executors: z.array(z.strictObject({ executor_id: identifier, key_epoch: positiveInt, public_key: hex32, pinned_at: timestampMs })).max(65_536),
     }),
@@ -40,7 +45,7 @@ export const ROTATION_MESSAGES = {
     request: emptyBody,
     result: z.strictObject({ key_epoch: positiveInt, public_key: hex32, statement: artifactText }),
   },
-  /** The executor's own statements past `after_epoch`, oldest first: what a pin behind it lacks. */
+  /** The executor's own statements past `after_epoch`, oldest first, at most ROTATION_STATEMENTS_MAX (page on from the last): what a pin behind it lacks. */
   'key.statements': {
     to: ['executor'],
     request: z.strictObject({ after_epoch: positiveInt }),

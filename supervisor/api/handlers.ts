@@ -290,11 +290,16 @@ export async function rotateKernelKey(service: Service): Answer {
 
 /** Every key epoch of the kernel and each executor, from the kernel's records (its epochs and its executor pins). */
 export async function listKeys(service: Service): Answer {
-  const keys = await service.kernel.request('keys.list', {});
+  let keys = await service.kernel.request('keys.list', { after_epoch: 0 });
+  const kernel = [...keys.kernel];
+  while (keys.kernel.length > 0 && kernel.at(-1)!.key_epoch < keys.kernel_epoch) {
+    keys = await service.kernel.request('keys.list', { after_epoch: kernel.at(-1)!.key_epoch });
+    kernel.push(...keys.kernel);
+  }
   const nameOf = new Map([...service.executors.keys()].map((name) => [service.store.getPin(name)?.identity_id, name]));
   return {
     body: {
-      kernel: keys.kernel.map((row) => ({ key_epoch: row.key_epoch, public_key: row.public_key, statement: row.statement })),
+      kernel: kernel.map((row) => ({ key_epoch: row.key_epoch, public_key: row.public_key, statement: row.statement })),
       executors: keys.executors.map((row) => ({ name: nameOf.get(row.executor_id) ?? row.executor_id, executor_id: row.executor_id, key_epoch: row.key_epoch, public_key: row.public_key })),
     },
   };

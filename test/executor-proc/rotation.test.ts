@@ -11,6 +11,7 @@ import { decodeArtifact } from '../../shared/artifacts/artifact.js';
 import { signRotation } from '../../shared/artifacts/rotation.js';
 import { Signer } from '../../shared/crypto/ed25519.js';
 import { type CustodyError } from '../../shared/errors.js';
+import { ROTATION_STATEMENTS_MAX } from '../../shared/protocol/rotation-messages.js';
 import {
   type Executor,
   type Home,
@@ -119,6 +120,38 @@ describe('executor-proc key rotation', function () {
     executor = await startExecutor(home, { settings: { key_epoch: 1 } });
     expect(executor.identity.key_epoch).to.equal(3);
     expect(executor.stderr.some((line) => line.includes('key_epoch_setting_differs'))).to.equal(true);
+    expect((await stopExecutor(executor)).code).to.equal(0);
+  });
+});
+
+/** A distinct seed per index (two bytes of it, the rest fixed). */
+function seedFor(index: number): Buffer {
+  const seed = Buffer.alloc(32, 0xaa);
+  seed.writeUInt16BE(index, 0);
+  return seed;
+}
+
+describe('executor-proc kernel statements at the message bound', function () {
+  this.timeout(60_000);
+  let home: Home;
+
+  before(async () => {
+    home = makeHome('chain');
+    await provisioned(home);
+  });
+  after(() => removeHome(home));
+
+  it('takes ROTATION_STATEMENTS_MAX statements in one message and the rest of a longer chain in the next; one more in a message is refused before it is sent', async () => {
+    const executor = await startExecutor(home, {});
+    const signers = [KERNEL, ...Array.from({ length: ROTATION_STATEMENTS_MAX + 1 }, (_, i) => Signer.fromSeed(seedFor(i + 1)))];
+    const chain = signers.slice(1).map((next, i) => signRotation(signers[i]!, { role: 'kernel', id: 'kernel', epoch: i + 1 }, next.publicKeyHex, Date.now()).text);
+    expect(chain).to.have.length(ROTATION_STATEMENTS_MAX + 1);
+    const tooMany = await refusal(executor.channel.request('kernel.rotated', { statements: chain }));
+    expect(tooMany.code).to.equal('schema_violation');
+    expect(sqlite(home.ledgerFile, 'SELECT max(epoch) AS epoch FROM kernel_epochs').rows).to.deep.equal([{ epoch: 1 }]);
+    expect((await executor.channel.request('kernel.rotated', { statements: chain.slice(0, ROTATION_STATEMENTS_MAX) })).kernel_epoch).to.equal(ROTATION_STATEMENTS_MAX + 1);
+    expect((await executor.channel.request('kernel.rotated', { statements: chain.slice(ROTATION_STATEMENTS_MAX) })).kernel_epoch).to.equal(ROTATION_STATEMENTS_MAX + 2);
+    expect(sqlite(home.ledgerFile, 'SELECT count(*) AS n FROM kernel_epochs').rows).to.deep.equal([{ n: ROTATION_STATEMENTS_MAX + 2 }]);
     expect((await stopExecutor(executor)).code).to.equal(0);
   });
 });

@@ -238,7 +238,7 @@ describe('kernel-proc: reconcile', function () {
         role: 'executor', id: 'exec-epoch', old_epoch: oldEpoch, new_epoch: newEpoch,
         old_public_key: signer.publicKey, new_public_key: newKey, issued_at: Date.now(),
       }, signer.signer).text;
-    const currentPin = async () => (await kernel.request('keys.list', {})).executors.filter((pin) => pin.executor_id === 'exec-epoch').map((pin) => [pin.key_epoch, pin.public_key]);
+    const currentPin = async () => (await kernel.request('keys.list', { after_epoch: 0 })).executors.filter((pin) => pin.executor_id === 'exec-epoch').map((pin) => [pin.key_epoch, pin.public_key]);
 
     it('pins a new epoch only through a statement signed by the pinned key, from the pinned epoch to the next; a forged one leaves the pin', async () => {
       const epoch3 = testExecutor(45, 'exec-epoch', 3);
