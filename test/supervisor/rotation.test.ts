@@ -83,6 +83,7 @@ describe('key rotation: executors', function () {
     writeFileSync(path.join(faults, 'executor.pause_before_claim.release'), '');
     const refused = await before;
     expect(refused.body, JSON.stringify(refused.body)).to.deep.include({ outcome: 'released', reason: 'epoch_retired' });
+    expect(String(refused.body.cause)).to.match(/key rotation retired the key this operation was authorized under before it was claimed: .*epoch 1, which a rotation retired \(current: 2\)/);
     expect(await sqlite(kernelDb, "SELECT o.state, h.state AS hold, v.last_reason AS reason FROM operations o JOIN holds h USING (operation_id) JOIN operations_view v USING (request_id) WHERE o.request_id = 'rot-before'")).to.deep.equal([{ state: 'released', hold: 'released', reason: 'epoch_retired' }]);
     expect(await sqlite(ledger, "SELECT kind, report_status FROM claims_view WHERE operation_id = (SELECT operation_id FROM claims_view ORDER BY seq LIMIT 1)")).to.deep.equal([{ kind: 'refusal', report_status: 'never_claimed' }]);
 
