@@ -9,8 +9,7 @@ import { CustodyError, toCustodyError } from '../shared/errors.js';
 import { type Invocation } from '../shared/protocol/artifacts.js';
 import { parametersDigest } from '../shared/protocol/binding.js';
 import { type JsonObject } from '../shared/protocol/common.js';
-import { type ClaimSubject } from './ledger/ledger.js';
-import { type LedgerConfig } from './ledger/stores.js';
+import { type ClaimSubject, type Ledger } from './ledger/ledger.js';
 
 export interface VerifiedAuthorization {
   readonly artifact: SignedArtifact<'authorization'>;
@@ -28,21 +27,26 @@ const INVOCATION_FIELDS = [
   'parameters_digest',
 ] as const satisfies ReadonlyArray<keyof Invocation>;
 
-export function verifyAuthorization(text: string, expected: Invocation, config: LedgerConfig): VerifiedAuthorization {
+export function verifyAuthorization(text: string, expected: Invocation, ledger: Ledger): VerifiedAuthorization {
+  const config = ledger.config;
+  const kernelKeys = ledger.epochs.all('kernel_epochs');
   let artifact: SignedArtifact<'authorization'>;
   try {
-    artifact = decodeArtifact('authorization', text, { trustedSigners: [config.kernelPublicKey] });
+    // Any kernel key this executor has pinned: one signed before a kernel rotation is still the kernel's (and retired, below).
+    artifact = decodeArtifact('authorization', text, { trustedSigners: kernelKeys.map((row) => row.public_key) });
   } catch (error) {
     const cause = toCustodyError(error);
     throw new CustodyError('authorization_invalid', `authorization refused (${cause.code}): ${cause.message}`, { cause });
   }
   const { executor, invocation } = artifact.body;
+  // Addressed to this executor at one of its epochs, with that epoch's key: an older one is retired, not someone else's.
+  const addressedKey = ledger.epochs.all('key_epochs').find((row) => row.epoch === executor.key_epoch)?.public_key;
   const misaddressed: string[] = [];
   if (executor.id !== config.executorId) misaddressed.push(`id ${executor.id} (this is ${config.executorId})`);
-  if (executor.public_key !== config.publicKey) {
-    misaddressed.push(`key ${executor.public_key.slice(0, 16)}… (this is ${config.publicKey.slice(0, 16)}…)`);
+  if (addressedKey === undefined) misaddressed.push(`key epoch ${executor.key_epoch} (this executor is at epoch ${config.keyEpoch})`);
+  else if (executor.public_key !== addressedKey) {
+    misaddressed.push(`key ${executor.public_key.slice(0, 16)}… (epoch ${executor.key_epoch} of this executor is ${addressedKey.slice(0, 16)}…)`);
   }
-  if (executor.key_epoch !== config.keyEpoch) misaddressed.push(`key epoch ${executor.key_epoch} (this is ${config.keyEpoch})`);
   if (misaddressed.length > 0) {
     throw new CustodyError('not_addressed_to_me', `authorization for operation ${invocation.operation_id} is addressed to executor ${misaddressed.join(', ')}`);
   }
@@ -61,6 +65,7 @@ export function verifyAuthorization(text: string, expected: Invocation, config: 
       authorizationText: artifact.text,
       notBefore: artifact.body.not_before,
       expiresAt: artifact.body.expires_at,
+      signedUnder: { executorEpoch: executor.key_epoch, kernelKey: artifact.envelope.signer },
     },
   };
 }

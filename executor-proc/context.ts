@@ -27,7 +27,10 @@ export interface ExecutorContext {
   readonly ledger: Ledger;
   readonly archiver: Archiver;
   readonly host: AdapterHost;
-  readonly signer: Signer;
+  /** The key of the current epoch; key.rotate replaces it (handlers/rotation.ts). */
+  signer: Signer;
+  /** The executor's directory (executor.key, ledger.db): where a rotation makes the next key. */
+  readonly dir: string;
   readonly settings: RuntimeSettings;
   /** The largest report this session's frames can always carry (report.ts reportMaxBytes). */
   readonly reportMaxBytes: number;

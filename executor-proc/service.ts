@@ -17,6 +17,7 @@ import { archiveReconciled, getClaim, recoverLedger } from './handlers/claims.js
 import { checkToolArguments, listTools } from './handlers/tools.js';
 import { executeOnce } from './handlers/execute.js';
 import { reconcileOperation } from './handlers/reconcile.js';
+import { kernelRotated, keyStatements, rotateKey } from './handlers/rotation.js';
 import { HeadWitness } from './head-witness.js';
 import { Archiver } from './ledger/archive.js';
 import { Ledger } from './ledger/ledger.js';
@@ -25,7 +26,7 @@ import { FRAME_ROOM_BYTES, REPORT_MIN_BYTES, reportMaxBytes } from './report.js'
 import { type ExecutorSettings, parseExecutorSettings } from './settings.js';
 import { type ExecutorState, ensureResources, openExecutorState } from './state.js';
 
-type ExecutorKind = keyof typeof EXECUTOR_MESSAGES;
+type ExecutorKind = keyof typeof EXECUTOR_MESSAGES | 'key.rotate' | 'key.statements' | 'kernel.rotated';
 
 export interface ExecutorOptions {
   /** The session's frame bound: every report this executor signs must fit in an answer. */
@@ -45,6 +46,7 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
   const { state, host } = await openStateAndHost(preamble, log, options, settings);
   const stores = { open: true };
   const context = executorContext(state, host, { settings, reportMaxBytes, log, options, isOpen: () => stores.open });
+  noteKeyEpoch(context, state, preamble.mode, settings.provision.keyEpoch);
   logReady(context, preamble.mode);
   return executorService(context, state, async () => {
     await host.close();
@@ -103,6 +105,7 @@ function executorContext(state: ExecutorState, host: AdapterHost, { settings, re
     archiver: new Archiver(ledger, state.stores.archive),
     host,
     signer: state.signer,
+    dir: options.dir,
     settings: settings.runtime,
     reportMaxBytes,
     log,
@@ -118,6 +121,19 @@ function executorContext(state: ExecutorState, host: AdapterHost, { settings, re
   };
 }
 
+/** custody.json's key_epoch is information: the ledger's key epochs decide (docs/SECURITY.md, "Rotating keys"). */
+function noteKeyEpoch({ ledger, log }: ExecutorContext, state: ExecutorState, mode: Preamble['mode'], configured: number | undefined): void {
+  const { config } = ledger;
+  if (mode === 'serve' && configured !== undefined && configured !== config.keyEpoch) {
+    log.warn('key_epoch_setting_differs', {
+      configured,
+      key_epoch: config.keyEpoch,
+      message: `the settings name key epoch ${configured}, the ledger is at epoch ${config.keyEpoch} (custody executor rotate moves it); the ledger's epoch is used — key_epoch in custody.json is information only`,
+    });
+  }
+  if (state.rotationFinished !== undefined) log.warn('key_rotation_finished', { key_epoch: state.rotationFinished });
+}
+
 /** One line saying what this executor is and serves, and one per adapter that cannot run. */
 function logReady({ ledger, host, log, reportMaxBytes }: ExecutorContext, mode: Preamble['mode']): void {
   const { config } = ledger;
@@ -125,6 +141,7 @@ function logReady({ ledger, host, log, reportMaxBytes }: ExecutorContext, mode: 
     mode,
     executor_id: config.executorId,
     key_epoch: config.keyEpoch,
+    kernel_epoch: ledger.epochs.current('kernel_epochs').epoch,
     claim_capacity: config.claimCapacity,
     report_max_bytes: reportMaxBytes,
     live_claims: ledger.liveCount(),
@@ -180,6 +197,12 @@ async function handle(context: ExecutorContext, kind: ExecutorKind | 'stats', bo
       return checkToolArguments(context, body as RequestOf<'arguments.check'>);
     case 'ledger.recover':
       return recoverLedger(context, body as RequestOf<'ledger.recover'>);
+    case 'key.rotate':
+      return rotateKey(context);
+    case 'key.statements':
+      return keyStatements(context, body as RequestOf<'key.statements'>);
+    case 'kernel.rotated':
+      return kernelRotated(context, body as RequestOf<'kernel.rotated'>);
     case 'head.witnessed':
       context.witness.acknowledge((body as RequestOf<'head.witnessed'>).head);
       return {};

@@ -6,12 +6,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { nowMs } from '../shared/clock.js';
-import { createKeyPair, loadSigner } from '../shared/crypto/key-files.js';
+import { createKeyPair, loadSigner, settlePendingKey } from '../shared/crypto/key-files.js';
 import { type Signer, publicKeyFromHex } from '../shared/crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../shared/errors.js';
 import { crashPoint } from '../shared/fault.js';
 import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
 import { ensurePrivateDir, isPathPresent } from '../shared/store/private-fs.js';
+import { EpochBook } from './ledger/epochs.js';
 import { ARCHIVE_FILE, type ExecutorStores, LEDGER_FILE, openStores, provisionStores } from './ledger/stores.js';
 import { type ProvisionSettings, capacityFor } from './settings.js';
 
@@ -21,6 +22,8 @@ export interface ExecutorState {
   readonly stores: ExecutorStores;
   readonly signer: Signer;
   readonly lock: DirLock;
+  /** Set when opening finished a key rotation a crash interrupted (the epoch it finished). */
+  readonly rotationFinished?: number;
 }
 
 export interface StateRequest {
@@ -42,16 +45,29 @@ export async function openExecutorState(request: StateRequest): Promise<Executor
   const lock = await acquireDirLock(dir);
   try {
     if (request.mode === 'provision') return { ...provision(request, kernelPublicKey), lock };
-    const signer = loadSigner(path.join(dir, `${KEY_BASENAME}.key`));
     const stores = openStores(dir, {
-      publicKey: signer.publicKeyHex,
       kernelPublicKey,
       executorId: request.settings.executorId,
-      keyEpoch: request.settings.keyEpoch,
       claimCapacity: request.settings.claimCapacity,
       refusalReserve: request.settings.refusalReserve,
     });
-    return { stores, signer, lock };
+    try {
+      // A rotation the ledger committed is finished before the key is read; one it never committed is discarded.
+      const current = new EpochBook(stores.ledger).current('key_epochs');
+      const finished = settlePendingKey(dir, KEY_BASENAME, current.public_key);
+      const signer = loadSigner(path.join(dir, `${KEY_BASENAME}.key`));
+      if (signer.publicKeyHex !== current.public_key) {
+        throw new CustodyError(
+          'ledger_identity',
+          `ledger ${path.join(dir, LEDGER_FILE)} belongs to another identity: current public key ${current.public_key.slice(0, 16)}… (epoch ${current.epoch}) in the ledger, ${signer.publicKeyHex.slice(0, 16)}… in ${KEY_BASENAME}.key`,
+        );
+      }
+      return { stores, signer, lock, ...(finished ? { rotationFinished: current.epoch } : {}) };
+    } catch (error) {
+      stores.ledger.close();
+      stores.archive.close();
+      throw error;
+    }
   } catch (error) {
     await lock.release().catch(() => undefined);
     throw error;

@@ -148,14 +148,16 @@ function verifiedOf(kernel: Kernel, grant: GrantRow): VerifiedCapability {
   if (!cache) verifiedCapabilities.set(kernel, (cache = new Map<string, VerifiedCapability>()));
   const hit = cache.get(grant.capability_id);
   if (hit && hit.text === grant.capability) return hit;
-  const decoded = decodeArtifact('capability', grant.capability, { trustedSigners: [kernel.signer.publicKeyHex] });
+  // Signed under any of this kernel's key epochs: a grant made before a kernel rotation stays valid until it
+  // expires or is revoked; it is not re-issued (docs/SECURITY.md, "Rotating keys").
+  const decoded = decodeArtifact('capability', grant.capability, { trustedSigners: kernel.store.kernelEpochs().map((row) => row.public_key) });
   const verified: VerifiedCapability = { text: grant.capability, body: decoded.body, digest: decoded.digest };
   if (cache.size >= VERIFIED_CACHE_ENTRIES) cache.clear();
   cache.set(grant.capability_id, verified);
   return verified;
 }
 
-/** A grant is used only if its retained bytes still verify under this kernel's key and match its row. */
+/** A grant is used only if its retained bytes still verify under one of this kernel's keys and match its row. */
 function verifyCapability(kernel: Kernel, grant: GrantRow): GrantRefusal | null {
   try {
     const { body, digest } = verifiedOf(kernel, grant);

@@ -1,7 +1,9 @@
 // Executor pins: which executor identity (id, public key, key epoch) the
-// kernel addresses authorizations to and accepts reports from. A re-pin with
-// a higher epoch supersedes the old key at once: authorizations and reports
-// of an older epoch become unusable (epoch_stale).
+// kernel addresses authorizations to and accepts reports from. executor.pin
+// makes the first pin of an executor and updates its tools; a later key epoch
+// is pinned only through a rotation statement signed by the pinned key
+// (pin.rotate, rotation.ts). Older epochs stay pinned rows: reports signed
+// under them still verify; new authorizations go to the current one.
 import { publicKeyFromHex } from '../shared/crypto/ed25519.js';
 import { CustodyError } from '../shared/errors.js';
 import { toolPatternCovers } from '../shared/protocol/common.js';
@@ -19,6 +21,12 @@ export function pinExecutor(kernel: Kernel, request: RequestOf<'executor.pin'>, 
     throw new CustodyError(
       'epoch_stale',
       `executor ${request.executor_id} is pinned at key epoch ${current.key_epoch}; epoch ${request.key_epoch} is older and cannot be pinned`,
+    );
+  }
+  if (current && request.key_epoch > current.key_epoch) {
+    throw new CustodyError(
+      'rotation_invalid',
+      `executor ${request.executor_id} is pinned at key epoch ${current.key_epoch}; epoch ${request.key_epoch} is pinned only through a rotation statement signed by the pinned key (custody executor rotate ${request.executor_id})`,
     );
   }
   if (current && request.key_epoch === current.key_epoch) {

@@ -19,7 +19,8 @@ import { settle } from './decisions/settle.js';
 import { reserve } from './decisions/reserve.js';
 import { start } from './decisions/start.js';
 import { addGrant, revokeGrant } from './grants.js';
-import { KERNEL_ID, KERNEL_KEY_EPOCH, type Kernel } from './kernel.js';
+import { KERNEL_ID, type Kernel } from './kernel.js';
+import { type KernelRotation, finishKernelRotation, listKeys, rotateKernel, rotatePin } from './rotation.js';
 import { pinExecutor } from './pins.js';
 import { grantView } from './views.js';
 
@@ -44,7 +45,7 @@ export class KernelService implements ChildService {
     this.#kernel = kernel;
     this.#lock = lock;
     this.#onReplaced = onReplaced;
-    this.identity = { id: KERNEL_ID, keyEpoch: KERNEL_KEY_EPOCH, signer: kernel.signer };
+    this.identity = { id: KERNEL_ID, keyEpoch: kernel.store.currentKernelEpoch().epoch, signer: kernel.signer };
     this.#queue = new CommitQueue({
       db: kernel.store.db,
       maxBatch: kernel.settings.commit_batch_max,
@@ -101,6 +102,7 @@ export class KernelService implements ChildService {
 
   handle(kind: MessageKind, body: unknown): Promise<unknown> {
     if (kind === 'stats') return Promise.resolve(this.#stats());
+    if (kind === 'pin.rotate' || kind === 'kernel.rotate' || kind === 'keys.list') return this.#rotation(kind, body);
     if (!isKernelKind(kind)) return Promise.reject(new CustodyError('unexpected_message', `the kernel does not serve ${kind}`));
     return this.#dispatch(kind, body);
   }
@@ -143,6 +145,34 @@ export class KernelService implements ChildService {
       default: {
         const unhandled: never = kind;
         return Promise.reject(new CustodyError('unexpected_message', `the kernel has no handler for ${String(unhandled)}`));
+      }
+    }
+  }
+
+  /** Key rotation (rotation.ts): through the write queue, like every decision. */
+  #rotation(kind: 'pin.rotate' | 'kernel.rotate' | 'keys.list', body: unknown): Promise<unknown> {
+    const kernel = this.#kernel;
+    switch (kind) {
+      case 'pin.rotate':
+        return this.#queue.submit((context) => {
+          const pinned = rotatePin(kernel, body as RequestOf<'pin.rotate'>, context.now);
+          context.afterCommit('after_pin_rotate_commit');
+          return pinned;
+        });
+      case 'keys.list':
+        return this.#queue.submit(() => listKeys(kernel, body as RequestOf<'keys.list'>));
+      case 'kernel.rotate': {
+        let rotation: KernelRotation | null = null;
+        return this.#queue.submit((context) => (rotation = rotateKernel(kernel, kernel.dir, context))).then(
+          (done) => {
+            finishKernelRotation(kernel, kernel.dir, true, done);
+            return done.result;
+          },
+          (error: unknown) => {
+            finishKernelRotation(kernel, kernel.dir, false, rotation);
+            throw error;
+          },
+        );
       }
     }
   }

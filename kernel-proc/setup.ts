@@ -8,7 +8,7 @@
 // Either way the directory stays locked for the life of the process. Serving
 // starts with recovery: a committed start found now is `awaiting_report`.
 import path from 'node:path';
-import { createKeyPair, loadSigner, readPublicKeyFile } from '../shared/crypto/key-files.js';
+import { createKeyPair, loadSigner, readPublicKeyFile, settlePendingKey } from '../shared/crypto/key-files.js';
 import { type Signer } from '../shared/crypto/ed25519.js';
 import { CustodyError } from '../shared/errors.js';
 import { crashPoint } from '../shared/fault.js';
@@ -66,7 +66,7 @@ function provision(dir: string, base: KernelBase): Kernel {
   // A failure after this point leaves what was made; the next provisioning is refused until an operator moves it aside.
   const signer = createKeyPair(dir, 'kernel');
   const store = KernelStore.provision(dir);
-  const kernel: Kernel = { ...base, store, signer };
+  const kernel: Kernel = { ...base, dir, store, signer };
   try {
     const now = nowMs();
     store.db.transaction(() => {
@@ -88,8 +88,8 @@ function provision(dir: string, base: KernelBase): Kernel {
 function open(dir: string, base: KernelBase): Kernel {
   const store = KernelStore.open(dir);
   try {
-    const signer = checkIdentity(dir, store);
-    const kernel: Kernel = { ...base, store, signer };
+    const signer = checkIdentity(dir, store, base.log);
+    const kernel: Kernel = { ...base, dir, store, signer };
     recover(kernel);
     return kernel;
   } catch (error) {
@@ -98,16 +98,19 @@ function open(dir: string, base: KernelBase): Kernel {
   }
 }
 
-function checkIdentity(dir: string, store: KernelStore): Signer {
-  const signer = loadSigner(path.join(dir, KERNEL_KEY_FILE));
-  const recorded = store.identity();
-  if (!recorded) {
+function checkIdentity(dir: string, store: KernelStore, log: Logger): Signer {
+  if (!store.identity()) {
     throw new CustodyError('store_schema', `kernel store in ${dir} has no identity row: its provisioning never completed; inspect it and move it aside`);
   }
+  // The key in force is the last epoch kernel.db records (a rotation, docs/PROTOCOL.md §12). A rotation
+  // it committed is finished here before the key is read; one it never committed is discarded.
+  const recorded = store.currentKernelEpoch();
+  if (settlePendingKey(dir, 'kernel', recorded.public_key)) log.warn('kernel_rotation_finished', { key_epoch: recorded.epoch, public_key: recorded.public_key });
+  const signer = loadSigner(path.join(dir, KERNEL_KEY_FILE));
   if (recorded.public_key !== signer.publicKeyHex) {
     throw new CustodyError(
       'identity_mismatch',
-      `${KERNEL_KEY_FILE} holds key ${signer.publicKeyHex.slice(0, 16)}…, but ${KERNEL_DB_FILE} was provisioned for ${recorded.public_key.slice(0, 16)}…`,
+      `${KERNEL_KEY_FILE} holds key ${signer.publicKeyHex.slice(0, 16)}…, but ${KERNEL_DB_FILE} records ${recorded.public_key.slice(0, 16)}… for key epoch ${recorded.epoch}`,
     );
   }
   const published = readPublicKeyFile(path.join(dir, KERNEL_PUB_FILE));

@@ -11,6 +11,7 @@ import { z } from 'zod';
 import { canonicalDigest, sha256Hex } from '../shared/canonical/digest.js';
 import { Signer } from '../shared/crypto/ed25519.js';
 import { signArtifact } from '../shared/artifacts/artifact.js';
+import { signRotation } from '../shared/artifacts/rotation.js';
 import { ARTIFACT_BODIES, ARTIFACT_MAX_BYTES, ARTIFACT_SCHEMAS, type ArtifactKind, holdRecord, invocation, receiptBody } from '../shared/protocol/artifacts.js';
 import { claimView } from '../shared/protocol/executor-messages.js';
 import { grantView, holdView, operationView } from '../shared/protocol/kernel-messages.js';
@@ -114,7 +115,20 @@ export function buildVectors() {
     issued_at: t0 + 2_100,
   }, kernel);
 
+  // Key rotation (§12): each current key names its epoch-2 successor.
+  const executorNext = Signer.fromSeed(seedOf('executor epoch 2'));
+  const kernelNext = Signer.fromSeed(seedOf('kernel epoch 2'));
+  const rotationVector = (statement: ReturnType<typeof signRotation>, next: Signer, label: string) => {
+    const { signature: _signature, ...unsigned } = statement.envelope;
+    return { new_seed: seedOf(label).toString('hex'), new_public_key: next.publicKeyHex, signed_input: canonicalBytes(unsigned).toString('utf8'), text: statement.text, digest: statement.digest };
+  };
+  const rotations = {
+    executor: rotationVector(signRotation(executor, { role: 'executor', id: 'default', epoch: 1 }, executorNext.publicKeyHex, t0 + 3_000), executorNext, 'executor epoch 2'),
+    kernel: rotationVector(signRotation(kernel, { role: 'kernel', id: 'kernel', epoch: 1 }, kernelNext.publicKeyHex, t0 + 4_000), kernelNext, 'kernel epoch 2'),
+  };
+
   return {
+    rotations,
     session: {
       sid: secrets.sid,
       session_key: secrets.key.toString('hex'),

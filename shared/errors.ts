@@ -135,6 +135,10 @@ const CODES = {
   head_unwitnessed: { class: 'unknown', summary: 'the supervisor did not acknowledge a claim head before the deadline; the effect was not run' },
   // issue 11 items 4-6: executor pools, metrics, offline trace
   executor_unavailable: { class: 'unreachable', summary: 'no executor that serves the tool is running (all failed or restarting) within timing.executor_wait_ms' },
+  // issue 11 items 1-3: key rotation of executors and the kernel (docs/SECURITY.md, "Rotating keys")
+  epoch_retired: { class: 'refused', summary: 'the authorization names an executor key epoch, or is signed by a kernel key epoch, that a rotation retired before it was claimed; the executor refused it with a signed report and its hold is released' },
+  rotation_invalid: { class: 'refused', summary: 'a key rotation statement does not verify under the pinned key, or does not move the pinned epoch forward by exactly one' },
+  epoch_unpinned: { class: 'unknown', summary: 'a report is signed under an executor key epoch the kernel has not pinned yet; the rotation statement must reach the kernel first' },
 } as const satisfies Record<string, { class: ErrorClass; summary: string }>;
 
 export type ErrorCode = keyof typeof CODES;

@@ -27,6 +27,10 @@ import { admitRequest, attributeCrash } from './operations/quarantine.js';
 import { type StatePaths, statePaths } from './paths.js';
 import { writePrivateFile } from './init.js';
 import { SupervisorStore } from './store/supervisor-store.js';
+import { KeyRotation } from './rotation.js';
+import { readEnvelope } from '../shared/artifacts/artifact.js';
+import { authorizationBody } from '../shared/protocol/artifacts.js';
+import { type ChildSession } from '../shared/child/spawn.js';
 
 export interface ServiceOptions {
   readonly stateDir: string;
@@ -57,6 +61,8 @@ export class Service {
   readonly metrics: ServiceMetrics;
   readonly driver: OperationDriver;
   readonly sweeper: RecoverySweeper;
+  /** Key rotation of the kernel and the executors, and its catch-up at each hello (rotation.ts). */
+  readonly rotation: KeyRotation;
   readonly startedAt = nowMs();
   readonly #lock: DirLock;
   readonly #abort = new AbortController();
@@ -107,10 +113,9 @@ export class Service {
       limits,
       timing: config.timing,
       restart: config.restart,
-      pin: () => {
-        const pin = store.getPin(name);
-        return pin ? { id: pin.identity_id, publicKey: pin.public_key, keyEpoch: pin.key_epoch } : null;
-      },
+      // A hello at a later key epoch is trusted once the rotation statements lead there (rotation.ts).
+      pin: () => this.rotation.pinFor(name),
+      afterHello: (child: ChildHandle, session: ChildSession) => this.rotation.afterHello(child, session),
       onFailed: (child: ChildHandle, reason: CustodyError) => this.#onChildFailed(child, reason),
       admit: (requestId: string) => admitRequest(store, requestId),
       onCrash: (child: ChildHandle, requestIds: readonly string[], why: string) =>
@@ -124,11 +129,21 @@ export class Service {
       log,
     });
     store.observer = this.metrics;
+    this.rotation = new KeyRotation({
+      store,
+      log,
+      timing: config.timing,
+      kernel: () => this.kernel,
+      executors: () => this.executors,
+      signal: this.#abort.signal,
+      afterRotation: () => this.#settleRetired(),
+    });
     this.kernel = new ChildHandle(kernelSpec(config, paths), deps('kernel'));
     const executors = new Map<string, ChildHandle>();
     for (const executor of config.executors) {
       if (!store.getPin(executor.name)) throw new CustodyError('store_missing', `executor ${executor.name} is configured but was never provisioned (no pin); run custody init on a new state`);
-      executors.set(executor.name, new ChildHandle(executorSpec(executor, config, paths, kernelPin.public_key), deps(executor.name)));
+      // The kernel's first key: an executor's ledger was provisioned with it; later ones reach it as rotation statements.
+      executors.set(executor.name, new ChildHandle(executorSpec(executor, config, paths, store.firstKeyOf('kernel') ?? kernelPin.public_key), deps(executor.name)));
     }
     this.executors = executors;
     // Pins are fixed at init and read once: every step looks its executor up by identity.
@@ -144,6 +159,7 @@ export class Service {
       kernel: this.kernel,
       executorById: (id) => this.executorById(id),
       pool: this.pool,
+      catchUpPin: (id) => this.rotation.catchUpPin(id),
       signal: this.#abort.signal,
     };
     this.driver = new OperationDriver(ctx);
@@ -171,6 +187,28 @@ export class Service {
     this.log.info('child_restart_requested', { child: name, state: child.state });
     await child.restart('restart requested by the operator', this.config.timing.shutdown_grace_ms);
     return child;
+  }
+
+  /**
+   * After a key rotation: a request authorized but not executed (an
+   * `authorize` waiting for its operator) whose authorization names a
+   * retired executor epoch or was signed by a retired kernel key can never
+   * run; reconcile it now, so the executor refuses it with a signed
+   * epoch_retired report and the kernel releases its hold. Requests being
+   * driven are carried by their drive (the executor refuses them the same way).
+   */
+  #settleRetired(): void {
+    if (!this.#lifecycle.is('running')) return;
+    const kernelKey = this.store.getPin('kernel')?.public_key;
+    for (const row of this.store.openRequests()) {
+      if (row.phase !== 'authorized' || !row.authorization || this.driver.isDriving(row.request_id)) continue;
+      const { envelope } = readEnvelope(row.authorization);
+      const addressed = authorizationBody.parse(envelope.body).executor;
+      const pinned = [...this.executors.keys()].map((name) => this.store.getPin(name)).find((pin) => pin?.identity_id === addressed.id);
+      if (envelope.signer === kernelKey && (!pinned || addressed.key_epoch >= pinned.key_epoch)) continue;
+      this.log.info('retired_authorization_settled', { request_id: row.request_id, executor: addressed.id, key_epoch: addressed.key_epoch });
+      this.driver.drive(row.request_id, 'reconcile').catch((error: unknown) => this.log.warn('retired_settle_failed', { request_id: row.request_id, ...errorFields(error) }));
+    }
   }
 
   executorById(id: string): ChildHandle {
@@ -234,6 +272,14 @@ export class Service {
   async #pinTools(): Promise<void> {
     for (const executor of this.config.executors) {
       const pin = this.store.getPin(executor.name)!;
+      if (executor.key_epoch !== pin.key_epoch) {
+        this.log.warn('key_epoch_informational', {
+          executor: executor.name,
+          configured: executor.key_epoch,
+          key_epoch: pin.key_epoch,
+          message: `custody.json names key_epoch ${executor.key_epoch} for ${executor.name}; its key is at epoch ${pin.key_epoch} (custody executor rotate moves it) — the configured value is information only`,
+        });
+      }
       await this.kernel.request('executor.pin', { executor_id: pin.identity_id, public_key: pin.public_key, key_epoch: pin.key_epoch, tools: executor.tools });
     }
   }

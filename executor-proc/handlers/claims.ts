@@ -33,7 +33,7 @@ export function archiveReconciled(context: ExecutorContext, body: RequestOf<'arc
  * without a report, then the head is raised to the supervisor's witness.
  */
 export function recoverLedger(context: ExecutorContext, body: RequestOf<'ledger.recover'>): ResultOf<'ledger.recover'> {
-  const verified = body.claims.map((entry) => verifyAuthorization(entry.authorization, entry.expected, context.ledger.config));
+  const verified = body.claims.map((entry) => verifyAuthorization(entry.authorization, entry.expected, context.ledger));
   const recorded: string[] = [];
   let already = 0;
   for (const { subject } of verified) {

@@ -27,11 +27,15 @@ type ExecuteResult = ResultOf<'execute'>;
 
 export async function executeOnce(context: ExecutorContext, body: RequestOf<'execute'>, frameId: string): Promise<ExecuteResult> {
   // Step 1.
-  const verified = verifyAuthorization(body.authorization, body.expected, context.ledger.config);
+  const verified = verifyAuthorization(body.authorization, body.expected, context.ledger);
   checkArguments(verified.invocation, body.arguments);
+  // A rotation retired the executor epoch it is addressed to, or the kernel key that signed it:
+  // refused for good with a signed report (one claimed before the rotation is answered from the ledger instead).
+  const retired = context.ledger.retiredReason(verified.subject.signedUnder);
+  if (retired) return dropIfAsked(context, body, refuseBeforeClaim(context, verified, epochRetired(verified, retired)));
   const descriptor = runnableAdapter(context, verified.invocation.tool);
   const refused = await argumentRefusal(context, descriptor, body.arguments);
-  if (refused) return dropIfAsked(context, body, refuseArguments(context, verified, refused));
+  if (refused) return dropIfAsked(context, body, refuseBeforeClaim(context, verified, refused));
 
   // Step 2 (H5, ARCHITECTURE.md §6.5): the lookup comes before any window check, so a
   // retained report replays even after the window, and a claim with no
@@ -57,6 +61,9 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
         `ledger holds ${claim.live} of ${claimCapacity} claims (${refusalReserve} kept for refusals); nothing was claimed — archive expired, settled claims to make room (custody archive), then ask again with the same name`,
       );
     }
+    case 'epoch_retired':
+      // A rotation committed while this execute waited (pause_before_claim): refused like one retired before.
+      return dropIfAsked(context, body, refuseBeforeClaim(context, verified, epochRetired(verified, claim.why)));
     case 'claimed':
       break;
   }
@@ -95,14 +102,22 @@ async function argumentRefusal(context: ExecutorContext, descriptor: AdapterDesc
   }
 }
 
+/** The refusal of an authorization a key rotation retired before it was claimed. */
+export function epochRetired(verified: VerifiedAuthorization, why: string): CustodyError {
+  return new CustodyError(
+    'epoch_retired',
+    `operation ${verified.subject.operationId} was never claimed: ${why}; it is refused with a signed report so its hold is released — authorize it again under a new name`,
+  );
+}
+
 /**
- * Arguments refused before any claim: record a refusal under the claims'
+ * Arguments refused before any claim (or an authorization a rotation retired): record a refusal under the claims'
  * unique key and sign its never_claimed report with the cause, in one
  * transaction (the ledger's `refuse`, window open or not), so no claim can
  * ever follow and the kernel releases the hold with the cause as its reason.
  * A retry finds the refusal and replays the same report.
  */
-function refuseArguments(context: ExecutorContext, verified: VerifiedAuthorization, cause: CustodyError): ExecuteResult {
+function refuseBeforeClaim(context: ExecutorContext, verified: VerifiedAuthorization, cause: CustodyError): ExecuteResult {
   const { config } = context.ledger;
   const operationId = verified.subject.operationId;
   const refusal = { code: cause.code, message: cause.message.slice(0, REPORT_REFUSAL_MESSAGE_MAX_CHARS) };
@@ -117,7 +132,7 @@ function refuseArguments(context: ExecutorContext, verified: VerifiedAuthorizati
     case 'refused': {
       const report = outcome.record.report;
       if (!report) throw new CustodyError('store_corrupt', `refusal of ${operationId} has no report`);
-      context.log.info('arguments_refused', { operation_id: operationId, refusal_id: outcome.record.claimId, code: cause.code });
+      context.log.info(cause.code === 'epoch_retired' ? 'epoch_retired' : 'arguments_refused', { operation_id: operationId, refusal_id: outcome.record.claimId, code: cause.code });
       return { report: report.text, status: report.status, replayed: false };
     }
     case 'existing':

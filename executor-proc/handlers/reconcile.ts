@@ -17,17 +17,28 @@ import { type ExecutorContext, deadlineFor, effectRunning, withinDeadline } from
 import { type OperationRecord } from '../ledger/records.js';
 import { reportSigner } from '../report.js';
 import { type ReportAnswer, replayable, retainObservation } from './answers.js';
+import { epochRetired } from './execute.js';
+import { REPORT_REFUSAL_MESSAGE_MAX_CHARS } from '../../shared/protocol/artifacts.js';
 
 export async function reconcileOperation(context: ExecutorContext, body: RequestOf<'reconcile_operation'>): Promise<ReportAnswer> {
-  const verified = verifyAuthorization(body.authorization, body.expected, context.ledger.config);
+  const verified = verifyAuthorization(body.authorization, body.expected, context.ledger);
   const known = context.ledger.records.find(verified.subject.operationId);
   if (known) return replayable(known, verified) ?? askAdapter(context, verified, known);
 
   const { config } = context.ledger;
+  // Never claimed under an epoch a rotation retired: the report says so (the kernel's receipt carries epoch_retired).
+  const retired = context.ledger.retiredReason(verified.subject.signedUnder);
+  const refusalCause = retired ? epochRetired(verified, retired) : null;
   const sign = reportSigner(
     context.signer,
     config,
-    { authorizationDigest: verified.subject.authorizationDigest, status: 'never_claimed', output: null, costUnits: null },
+    {
+      authorizationDigest: verified.subject.authorizationDigest,
+      status: 'never_claimed',
+      output: null,
+      costUnits: null,
+      ...(refusalCause ? { refusal: { code: refusalCause.code, message: refusalCause.message.slice(0, REPORT_REFUSAL_MESSAGE_MAX_CHARS) } } : {}),
+    },
     context.reportMaxBytes,
   );
   const refusal = context.ledger.refuse(verified.subject, sign);

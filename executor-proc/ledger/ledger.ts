@@ -12,6 +12,7 @@ import { CustodyError } from '../../shared/errors.js';
 import { type ReportStatus } from '../../shared/protocol/artifacts.js';
 import { CLAIM_MACHINE } from '../claim-machine.js';
 import { type OperationRecord, RecordReader, stateOf } from './records.js';
+import { EpochBook } from './epochs.js';
 import { type ExecutorStores, type LedgerConfig } from './stores.js';
 
 /** What a claim or a refusal binds: the operation and its authorization. */
@@ -22,6 +23,12 @@ export interface ClaimSubject {
   readonly authorizationText: string;
   readonly notBefore: number;
   readonly expiresAt: number;
+  /**
+   * The executor key epoch the authorization is addressed to and the kernel
+   * key that signed it: a claim checks, inside its transaction, that no
+   * rotation retired either (epoch_retired).
+   */
+  readonly signedUnder?: { readonly executorEpoch: number; readonly kernelKey: string };
 }
 
 export type ClaimOutcome =
@@ -31,7 +38,9 @@ export type ClaimOutcome =
   // and reconciles one that has closed (never_claimed).
   | { readonly kind: 'window_not_open'; readonly now: number }
   | { readonly kind: 'window_closed'; readonly now: number }
-  | { readonly kind: 'full'; readonly live: number };
+  | { readonly kind: 'full'; readonly live: number }
+  // A rotation retired the epoch the authorization was addressed to, or the kernel key that signed it.
+  | { readonly kind: 'epoch_retired'; readonly why: string };
 
 export type RefuseOutcome =
   | { readonly kind: 'refused'; readonly record: OperationRecord }
@@ -58,7 +67,10 @@ export function newClaimId(kind: 'claim' | 'refusal'): string {
 }
 
 export class Ledger {
-  readonly config: LedgerConfig;
+  /** What provisioning fixed: the first identity and the kernel's first key. */
+  readonly provisioned: LedgerConfig;
+  readonly epochs: EpochBook;
+  #current: LedgerConfig | null = null;
   readonly records: RecordReader;
   readonly #db: Database.Database;
   readonly #guard: WriteGuard;
@@ -77,8 +89,9 @@ export class Ledger {
   onAdvanced: (head: number) => void = () => undefined;
 
   constructor(stores: ExecutorStores, guard: WriteGuard, onReplaced: OnReplaced = () => undefined) {
-    this.config = stores.config;
+    this.provisioned = stores.config;
     this.#db = stores.ledger;
+    this.epochs = new EpochBook(stores.ledger);
     this.#guard = guard;
     this.#file = stores.ledgerFile;
     this.#onReplaced = onReplaced;
@@ -101,6 +114,48 @@ export class Ledger {
 
   get db(): Database.Database {
     return this.#db;
+  }
+
+  /**
+   * The identity in force: the provisioned id and capacity with the current
+   * key epoch (key_epochs) and the current kernel key (kernel_epochs).
+   */
+  get config(): LedgerConfig {
+    if (!this.#current) {
+      const key = this.epochs.current('key_epochs');
+      const kernel = this.epochs.current('kernel_epochs');
+      this.#current = { ...this.provisioned, keyEpoch: key.epoch, publicKey: key.public_key, kernelPublicKey: kernel.public_key };
+    }
+    return this.#current;
+  }
+
+  /**
+   * Record a new key epoch of this executor, or a new kernel key epoch, with
+   * the statement that introduced it, in one transaction. The caller has
+   * verified the statement; the table's trigger refuses any epoch but the next.
+   */
+  recordEpoch(table: 'key_epochs' | 'kernel_epochs', epoch: number, publicKey: string, statement: string): void {
+    this.#assertWritable();
+    this.#db
+      .transaction(() => {
+        const now = this.#advanceClock();
+        this.epochs.insert(table, { epoch, public_key: publicKey, statement, created_at: now });
+      })
+      .immediate();
+    this.#current = null;
+    this.#commits++;
+  }
+
+  /** Why the epochs an authorization was made under are retired, or null when both are current. */
+  retiredReason(signedUnder: ClaimSubject['signedUnder']): string | null {
+    if (!signedUnder) return null;
+    const { keyEpoch, kernelPublicKey } = this.config;
+    if (signedUnder.executorEpoch < keyEpoch) return `it is addressed to executor key epoch ${signedUnder.executorEpoch}, which a rotation retired (current: ${keyEpoch})`;
+    if (signedUnder.kernelKey !== kernelPublicKey) {
+      const epoch = this.epochs.epochOf('kernel_epochs', signedUnder.kernelKey);
+      return `it is signed by kernel key epoch ${epoch ?? '?'}, which a rotation retired (current: ${this.epochs.current('kernel_epochs').epoch})`;
+    }
+    return null;
   }
 
   /** The clock high-water mark: the latest time any answer was based on. */
@@ -189,6 +244,9 @@ export class Ledger {
       .transaction((): ClaimOutcome => {
         const existing = this.records.find(subject.operationId);
         if (existing) return { kind: 'existing', record: existing };
+        // Re-read here, as the window is: a rotation committed since step 1 retires it now.
+        const retired = this.retiredReason(subject.signedUnder);
+        if (retired) return { kind: 'epoch_retired', why: retired };
         const now = this.#advanceClock();
         if (now < subject.notBefore) return { kind: 'window_not_open', now };
         if (now >= subject.expiresAt) return { kind: 'window_closed', now };

@@ -151,10 +151,43 @@ CREATE TRIGGER claims_count_kept BEFORE DELETE ON claims_count
 BEGIN SELECT RAISE(ABORT, 'claims_count cannot be removed'); END;
 `;
 
+/**
+ * Version 4: key rotation (docs/PROTOCOL.md §12). Every key epoch this
+ * executor has had, with the rotation statement that introduced it (signed
+ * by the previous epoch's key; none for the provisioned epoch), and every
+ * kernel key epoch it has pinned, each through a statement signed by the
+ * kernel key it pinned before. Both are insert-once and move forward by one
+ * epoch at a time; the highest row is current. The config row stays what
+ * provisioning fixed: the first identity and the kernel's first key.
+ */
+const epochTable = (table: string, what: string) => `
+CREATE TABLE ${table} (
+  epoch      INTEGER PRIMARY KEY CHECK (typeof(epoch) = 'integer' AND epoch >= 1),
+  public_key TEXT    NOT NULL UNIQUE CHECK (length(public_key) = 64),
+  statement  TEXT,
+  created_at INTEGER NOT NULL CHECK (typeof(created_at) = 'integer')
+);
+CREATE TRIGGER ${table}_no_update BEFORE UPDATE ON ${table}
+BEGIN SELECT RAISE(ABORT, '${what} are insert-once: a retired key stays on record'); END;
+CREATE TRIGGER ${table}_no_delete BEFORE DELETE ON ${table}
+BEGIN SELECT RAISE(ABORT, '${what} are insert-once: a retired key stays on record'); END;
+CREATE TRIGGER ${table}_next BEFORE INSERT ON ${table}
+WHEN (SELECT count(*) FROM ${table}) > 0 AND (NEW.epoch IS NOT (SELECT max(epoch) FROM ${table}) + 1 OR NEW.statement IS NULL)
+BEGIN SELECT RAISE(ABORT, '${what} move forward by one epoch, each with its rotation statement'); END;
+`;
+
+const LEDGER_V4 = `
+${epochTable('key_epochs', 'executor key epochs')}
+INSERT INTO key_epochs (epoch, public_key, statement, created_at) SELECT key_epoch, public_key, NULL, provisioned_at FROM config;
+${epochTable('kernel_epochs', 'kernel key epochs')}
+INSERT INTO kernel_epochs (epoch, public_key, statement, created_at) SELECT 1, kernel_public_key, NULL, provisioned_at FROM config;
+`;
+
 export const LEDGER_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'config, clock, claims and refusals, reports, guards, claims_view', sql: LEDGER_V1 },
   { version: 2, description: 'head: a forward-only sequence over claims, refusals and reports', sql: LEDGER_V2 },
   { version: 3, description: 'claims_count: the live ledger\'s size kept by triggers, read in O(1)', sql: LEDGER_V3 },
+  { version: 4, description: 'key_epochs and kernel_epochs: every executor and kernel key epoch, each with its rotation statement', sql: LEDGER_V4 },
 ];
 
 /**

@@ -36,12 +36,19 @@ export interface ProvisionRequest {
   readonly now: number;
 }
 
-/** What serving expects of the ledger; undefined members are not checked. */
+/**
+ * What serving expects of the ledger; undefined members are not checked. The
+ * key epoch is not among them: rotation moves it (key_epochs), so a setting
+ * that names another epoch is information, reported by the caller.
+ */
 export interface OpenExpectation {
-  readonly publicKey: string;
+  /** The kernel's first key, pinned at provision: later ones come only through rotation statements (kernel_epochs). */
   readonly kernelPublicKey: string;
+  /** The key in executor.key: must be the current epoch's (key_epochs). */
+  readonly publicKey?: string;
+  /** Information only: never compared (see above). */
+  readonly keyEpoch?: number | undefined;
   readonly executorId: string | undefined;
-  readonly keyEpoch: number | undefined;
   readonly claimCapacity: number | undefined;
   readonly refusalReserve: number | undefined;
 }
@@ -62,6 +69,8 @@ export function provisionStores(request: ProvisionRequest): ExecutorStores {
         )
         .run(config.executorId, config.publicKey, config.keyEpoch, config.kernelPublicKey, config.claimCapacity, config.refusalReserve, file.dev, file.ino, now);
       ledger.prepare('INSERT INTO clock (id, hwm_ms) VALUES (1, ?)').run(now);
+      ledger.prepare('INSERT INTO key_epochs (epoch, public_key, statement, created_at) VALUES (?, ?, NULL, ?)').run(config.keyEpoch, config.publicKey, now);
+      ledger.prepare('INSERT INTO kernel_epochs (epoch, public_key, statement, created_at) VALUES (1, ?, NULL, ?)').run(config.kernelPublicKey, now);
     }).immediate();
     const archive = provisionStore(archiveSpec(dir));
     const archiveFile = storeFileIdentity(path.join(dir, ARCHIVE_FILE));
@@ -81,7 +90,7 @@ export function openStores(dir: string, expect: OpenExpectation): ExecutorStores
   try {
     checkSchemaObjects(ledger, `ledger ${path.join(dir, LEDGER_FILE)}`, LEDGER_MIGRATIONS);
     const config = readLedgerConfig(ledger, dir);
-    checkExpectation(config, expect, dir);
+    checkExpectation(ledger, config, expect, dir);
     archive = openOrMissing(archiveSpec(dir));
     checkSchemaObjects(archive, `archive ${path.join(dir, ARCHIVE_FILE)}`, ARCHIVE_MIGRATIONS);
     checkArchiveConfig(archive, config, dir);
@@ -146,23 +155,25 @@ function checkFileIdentity(file: string, row: { file_dev: number; file_ino: numb
   }
 }
 
-function checkExpectation(config: LedgerConfig, expect: OpenExpectation, dir: string): void {
+function checkExpectation(ledger: Database.Database, config: LedgerConfig, expect: OpenExpectation, dir: string): void {
   const file = path.join(dir, LEDGER_FILE);
   if (config.kernelPublicKey !== expect.kernelPublicKey) {
     throw new CustodyError(
       'identity_mismatch',
-      `ledger ${file} pins kernel key ${config.kernelPublicKey.slice(0, 16)}…, the session names ${expect.kernelPublicKey.slice(0, 16)}…; the kernel pin is fixed at provision`,
+      `ledger ${file} was provisioned for kernel key ${config.kernelPublicKey.slice(0, 16)}…, the session names ${expect.kernelPublicKey.slice(0, 16)}…; the kernel's first key is fixed at provision and later ones come only through rotation statements`,
     );
   }
   const mismatches: string[] = [];
-  if (config.publicKey !== expect.publicKey) {
-    mismatches.push(`public key ${config.publicKey.slice(0, 16)}… in the ledger, ${expect.publicKey.slice(0, 16)}… in executor.key`);
+  if (expect.publicKey !== undefined) {
+    const current = ledger.prepare('SELECT public_key FROM key_epochs ORDER BY epoch DESC LIMIT 1').get() as { public_key: string } | undefined;
+    if (current?.public_key !== expect.publicKey) {
+      mismatches.push(`current public key ${current?.public_key.slice(0, 16) ?? 'none'}… in the ledger, ${expect.publicKey.slice(0, 16)}… in executor.key`);
+    }
   }
   const compare = (what: string, recorded: string | number, wanted: string | number | undefined) => {
     if (wanted !== undefined && wanted !== recorded) mismatches.push(`${what} ${recorded} in the ledger, ${wanted} in the settings`);
   };
   compare('executor_id', config.executorId, expect.executorId);
-  compare('key_epoch', config.keyEpoch, expect.keyEpoch);
   compare('claim_capacity', config.claimCapacity, expect.claimCapacity);
   compare('refusal_reserve', config.refusalReserve, expect.refusalReserve);
   if (mismatches.length > 0) {

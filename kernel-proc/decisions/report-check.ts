@@ -1,11 +1,12 @@
 // Before a report can settle anything: the authorization must be this
 // kernel's, exactly the one committed for its operation; the report must be
-// signed by the executor key that authorization was addressed to, at an epoch
-// that is still current, and must name that authorization. Anything that
+// signed by the executor key that authorization was addressed to, or by a
+// later key epoch of the same executor that the kernel pinned through a
+// rotation statement, and must name that authorization. Anything that
 // fails here is refused as input, unsigned and without touching the
 // operation: what cannot be attributed is no decision about the operation,
 // and a router on the pipe must not be able to fill its history or end it.
-import { type SignedArtifact, decodeArtifact } from '../../shared/artifacts/artifact.js';
+import { type SignedArtifact, decodeArtifact, readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, isErrorCode, toCustodyError } from '../../shared/errors.js';
 import { type ReportBody } from '../../shared/protocol/artifacts.js';
 import { type Kernel } from '../kernel.js';
@@ -19,7 +20,8 @@ export interface AuthenticAuthorization {
 export function checkAuthorization(kernel: Kernel, text: string): AuthenticAuthorization {
   let authorization: SignedArtifact<'authorization'>;
   try {
-    authorization = decodeArtifact('authorization', text, { trustedSigners: [kernel.signer.publicKeyHex] });
+    // Signed under any of this kernel's key epochs: one authorized before a kernel rotation is settled as any other.
+    authorization = decodeArtifact('authorization', text, { trustedSigners: kernel.store.kernelEpochs().map((row) => row.public_key) });
   } catch (error) {
     const cause = toCustodyError(error);
     throw new CustodyError('authorization_invalid', `authorization is not one this kernel signed: ${cause.code}: ${cause.message}`, { cause });
@@ -40,26 +42,47 @@ export function checkReport(kernel: Kernel, { operation, authorization }: Authen
   const addressed = authorization.body.executor;
   const pin = kernel.store.pins.current(addressed.id);
   if (!pin) throw new CustodyError('executor_unknown', `executor ${addressed.id} is not pinned`);
-  if (pin.key_epoch > addressed.key_epoch) {
+  const addressedPin = kernel.store.pins.at(addressed.id, addressed.key_epoch);
+  if (!addressedPin || addressedPin.public_key !== addressed.public_key) {
     throw new CustodyError(
       'epoch_stale',
-      `the authorization of ${operation.request_id} is for executor ${addressed.id} epoch ${addressed.key_epoch}; epoch ${pin.key_epoch} superseded it`,
+      `the authorization of ${operation.request_id} is for executor ${addressed.id} epoch ${addressed.key_epoch} key ${addressed.public_key.slice(0, 16)}…, which is not pinned; epoch ${pin.key_epoch} superseded it`,
     );
   }
+  // The report is signed under the epoch it names: the one addressed, or a later one its executor rotated
+  // to by a statement (docs/PROTOCOL.md §12) — a report signed after a rotation, an epoch_retired refusal.
+  const signedEpoch = reportEpochOf(text);
+  if (signedEpoch !== null && signedEpoch > pin.key_epoch) {
+    throw new CustodyError(
+      'epoch_unpinned',
+      `the report of ${operation.request_id} is signed under executor ${addressed.id} epoch ${signedEpoch}, and epoch ${pin.key_epoch} is the last pinned; carry the executor's rotation statement to the kernel first (the supervisor does it at the executor's hello), then settle again`,
+    );
+  }
+  const signerPin = signedEpoch !== null && signedEpoch >= addressed.key_epoch ? kernel.store.pins.at(addressed.id, signedEpoch) : addressedPin;
   let report: SignedArtifact<'report'>;
   try {
-    report = decodeArtifact('report', text, { trustedSigners: [addressed.public_key] });
+    report = decodeArtifact('report', text, { trustedSigners: [(signerPin ?? addressedPin).public_key] });
   } catch (error) {
     const cause = toCustodyError(error);
     throw new CustodyError(
       'report_invalid',
-      `report for ${operation.request_id} does not verify under executor ${addressed.id} epoch ${addressed.key_epoch}: ${cause.code}: ${cause.message}`,
+      `report for ${operation.request_id} does not verify under executor ${addressed.id} epoch ${signedEpoch ?? addressed.key_epoch}: ${cause.code}: ${cause.message}`,
       { cause },
     );
   }
   const mismatch = mismatchOf(report.body, authorization, operation);
   if (mismatch) throw new CustodyError('report_invalid', `report for ${operation.request_id} does not belong to its authorization: ${mismatch}`);
   return report;
+}
+
+/** The key epoch a report names, read before it is trusted (to pick the pin it must verify under); null if unreadable. */
+function reportEpochOf(text: string): number | null {
+  try {
+    const epoch = (readEnvelope(text).envelope.body as { key_epoch?: unknown }).key_epoch;
+    return typeof epoch === 'number' && Number.isSafeInteger(epoch) ? epoch : null;
+  } catch {
+    return null;
+  }
 }
 
 /** Why an authentic report does not belong to its authorization, or null when it does. */
@@ -69,7 +92,7 @@ function mismatchOf(body: ReportBody, authorization: SignedArtifact<'authorizati
     return `it names authorization ${body.authorization_digest.slice(0, 16)}…, not ${authorization.digest.slice(0, 16)}…`;
   }
   if (body.operation_id !== operation.operation_id) return `it names operation ${body.operation_id.slice(0, 16)}…`;
-  if (body.executor_id !== addressed.id || body.key_epoch !== addressed.key_epoch) {
+  if (body.executor_id !== addressed.id || body.key_epoch < addressed.key_epoch) {
     return `it names executor ${body.executor_id} epoch ${body.key_epoch}, the authorization ${addressed.id} epoch ${addressed.key_epoch}`;
   }
   if (body.claimed_at === null && body.status !== 'never_claimed') return `a ${body.status} report must carry its claim time`;

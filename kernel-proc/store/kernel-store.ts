@@ -24,6 +24,14 @@ function specFor(dir: string): StoreSpec {
   return { label: 'kernel', dir, file: KERNEL_DB_FILE, migrations: KERNEL_MIGRATIONS };
 }
 
+export interface KernelEpochRow {
+  readonly epoch: number;
+  readonly public_key: string;
+  /** The rotation statement signed by the previous epoch's key; null for the first. */
+  readonly statement: string | null;
+  readonly created_at: number;
+}
+
 export class KernelStore {
   readonly db: Database.Database;
   readonly operations: OperationsTable;
@@ -83,6 +91,24 @@ export class KernelStore {
 
   recordIdentity(identity: StoredIdentity): void {
     this.#recordIdentity.run(identity);
+    // At provision the migrations ran on an empty store: the first epoch is recorded with the identity.
+    this.db.prepare('INSERT INTO kernel_epochs (epoch, public_key, statement, created_at) VALUES (@key_epoch, @public_key, NULL, @created_at)').run(identity);
+  }
+
+  /** Every kernel key epoch, oldest first (schema version 5). */
+  kernelEpochs(): KernelEpochRow[] {
+    return this.db.prepare<[], KernelEpochRow>('SELECT epoch, public_key, statement, created_at FROM kernel_epochs ORDER BY epoch').all();
+  }
+
+  currentKernelEpoch(): KernelEpochRow {
+    const row = this.db.prepare<[], KernelEpochRow>('SELECT epoch, public_key, statement, created_at FROM kernel_epochs ORDER BY epoch DESC LIMIT 1').get();
+    if (!row) throw new CustodyError('store_corrupt', 'kernel store has no kernel key epoch; its provisioning never completed');
+    return row;
+  }
+
+  /** Inside a write unit; the table's trigger refuses anything but the next epoch. */
+  recordKernelEpoch(row: KernelEpochRow): void {
+    this.db.prepare('INSERT INTO kernel_epochs (epoch, public_key, statement, created_at) VALUES (@epoch, @public_key, @statement, @created_at)').run(row);
   }
 
   /** The head (docs/ROLLBACK.md): how many write batches this store has committed. */

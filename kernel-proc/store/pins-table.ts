@@ -14,12 +14,16 @@ export interface PinRow {
 
 export class PinsTable {
   readonly #current: Database.Statement<[string], PinRow>;
+  readonly #at: Database.Statement<[string, number], PinRow>;
+  readonly #all: Database.Statement<[], PinRow>;
   readonly #allCurrent: Database.Statement<[], PinRow>;
   readonly #insert: Database.Statement<[PinRow]>;
   readonly #setTools: Database.Statement<[{ executor_id: string; key_epoch: number; tools: string }]>;
 
   constructor(db: Database.Database) {
     this.#current = db.prepare('SELECT * FROM executor_pins WHERE executor_id = ? ORDER BY key_epoch DESC LIMIT 1');
+    this.#at = db.prepare('SELECT * FROM executor_pins WHERE executor_id = ? AND key_epoch = ?');
+    this.#all = db.prepare('SELECT * FROM executor_pins ORDER BY executor_id, key_epoch');
     this.#allCurrent = db.prepare(`
       SELECT p.* FROM executor_pins p
       WHERE p.key_epoch = (SELECT max(q.key_epoch) FROM executor_pins q WHERE q.executor_id = p.executor_id)
@@ -28,6 +32,16 @@ export class PinsTable {
       INSERT INTO executor_pins (executor_id, key_epoch, public_key, tools, pinned_at)
       VALUES (@executor_id, @key_epoch, @public_key, @tools, @pinned_at)`);
     this.#setTools = db.prepare('UPDATE executor_pins SET tools = @tools WHERE executor_id = @executor_id AND key_epoch = @key_epoch');
+  }
+
+  /** The pin of one executor key epoch, current or retired. */
+  at(executorId: string, keyEpoch: number): PinRow | undefined {
+    return this.#at.get(executorId, keyEpoch);
+  }
+
+  /** Every pin, every epoch, by executor then epoch. */
+  all(): PinRow[] {
+    return this.#all.all();
   }
 
   current(executorId: string): PinRow | undefined {

@@ -340,11 +340,35 @@ FROM grants g LEFT JOIN (
   FROM holds h GROUP BY h.capability_id) s ON s.capability_id = g.capability_id;
 `;
 
+/**
+ * Version 5: kernel key rotation (docs/PROTOCOL.md §12). Every key this
+ * kernel has signed with, the first from kernel_identity, each later one with
+ * the rotation statement its predecessor signed. Insert-once, one epoch at a
+ * time; the highest is current. Receipts, capabilities and authorizations
+ * signed under a retired key stay verifiable with its public key here.
+ */
+const V5 = `
+CREATE TABLE kernel_epochs (
+  epoch INTEGER PRIMARY KEY CHECK (epoch >= 1),
+  public_key TEXT NOT NULL UNIQUE CHECK (length(public_key) = 64),
+  statement TEXT,
+  created_at INTEGER NOT NULL
+) STRICT;
+CREATE TRIGGER kernel_epochs_fixed BEFORE UPDATE ON kernel_epochs
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: kernel key epochs never change'); END;
+${neverDeleted('kernel_epochs')}
+CREATE TRIGGER kernel_epochs_next BEFORE INSERT ON kernel_epochs
+WHEN (SELECT count(*) FROM kernel_epochs) > 0 AND (NEW.epoch IS NOT (SELECT max(epoch) FROM kernel_epochs) + 1 OR NEW.statement IS NULL)
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: kernel key epochs move forward by one, each with its rotation statement'); END;
+INSERT INTO kernel_epochs (epoch, public_key, statement, created_at) SELECT key_epoch, public_key, NULL, created_at FROM kernel_identity;
+`;
+
 export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'identity, grants, executor pins, operations, holds, nonces, receipts, views', sql: V1 },
   { version: 2, description: 'head: a forward-only count of committed write batches', sql: V2 },
   { version: 3, description: 'executor pools: a reserved operation may be started on another executor of its tool', sql: V3 },
   { version: 4, description: 'grant usage counters kept by the hold triggers; grants_view shows counters and hold sums', sql: V4 },
+  { version: 5, description: 'kernel_epochs: every kernel key epoch with the rotation statement that introduced it', sql: V5 },
 ];
 
 export const KERNEL_DB_FILE = 'kernel.db';

@@ -10,6 +10,7 @@ import {
   fsyncSync,
   openSync,
   readSync,
+  renameSync,
   unlinkSync,
   writeSync,
 } from 'node:fs';
@@ -212,4 +213,79 @@ function errnoOf(error: unknown): string | undefined {
   return typeof error === 'object' && error !== null && 'code' in error && typeof error.code === 'string'
     ? error.code
     : undefined;
+}
+
+// ------------------------------------------------------------ key rotation
+// A rotation makes the next key pair beside the current one
+// (`<basename>.next.key`, `.next.pub`), commits the new epoch in the
+// owner's store, and only then promotes the pair over the current files,
+// which destroys the retired private key. A crash leaves one of two states,
+// told apart by the store alone (settlePendingKey): the store names the
+// pending key (committed: finish the promotion) or it does not (never
+// committed: the pending pair is discarded).
+
+const PENDING = (basename: string) => `${basename}.next`;
+
+/** Make the next key pair beside the current one, replacing any pending pair a crashed rotation left. */
+export function createPendingKeyPair(dir: string, basename: string): Signer {
+  discardPendingKey(dir, basename);
+  return createKeyPair(dir, PENDING(basename));
+}
+
+/** Remove a pending pair that no store names (a rotation that never committed). */
+export function discardPendingKey(dir: string, basename: string): void {
+  for (const suffix of ['key', 'pub']) {
+    try {
+      unlinkSync(path.join(dir, `${PENDING(basename)}.${suffix}`));
+    } catch (error) {
+      if (errnoOf(error) !== 'ENOENT') throw error;
+    }
+  }
+  syncDirectory(dir);
+}
+
+/**
+ * The committed rotation's last step: the retired private key is
+ * overwritten, then the pending pair is renamed over the current files.
+ */
+export function promotePendingKey(dir: string, basename: string): void {
+  const keyPath = path.join(dir, `${basename}.key`);
+  const pendingKey = path.join(dir, `${PENDING(basename)}.key`);
+  try {
+    const fd = openSync(keyPath, constants.O_WRONLY | constants.O_NOFOLLOW);
+    try {
+      writeAndSync(fd, Buffer.alloc(KEY_FILE_BYTES, 0x30));
+    } finally {
+      closeSync(fd);
+    }
+  } catch (error) {
+    if (errnoOf(error) !== 'ENOENT') throw error;
+  }
+  renameSync(pendingKey, keyPath);
+  renameSync(path.join(dir, `${PENDING(basename)}.pub`), path.join(dir, `${basename}.pub`));
+  syncDirectory(dir);
+}
+
+/**
+ * At open, before the current key is loaded: finish or discard what a
+ * rotation left. `committedPublicKey` is the current key the store records.
+ * Returns whether a committed rotation was finished here.
+ */
+export function settlePendingKey(dir: string, basename: string, committedPublicKey: string): boolean {
+  const pendingKey = path.join(dir, `${PENDING(basename)}.key`);
+  let pending: Signer;
+  try {
+    pending = loadSigner(pendingKey);
+  } catch (error) {
+    if (isCustodyError(error, 'key_file_invalid') && errnoOf((error as Error).cause) === 'ENOENT') return false;
+    // A pending key that cannot be read was never committed (it is written and synced before the store names it).
+    discardPendingKey(dir, basename);
+    return false;
+  }
+  if (pending.publicKeyHex === committedPublicKey) {
+    promotePendingKey(dir, basename);
+    return true;
+  }
+  discardPendingKey(dir, basename);
+  return false;
 }

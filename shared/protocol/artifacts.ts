@@ -20,6 +20,7 @@ export const ARTIFACT_SCHEMAS = {
   receipt: 'custody.receipt.v1',
   authorization: 'custody.authorization.v1',
   report: 'custody.report.v1',
+  rotation: 'custody.rotation.v1',
 } as const;
 
 export type ArtifactKind = keyof typeof ARTIFACT_SCHEMAS;
@@ -35,6 +36,7 @@ export const ARTIFACT_MAX_BYTES: Record<ArtifactKind, number> = {
   receipt: 32 * 1024,
   authorization: 32 * 1024,
   report: 512 * 1024 - 4096,
+  rotation: 4 * 1024,
 };
 
 /** Depth bound inside an artifact (output included). */
@@ -192,11 +194,32 @@ export const receiptBody = z.strictObject({
 });
 export type ReceiptBody = z.infer<typeof receiptBody>;
 
+// ------------------------------------------------------------------ rotation
+
+/**
+ * A key rotation statement (docs/PROTOCOL.md §12): the kernel or an executor
+ * names its next key, signed by the key it replaces (the envelope's signer
+ * must be `old_public_key`). A verifier that pins `old_public_key` at
+ * `old_epoch` pins `new_public_key` at `new_epoch` = `old_epoch` + 1, and
+ * nothing else moves a pin.
+ */
+export const rotationBody = z.strictObject({
+  role: z.enum(['kernel', 'executor']),
+  id: identifier,
+  old_epoch: positiveInt,
+  new_epoch: positiveInt,
+  old_public_key: hex32,
+  new_public_key: hex32,
+  issued_at: timestampMs,
+});
+export type RotationBody = z.infer<typeof rotationBody>;
+
 export const ARTIFACT_BODIES = {
   capability: capabilityBody,
   receipt: receiptBody,
   authorization: authorizationBody,
   report: reportBody,
+  rotation: rotationBody,
 } as const;
 
 export type ArtifactBody<K extends ArtifactKind> = z.infer<(typeof ARTIFACT_BODIES)[K]>;
@@ -207,4 +230,5 @@ export const ARTIFACT_TIME_ORDER: Record<ArtifactKind, ReadonlyArray<readonly [s
   receipt: [],
   authorization: [['not_before', 'expires_at']],
   report: [['claimed_at', 'finished_at']],
+  rotation: [],
 };

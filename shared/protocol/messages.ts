@@ -7,6 +7,7 @@ import { hex32, hex64, identifier, nonNegativeInt, positiveInt, timestampMs, wir
 import { EXECUTOR_MESSAGES } from './executor-messages.js';
 import { KERNEL_MESSAGES } from './kernel-messages.js';
 import { type MessageSpec, emptyBody } from './message-spec.js';
+import { ROTATION_MESSAGES } from './rotation-messages.js';
 import { statsResult } from './stats.js';
 
 export const COMMON_MESSAGES = {
@@ -23,7 +24,7 @@ export const COMMON_MESSAGES = {
   stats: { to: ['kernel', 'executor'], request: emptyBody, result: statsResult },
 } as const satisfies Record<string, MessageSpec>;
 
-export const MESSAGES = { ...COMMON_MESSAGES, ...KERNEL_MESSAGES, ...EXECUTOR_MESSAGES } as const;
+export const MESSAGES = { ...COMMON_MESSAGES, ...KERNEL_MESSAGES, ...EXECUTOR_MESSAGES, ...ROTATION_MESSAGES } as const;
 
 export type MessageKind = keyof typeof MESSAGES;
 export type RequestOf<K extends MessageKind> = z.infer<(typeof MESSAGES)[K]['request']>;

@@ -44,6 +44,13 @@ export interface PinnedIdentity {
   readonly id: string;
   readonly publicKey: string;
   readonly keyEpoch: number;
+  /**
+   * A hello by the same id at a higher key epoch passes here: the caller
+   * must then move the pin through the child's rotation statements (which
+   * must end at the hello's key) before it trusts the session
+   * (docs/PROTOCOL.md §12).
+   */
+  readonly acceptNewerEpoch?: boolean;
 }
 
 /**
@@ -64,7 +71,8 @@ export function verifyHello(hello: HelloBody, expected: HelloChallenge, pin: Pin
     throw new CustodyError('hello_invalid', `hello key or signature is malformed: ${toCustodyError(error).message}`, { cause: error });
   }
   if (!valid) throw new CustodyError('hello_invalid', `hello signature by ${hello.id} does not verify for this session`);
-  if (pin && (pin.id !== hello.id || pin.publicKey !== hello.public_key || pin.keyEpoch !== hello.key_epoch)) {
+  const rotated = pin?.acceptNewerEpoch === true && pin.id === hello.id && hello.key_epoch > pin.keyEpoch;
+  if (pin && !rotated && (pin.id !== hello.id || pin.publicKey !== hello.public_key || pin.keyEpoch !== hello.key_epoch)) {
     throw new CustodyError(
       'identity_mismatch',
       `${hello.role} proved identity ${hello.id} key ${hello.public_key.slice(0, 16)}… epoch ${hello.key_epoch}; ` +

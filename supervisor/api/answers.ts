@@ -132,3 +132,27 @@ export const recoverRollbackAnswer = z.strictObject({
   recorded: z.array(z.string()),
   already: nonNegativeInt,
 });
+
+/** `custody executor rotate NAME` (supervisor/rotation.ts). */
+export const executorRotateAnswer = z.strictObject({
+  name: z.string(),
+  key_epoch: positiveInt,
+  public_key: z.string(),
+  retired_epoch: positiveInt,
+  statement: z.string(),
+});
+
+/** `custody kernel rotate`: each executor's kernel pin after it (null: not running, it re-pins at its next start). */
+export const kernelRotateAnswer = z.strictObject({
+  key_epoch: positiveInt,
+  public_key: z.string(),
+  retired_epoch: positiveInt,
+  statement: z.string(),
+  executors: z.array(z.strictObject({ name: z.string(), kernel_epoch: positiveInt.nullable() })),
+});
+
+/** Every key epoch (receipt export names them kernel.eN.pub, NAME.eN.pub). */
+export const keysAnswer = z.strictObject({
+  kernel: z.array(z.strictObject({ key_epoch: positiveInt, public_key: z.string(), statement: z.string().nullable() })),
+  executors: z.array(z.strictObject({ name: z.string(), executor_id: z.string(), key_epoch: positiveInt, public_key: z.string() })),
+});

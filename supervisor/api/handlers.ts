@@ -276,3 +276,31 @@ export async function recoverRollbackOf(service: Service, name: string): Answer 
   if (!executor) throw new CustodyError('not_found', `no executor named ${name} is configured`);
   return { body: await recoverRollback(service.store, executor, service.config.bounds.max_frame_bytes) };
 }
+
+/** `custody executor rotate NAME` (supervisor/rotation.ts). */
+export async function rotateExecutorKey(service: Service, name: string): Answer {
+  if (!service.executors.has(name)) throw new CustodyError('not_found', `no executor named ${name} is configured; the executors are ${[...service.executors.keys()].join(', ')}`);
+  return { body: await service.rotation.rotateExecutor(name) };
+}
+
+/** `custody kernel rotate`. */
+export async function rotateKernelKey(service: Service): Answer {
+  return { body: await service.rotation.rotateKernel() };
+}
+
+/** Every key epoch of the kernel and each executor, from the kernel's records (its epochs and its executor pins). */
+export async function listKeys(service: Service): Answer {
+  let keys = await service.kernel.request('keys.list', { after_epoch: 0 });
+  const kernel = [...keys.kernel];
+  while (keys.kernel.length > 0 && kernel.at(-1)!.key_epoch < keys.kernel_epoch) {
+    keys = await service.kernel.request('keys.list', { after_epoch: kernel.at(-1)!.key_epoch });
+    kernel.push(...keys.kernel);
+  }
+  const nameOf = new Map([...service.executors.keys()].map((name) => [service.store.getPin(name)?.identity_id, name]));
+  return {
+    body: {
+      kernel: kernel.map((row) => ({ key_epoch: row.key_epoch, public_key: row.public_key, statement: row.statement })),
+      executors: keys.executors.map((row) => ({ name: nameOf.get(row.executor_id) ?? row.executor_id, executor_id: row.executor_id, key_epoch: row.key_epoch, public_key: row.public_key })),
+    },
+  };
+}

@@ -56,6 +56,9 @@ export const API_ROUTES: readonly RouteDoc[] = [
   { method: 'DELETE', path: '/v1/grants/:id', access: 'control', summary: 'revoke a grant', answers: { 200: answers.grantAnswer } },
   { method: 'POST', path: '/v1/archive', access: 'control', summary: 'archive settled operations whose window has passed', body: archiveBody, answers: { 200: answers.archiveAnswer } },
   { method: 'POST', path: '/v1/children/:name/restart', access: 'control', summary: 'restart a child (a failed one at once, a running one gracefully); answers once it serves again', answers: { 200: answers.restartAnswer } },
+  { method: 'POST', path: '/v1/executors/:name/rotate', access: 'control', summary: "rotate an executor's key: the executor makes the next key, the kernel pins it through the statement the old key signed (README \"Rotating keys\")", answers: { 200: answers.executorRotateAnswer } },
+  { method: 'POST', path: '/v1/kernel/rotate', access: 'control', summary: "rotate the kernel's key: every running executor re-pins it through the statement the old key signed, a stopped one at its next start", answers: { 200: answers.kernelRotateAnswer } },
+  { method: 'GET', path: '/v1/keys', access: 'agent', summary: 'every key epoch of the kernel and of each executor, with the rotation statements (receipt export writes them beside the artifacts)', answers: { 200: answers.keysAnswer } },
   { method: 'POST', path: '/v1/executors/:name/recover-rollback', access: 'control', summary: 'the way back for an executor refused with store_rolled_back (docs/ROLLBACK.md)', answers: { 200: answers.recoverRollbackAnswer } },
   { method: 'GET', path: '/v1/incidents', access: 'agent', summary: 'what went wrong recently', query: limit(50, 1000), answers: { 200: answers.incidentsAnswer } },
   {

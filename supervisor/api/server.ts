@@ -92,6 +92,9 @@ const ROUTES: readonly Route[] = [
   route('GET', '/v1/openapi.json', 'agent', () => Promise.resolve({ body: openApiDocument() })),
   route('GET', '/v1/tools', 'agent', (c) => listTools(c.service, c.query), ['subject']),
   route('POST', '/v1/executors/:name/recover-rollback', 'control', (c) => handlers.recoverRollbackOf(c.service, c.params.name!)),
+  route('POST', '/v1/executors/:name/rotate', 'control', (c) => handlers.rotateExecutorKey(c.service, c.params.name!)),
+  route('POST', '/v1/kernel/rotate', 'control', (c) => handlers.rotateKernelKey(c.service)),
+  route('GET', '/v1/keys', 'agent', (c) => handlers.listKeys(c.service)),
   route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) }), ['limit']),
   // Open on 127.0.0.1 unless metrics.require_token (then the agent token); the Prometheus text format.
   { ...route('GET', '/metrics', 'open', async (c) => ({ text: await c.service.metrics.scrape(), contentType: c.service.metrics.contentType })), tokenWhen: (service) => service.config.metrics.require_token },

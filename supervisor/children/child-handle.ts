@@ -83,6 +83,13 @@ export interface ChildDeps {
    * `counted: false` restarts it without counting toward the intensity.
    */
   readonly onCrash?: (child: ChildHandle, requestIds: readonly string[], why: string) => { counted: boolean };
+  /**
+   * After the hello proved an identity and before the session serves
+   * anything: key rotation's catch-up (supervisor/rotation.ts). A hello at a
+   * newer key epoch than the pin is trusted only once this moved the pin
+   * to it; throwing refuses the process (identity_mismatch fails the child).
+   */
+  readonly afterHello?: (child: ChildHandle, session: ChildSession) => Promise<void>;
   /** Where the child's stderr lines (its JSON log) go; default: this process's stderr, as they are. */
   readonly onStderrLine?: (child: ChildHandle, line: string) => void;
 }
@@ -246,6 +253,7 @@ export class ChildHandle {
     try {
       session = await spawnChild(spawnOptionsFor(this, this.#deps, { onChannelEnd: (reason, state) => this.#onChannelEnd(reason, state), onHead: (head) => recordHead(this.#deps.witness, this.name, head, log) }));
       await checkHead(this.spec, this.#deps.witness, session, recovery, log);
+      await this.#afterHello(session);
     } catch (error) {
       const reason = toCustodyError(error, 'peer_exited');
       if (!this.#machine.is('stopping', 'stopped')) this.#book.startFailed(reason);
@@ -258,6 +266,17 @@ export class ChildHandle {
     this.#machine.moveTo('running', `pid ${session.pid}`);
     void session.exited.then((exit) => this.#onExit(session, exit));
     this.#waiters.resolveAll(session);
+  }
+
+  /** Catch-up of rotated keys (supervisor/rotation.ts); a process that cannot be caught up is killed and reaped before the refusal. */
+  async #afterHello(session: ChildSession): Promise<void> {
+    if (!this.#deps.afterHello) return;
+    try {
+      await this.#deps.afterHello(this, session);
+    } catch (error) {
+      await killAndReap(session, this.#deps.log);
+      throw error;
+    }
   }
 
   #onChannelEnd(reason: CustodyError, state: string): void {

@@ -11,7 +11,7 @@ import { connect } from './client.js';
 import { EXIT_CODES, exitCodeForError } from './exit-codes.js';
 import { createOutput } from './output.js';
 import { authorizeCommand, executeCommand, invokeCommand, opsCommand, reportCommand, traceCommand } from './commands/operations.js';
-import { archiveCommand, recoverRollbackCommand, restartCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
+import { archiveCommand, executorRotateCommand, kernelRotateCommand, recoverRollbackCommand, restartCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
 import { initCommand, startCommand } from './commands/service.js';
 
 let exitCode: number = EXIT_CODES.done;
@@ -145,6 +145,28 @@ program
   .option('--json', 'machine-readable output')
   .action(async (name: string, options: { json?: boolean }) => setExit(await recoverRollbackCommand(client(), json(options), name)));
 
+program
+  .command('executor')
+  .description('manage executors')
+  .command('rotate')
+  .description("rotate an executor's key: it makes the next key, the kernel pins it through a statement the old key signs (README \"Rotating keys\")")
+  .argument('<name>', 'executor name')
+  .option('--json', 'machine-readable output')
+  .action(async (name: string, options: { json?: boolean }) => setExit(await executorRotateCommand(client(), json(options), name)));
+
+program
+  .command('kernel')
+  .description('manage the kernel')
+  .command('rotate')
+  .description("rotate the kernel's key: it makes the next key; every executor re-pins it through a statement the old key signs")
+  .option('--json', 'machine-readable output')
+  .action(async (options: { json?: boolean }) => setExit(await kernelRotateCommand(client(), json(options))));
+
+/** A repeatable option: every value, in order. */
+function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
+}
+
 const grant = program.command('grant').description('manage capability grants');
 grant
   .command('add')
@@ -188,10 +210,10 @@ receipt
 receipt
   .command('verify')
   .argument('<file>', 'an artifact file (exact signed bytes)')
-  .requiredOption('--trusted-kernel-pubkey <file>', "the kernel's .pub file")
-  .option('--trusted-executor-pubkey <file>', "an executor's .pub file, to verify a report")
+  .option('--trusted-kernel-pubkey <file>', "a kernel .pub file (required; repeat it for several key epochs: kernel.e1.pub, kernel.e2.pub)", collect, [])
+  .option('--trusted-executor-pubkey <file>', "an executor's .pub file, to verify a report (repeatable)", collect, [])
   .option('--json', 'machine-readable output')
-  .action((file: string, options: { trustedKernelPubkey: string; trustedExecutorPubkey?: string; json?: boolean }) =>
+  .action((file: string, options: { trustedKernelPubkey: string[]; trustedExecutorPubkey: string[]; json?: boolean }) =>
     setExit(receiptVerifyCommand(json(options), file, options)),
   );
 

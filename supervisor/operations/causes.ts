@@ -35,6 +35,9 @@ const CAUSES: Record<string, Cause> = {
  */
 export function causeOf(o: Pick<OperationOutcome, 'tool' | 'request_id' | 'reason'> & { readonly report?: string | null; readonly executor?: string | null }): string | null {
   const refusal = refusalOf(o.report ?? null);
+  if (refusal?.code === 'epoch_retired' && o.reason === 'epoch_retired') {
+    return `a key rotation retired the key this operation was authorized under before it was claimed: ${refusal.message}`;
+  }
   if (refusal && refusal.code === o.reason) return `the executor refused the arguments before any claim: ${refusal.message}; nothing ran, and asking again with the same name answers the same — change the arguments and use a new name`;
   const cause = o.reason ? CAUSES[o.reason] : undefined;
   return cause ? cause(o) : null;

@@ -18,6 +18,8 @@ export interface OperationContext {
   executorById(id: string): ChildHandle;
   /** The executors of each tool, and what is in flight on each (children/pool.ts); absent in tests that drive one executor. */
   readonly pool?: ExecutorPool;
+  /** Carry an executor's rotation statements the kernel lacks (supervisor/rotation.ts); absent in tests without rotation. */
+  readonly catchUpPin?: (executorId: string) => Promise<void>;
   /** Aborted when the service stops: steps stop waiting and leave the request where it is. */
   readonly signal: AbortSignal;
 }

@@ -2,7 +2,7 @@
 // idempotent on the kernel's side (request id and bytes), so a supervisor
 // that died anywhere in a step repeats it and gets the retained answer.
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
-import { CustodyError } from '../../shared/errors.js';
+import { CustodyError, isCustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
 import { type Invocation, authorizationBody } from '../../shared/protocol/artifacts.js';
 import { parametersDigest } from '../../shared/protocol/binding.js';
@@ -51,7 +51,7 @@ export async function startStep(ctx: OperationContext, row: RequestRow): Promise
 /** Give the kernel the signed report; its receipt settles the request. */
 export async function settleStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
   if (!row.authorization || !row.report) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no authorization or report to settle`);
-  const result = await askKernel(ctx, 'settle', { authorization: row.authorization, report: row.report }, row.request_id);
+  const result = await settleReport(ctx, row.authorization, row.report, row.request_id);
   // The kernel settled it; this supervisor has not recorded that yet.
   crashPoint('supervisor', 'after_report_forwarded');
   return ctx.store.movePhaseGrouped(row.request_id, 'settled', {
@@ -60,6 +60,22 @@ export async function settleStep(ctx: OperationContext, row: RequestRow): Promis
     receipt: result.receipt ?? undefined,
     output: result.output === null ? undefined : JSON.stringify(result.output),
   });
+}
+
+/**
+ * Give the kernel a report to settle. A report signed under an executor key
+ * epoch the kernel has not pinned yet (epoch_unpinned: the executor rotated
+ * and its statement has not reached the kernel, a rotation under way or cut
+ * by a crash) is given again once the statements are carried (rotation.ts).
+ */
+export async function settleReport(ctx: OperationContext, authorization: string, report: string, requestId?: string) {
+  try {
+    return await askKernel(ctx, 'settle', { authorization, report }, requestId);
+  } catch (error) {
+    if (!isCustodyError(error, 'epoch_unpinned') || !ctx.catchUpPin) throw error;
+    await ctx.catchUpPin(executorIdOf(authorization));
+    return askKernel(ctx, 'settle', { authorization, report }, requestId);
+  }
 }
 
 /**

@@ -10,10 +10,10 @@ import { type OperationView } from '../../shared/protocol/kernel-messages.js';
 import { type ResultOf } from '../../shared/protocol/messages.js';
 import { nowMs } from '../../shared/clock.js';
 import { type Backoff } from './backoff.js';
-import { type OperationContext, askKernel, retryBackoff } from './context.js';
+import { type OperationContext, retryBackoff } from './context.js';
 import { type OperationDriver } from './driver.js';
 import { reconcileOperation } from './executor-steps.js';
-import { executorIdOf } from './kernel-steps.js';
+import { executorIdOf, settleReport } from './kernel-steps.js';
 
 /** An operation the sweep will not touch again before `due` (its last attempt failed). */
 interface Pending {
@@ -159,7 +159,7 @@ export class RecoverySweeper {
     const settle = async () => {
       const executor = ctx.executorById(executorIdOf(authorization));
       const report = await reconcileOperation(ctx, executor, { requestId: op.request_id, operationId: op.operation_id, tool: op.tool, authorization, expected });
-      await askKernel(ctx, 'settle', { authorization, report });
+      await settleReport(ctx, authorization, report);
       ctx.store.recordIncident({ child: executor.name, kind: 'orphan_settled', code: null, message: `settled ${op.request_id}, which no request of this supervisor carried`, operation_id: op.operation_id });
       this.#pending.delete(op.operation_id);
     };

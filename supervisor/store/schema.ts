@@ -110,4 +110,25 @@ export const SUPERVISOR_MIGRATIONS: readonly Migration[] = [
       BEGIN SELECT RAISE(ABORT, 'a witnessed head never goes back'); END;
     `,
   },
+  {
+    version: 3,
+    description: 'rotations: every key rotation statement a pin moved through (docs/PROTOCOL.md §12)',
+    sql: `
+      -- The statements that moved a pin (the kernel's or an executor's), in
+      -- order: the kernel's are given to every executor whose kernel pin is
+      -- behind, at each hello; each is signed by the key of the epoch before.
+      CREATE TABLE rotations (
+        name           TEXT NOT NULL,              -- 'kernel' or an executor's configured name
+        role           TEXT NOT NULL CHECK (role IN ('kernel', 'executor')),
+        new_epoch      INTEGER NOT NULL CHECK (new_epoch >= 2),
+        old_public_key TEXT NOT NULL CHECK (length(old_public_key) = 64),
+        new_public_key TEXT NOT NULL CHECK (length(new_public_key) = 64),
+        statement      TEXT NOT NULL,               -- exact signed bytes
+        recorded_at    INTEGER NOT NULL,
+        PRIMARY KEY (name, new_epoch)
+      ) STRICT;
+      CREATE TRIGGER rotations_no_update BEFORE UPDATE ON rotations
+      BEGIN SELECT RAISE(ABORT, 'rotation statements are insert-once'); END;
+    `,
+  },
 ];

@@ -17,6 +17,16 @@ export interface PinRow {
   readonly pinned_at: number;
 }
 
+export interface RotationRow {
+  readonly name: string;
+  readonly role: 'kernel' | 'executor';
+  readonly new_epoch: number;
+  readonly old_public_key: string;
+  readonly new_public_key: string;
+  readonly statement: string;
+  readonly recorded_at: number;
+}
+
 export interface ChildRow {
   readonly name: string;
   readonly role: string;
@@ -208,6 +218,32 @@ export class SupervisorStore {
 
   putPin(pin: PinRow): void {
     this.#putPin.run(pin);
+  }
+
+  /**
+   * Move a pin through a verified rotation statement and keep the statement,
+   * in one transaction (the caller verified it against the pin it replaces).
+   */
+  rotatePin(pin: PinRow, rotation: RotationRow): void {
+    this.db.transaction(() => {
+      this.db
+        .prepare(
+          `INSERT INTO rotations (name, role, new_epoch, old_public_key, new_public_key, statement, recorded_at)
+           VALUES (@name, @role, @new_epoch, @old_public_key, @new_public_key, @statement, @recorded_at) ON CONFLICT DO NOTHING`,
+        )
+        .run(rotation);
+      this.#putPin.run(pin);
+    }).immediate();
+  }
+
+  /** The statements a pin moved through, oldest first. */
+  rotationsOf(name: string): RotationRow[] {
+    return this.db.prepare<[string], RotationRow>('SELECT * FROM rotations WHERE name = ? ORDER BY new_epoch').all(name);
+  }
+
+  /** The key a child was pinned with first: the start of its statement chain. */
+  firstKeyOf(name: string): string | undefined {
+    return this.rotationsOf(name)[0]?.old_public_key ?? this.getPin(name)?.public_key;
   }
 
   getPin(name: string): PinRow | undefined {

@@ -79,7 +79,6 @@ describe('executor-proc provision and open', function () {
   });
 
   const changed: Array<[string, Parameters<typeof startExecutor>[1], string]> = [
-    ['a changed key epoch', { settings: { key_epoch: 2 } }, 'ledger_identity'],
     ['a changed executor id', { settings: { executor_id: 'beta' } }, 'ledger_identity'],
     ['a changed claim capacity', { settings: { claim_capacity: 501 } }, 'ledger_identity'],
     ['another kernel key than the one pinned at provision', { kernelPin: OTHER_KERNEL.publicKeyHex }, 'identity_mismatch'],

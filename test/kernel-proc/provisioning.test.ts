@@ -75,7 +75,7 @@ describe('kernel-proc: provisioning and serving', function () {
     for (const file of ['kernel.key', 'kernel.pub']) fs.copyFileSync(path.join(b.dir, file), path.join(a.dir, file));
     const refusal = await KernelProcess.refusal(a);
     expect(refusal.code).to.equal('identity_mismatch');
-    expect(refusal.message).to.match(/kernel\.key holds key .* but kernel\.db was provisioned for/);
+    expect(refusal.message).to.match(/kernel\.key holds key .* but kernel\.db records .* for key epoch 1/);
   });
 
   it('refuses to serve when kernel.pub is not the kernel key: identity_mismatch', async () => {

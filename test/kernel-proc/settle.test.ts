@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { decodeArtifact } from '../../shared/artifacts/artifact.js';
+import { decodeArtifact, signArtifact } from '../../shared/artifacts/artifact.js';
 import { type RequestOf } from '../../shared/protocol/messages.js';
 import {
   KernelProcess,
@@ -233,13 +233,41 @@ describe('kernel-proc: settle', function () {
       await kernel.request('grant.add', grantBody('epoch/*'));
     });
 
-    it('refuses a report for an authorization of a superseded epoch: epoch_stale; new authorizations go to the new key', async () => {
-      const { operationId, authorization } = await dispatch('r-epoch', { tool: 'epoch/tool' });
-      await kernel.request('executor.pin', pinBody(epoch2, ['epoch/*']));
-      const refusal = await refused(kernel.request('settle', { authorization, report: report(epoch1, authorization) }));
-      expect(refusal.code).to.equal('epoch_stale');
-      expect(await stateOf(operationId)).to.equal('dispatch_committed');
+    const statement = (signer: TestExecutor, oldEpoch: number, newKey: string, newEpoch = oldEpoch + 1) =>
+      signArtifact('rotation', {
+        role: 'executor', id: 'exec-epoch', old_epoch: oldEpoch, new_epoch: newEpoch,
+        old_public_key: signer.publicKey, new_public_key: newKey, issued_at: Date.now(),
+      }, signer.signer).text;
+    const currentPin = async () => (await kernel.request('keys.list', { after_epoch: 0 })).executors.filter((pin) => pin.executor_id === 'exec-epoch').map((pin) => [pin.key_epoch, pin.public_key]);
+
+    it('pins a new epoch only through a statement signed by the pinned key, from the pinned epoch to the next; a forged one leaves the pin', async () => {
+      const epoch3 = testExecutor(45, 'exec-epoch', 3);
+      const forgeries: Array<[string, Promise<unknown>]> = [
+        ['executor.pin with a higher epoch', kernel.request('executor.pin', pinBody(epoch2, ['epoch/*']))],
+        ['a statement signed by the new key', kernel.request('pin.rotate', { statement: statement({ ...epoch2, publicKey: epoch1.publicKey }, 1, epoch2.publicKey) })],
+        ['a statement that skips an epoch', kernel.request('pin.rotate', { statement: statement(epoch1, 1, epoch3.publicKey, 3) })],
+        ['a statement from an epoch that is not the pinned one', kernel.request('pin.rotate', { statement: statement(epoch1, 2, epoch3.publicKey) })],
+      ];
+      for (const [what, attempt] of forgeries) expect((await refused(attempt)).code, what).to.equal('rotation_invalid');
+      expect(await currentPin()).to.deep.equal([[1, epoch1.publicKey]]);
+    });
+
+    it('settles reports signed under a retired epoch and under the new one; a report under an epoch not pinned yet is epoch_unpinned', async () => {
+      const old = await dispatch('r-epoch', { tool: 'epoch/tool' });
+      const retiredRefusal = await dispatch('r-epoch-retired', { tool: 'epoch/tool' });
+      const early = report(epoch2, retiredRefusal.authorization, { key_epoch: 2, status: 'never_claimed', claimed_at: null, output: null, refusal: { code: 'epoch_retired', message: 'retired' } });
+      expect((await refused(kernel.request('settle', { authorization: retiredRefusal.authorization, report: early })))).to.have.property('code', 'epoch_unpinned');
+      const rotated = await kernel.request('pin.rotate', { statement: statement(epoch1, 1, epoch2.publicKey) });
+      expect(rotated).to.include({ executor_id: 'exec-epoch', key_epoch: 2, public_key: epoch2.publicKey });
+      // Delivered again: the same pin, no error.
+      expect(await kernel.request('pin.rotate', { statement: statement(epoch1, 1, epoch2.publicKey) })).to.include({ key_epoch: 2 });
+      expect(await currentPin()).to.deep.equal([[1, epoch1.publicKey], [2, epoch2.publicKey]]);
+      expect((await kernel.request('settle', { authorization: old.authorization, report: report(epoch1, old.authorization) })).state).to.equal('completed');
+      const released = await kernel.request('settle', { authorization: retiredRefusal.authorization, report: early });
+      expect(released).to.include({ state: 'released', reason: 'epoch_retired' });
+      expect(holdOf(root, retiredRefusal.operationId)).to.include({ state: 'released' });
       const fresh = await dispatch('r-epoch-2', { tool: 'epoch/tool' });
+      expect((decodeArtifact('authorization', fresh.authorization, { trustedSigners: [root.publicKey] })).body.executor).to.include({ key_epoch: 2, public_key: epoch2.publicKey });
       expect((await kernel.request('settle', { authorization: fresh.authorization, report: report(epoch2, fresh.authorization) })).state).to.equal('completed');
     });
 

@@ -137,7 +137,7 @@ describe('custody receipt export writes only inside the directory it names', fun
     const out = path.join(scratch, 'fresh');
     const result = await service.cli(['receipt', 'export', 'exp-1', '--out', out]);
     expect(result.code, result.stderr).to.equal(0);
-    expect(readdirSync(out).sort()).to.deep.equal(['authorization.json', 'kernel.pub', 'receipt-1-reserve.json', 'receipt-2-completion.json', 'report.json']);
+    expect(readdirSync(out).sort()).to.deep.equal(['authorization.json', 'executor-default.e1.pub', 'kernel.e1.pub', 'kernel.pub', 'receipt-1-reserve.json', 'receipt-2-completion.json', 'report.json']);
   });
 
   it('refuses an --out that is a symlink to elsewhere, and writes nothing there', async () => {

@@ -81,8 +81,12 @@ export async function grantRevokeCommand(client: ServiceClient, out: Output, id:
   return 0;
 }
 
-/** File names an export may write: the service proposes them, but only these shapes are written. */
-const EXPORT_FILE = /^[a-z0-9][a-z0-9-]{0,63}\.(json|pub)$/;
+/**
+ * File names an export may write: the service proposes them, but only these
+ * shapes are written — an artifact (`receipt-2-completion.json`), `kernel.pub`,
+ * or a signer's key named by role and epoch (`kernel.e1.pub`, `executor-default.e2.pub`).
+ */
+const EXPORT_FILE = /^[a-z0-9][a-z0-9-]{0,63}(\.e[1-9][0-9]{0,8})?\.(json|pub)$/;
 
 /**
  * The export directory: created if missing, refused if it (the last
@@ -138,8 +142,47 @@ export async function receiptExportCommand(client: ServiceClient, out: Output, n
   const artifacts = body.artifacts as Array<{ file: string; kind: string; text: string }>;
   const written = artifacts.map((artifact) => ({ file: writeInside(target, artifact.file, artifact.text), kind: artifact.kind, bytes: Buffer.byteLength(artifact.text) }));
   if (typeof body.kernel_public_key === 'string') writeInside(target, 'kernel.pub', `${body.kernel_public_key}\n`);
-  out.result({ name, dir: target, files: written }, () => [`Exported ${written.length} artifacts of ${name} to ${target}`, ...written.map((w) => `  ${path.basename(w.file)}  ${w.kind}, ${w.bytes} bytes`)].join('\n'));
+  const keys = signerKeyFiles(artifacts.map((artifact) => artifact.text), (await client.get('/v1/keys')).body as unknown as KeysView);
+  const keyFiles = keys.map((key) => ({ file: writeInside(target, key.file, `${key.public_key}\n`), role: key.role, key_epoch: key.key_epoch }));
+  out.result({ name, dir: target, files: written, keys: keyFiles }, () =>
+    [
+      `Exported ${written.length} artifacts of ${name} to ${target}`,
+      ...written.map((w) => `  ${path.basename(w.file)}  ${w.kind}, ${w.bytes} bytes`),
+      ...keyFiles.map((k) => `  ${path.basename(k.file)}  public key of the ${k.role} at key epoch ${k.key_epoch}`),
+    ].join('\n'),
+  );
   return 0;
+}
+
+interface KeysView {
+  readonly kernel: ReadonlyArray<{ key_epoch: number; public_key: string }>;
+  readonly executors: ReadonlyArray<{ name: string; key_epoch: number; public_key: string }>;
+}
+
+/** A name an export can use for an executor: its configured name when that fits the file-name shape. */
+const EXPORT_NAME = /^[a-z0-9][a-z0-9-]{0,40}$/;
+
+/**
+ * The public key of every signer of these artifacts, named by role and epoch
+ * (`kernel.e1.pub`, `executor-default.e2.pub`); a signer the service does
+ * not know is left out (verify then names it as untrusted).
+ */
+function signerKeyFiles(texts: readonly string[], keys: KeysView): Array<{ file: string; role: string; key_epoch: number; public_key: string }> {
+  const files = new Map<string, { file: string; role: string; key_epoch: number; public_key: string }>();
+  for (const text of texts) {
+    const signer = readEnvelope(text).envelope.signer;
+    const kernel = keys.kernel.find((key) => key.public_key === signer);
+    if (kernel) {
+      files.set(signer, { file: `kernel.e${kernel.key_epoch}.pub`, role: 'kernel', key_epoch: kernel.key_epoch, public_key: signer });
+      continue;
+    }
+    const executor = keys.executors.find((key) => key.public_key === signer);
+    if (executor) {
+      const name = EXPORT_NAME.test(executor.name) ? executor.name : signer.slice(0, 16);
+      files.set(signer, { file: `executor-${name}.e${executor.key_epoch}.pub`, role: `executor ${executor.name}`, key_epoch: executor.key_epoch, public_key: signer });
+    }
+  }
+  return [...files.values()];
 }
 
 /** Offline: nothing but the file and the trusted public key. */
@@ -149,8 +192,21 @@ function readKeyArgument(flag: string, file: string): string {
   return readPublicKeyFile(file);
 }
 
-export function receiptVerifyCommand(out: Output, file: string, options: { trustedKernelPubkey: string; trustedExecutorPubkey?: string }): number {
-  const kernelKey = readKeyArgument('--trusted-kernel-pubkey', options.trustedKernelPubkey);
+/** The epoch a key file names (`kernel.e2.pub`, `executor-default.e1.pub`), or null. */
+function epochOfFileName(file: string): number | null {
+  const match = /\.e([1-9][0-9]{0,8})\.pub$/.exec(path.basename(file));
+  return match ? Number(match[1]) : null;
+}
+
+/**
+ * Offline, with nothing but the file and trusted public keys: several of
+ * each role may be named (one per key epoch, as receipt export writes them);
+ * the one whose key signed the artifact is used. A key file named for an
+ * epoch must agree with the epoch a report names.
+ */
+export function receiptVerifyCommand(out: Output, file: string, options: { trustedKernelPubkey: readonly string[]; trustedExecutorPubkey: readonly string[] }): number {
+  if (options.trustedKernelPubkey.length === 0) throw new CustodyError('usage', 'name the kernel\'s public key: --trusted-kernel-pubkey FILE (repeat it for several key epochs)');
+  const kernelKeys = options.trustedKernelPubkey.map((keyFile) => ({ file: keyFile, key: readKeyArgument('--trusted-kernel-pubkey', keyFile) }));
   let bytes: Buffer;
   try {
     bytes = readFileSync(file);
@@ -159,18 +215,23 @@ export function receiptVerifyCommand(out: Output, file: string, options: { trust
   }
   // Shells and editors end files with a newline; it is not part of the signed bytes.
   if (bytes.at(-1) === 0x0a) bytes = bytes.subarray(0, bytes.length - 1);
-  const { kind } = readEnvelope(bytes);
-  let trusted = [kernelKey];
+  const { kind, envelope } = readEnvelope(bytes);
+  let trusted = kernelKeys;
   if (kind === 'report') {
-    if (!options.trustedExecutorPubkey) throw new CustodyError('usage', `${file} is a report, signed by an executor: add --trusted-executor-pubkey FILE`);
-    trusted = [readKeyArgument('--trusted-executor-pubkey', options.trustedExecutorPubkey)];
+    if (options.trustedExecutorPubkey.length === 0) throw new CustodyError('usage', `${file} is a report, signed by an executor: add --trusted-executor-pubkey FILE`);
+    trusted = options.trustedExecutorPubkey.map((keyFile) => ({ file: keyFile, key: readKeyArgument('--trusted-executor-pubkey', keyFile) }));
   }
-  const artifact = decodeArtifact(kind, bytes, { trustedSigners: trusted });
+  const artifact = decodeArtifact(kind, bytes, { trustedSigners: trusted.map((entry) => entry.key) });
+  const used = trusted.find((entry) => entry.key === envelope.signer)!;
   const body = artifact.body as Record<string, unknown>;
-  const summary = { file, kind, schema: artifact.envelope.schema, signer: artifact.envelope.signer, digest: artifact.digest, body };
+  const fileEpoch = epochOfFileName(used.file);
+  if (kind === 'report' && fileEpoch !== null && body.key_epoch !== fileEpoch) {
+    throw new CustodyError('signature_invalid', `${file} names executor key epoch ${String(body.key_epoch)}, but it is signed by the key in ${used.file}, named for epoch ${fileEpoch}`);
+  }
+  const summary = { file, kind, schema: artifact.envelope.schema, signer: artifact.envelope.signer, signer_key_file: used.file, digest: artifact.digest, body };
   out.result({ verified: true, ...summary }, () => {
     const what = kind === 'receipt' ? `receipt: ${String(body.decision)} ${String(body.verdict)} (${String(body.reason)}), state ${String(body.state)}` : kind;
-    return `Verified ${what}\n  operation ${typeof body.operation_id === 'string' ? body.operation_id : '-'}\n  signed by ${artifact.envelope.signer}\n  sha256 ${artifact.digest}`;
+    return `Verified ${what}\n  operation ${typeof body.operation_id === 'string' ? body.operation_id : '-'}\n  signed by ${artifact.envelope.signer} (${used.file})\n  sha256 ${artifact.digest}`;
   });
   return 0;
 }
@@ -198,6 +259,32 @@ export async function recoverRollbackCommand(client: ServiceClient, out: Output,
       `  ${result.recorded.length} operation(s) recorded again with an unknown outcome, never run again: ${result.recorded.join(', ') || 'none'}`,
       `  ${result.already} still held by the restored ledger`,
       '  reconcile each (custody reconcile NAME); what the tool cannot account for stays unknown, listed by custody ops',
+    ].join('\n'),
+  );
+  return 0;
+}
+
+/** `custody executor rotate NAME`: the executor makes its next key; the kernel pins it through the old key's statement. */
+export async function executorRotateCommand(client: ServiceClient, out: Output, name: string): Promise<number> {
+  const { body } = await out.progress(`rotating the key of ${name}`, client.post(`/v1/executors/${encodeURIComponent(name)}/rotate`, {}));
+  const result = body as { name: string; key_epoch: number; public_key: string; retired_epoch: number };
+  out.result(body, () =>
+    [
+      `Rotated ${result.name}: key epoch ${result.retired_epoch} → ${result.key_epoch}, public key ${result.public_key}`,
+      `  the kernel pinned it; authorizations to epoch ${result.retired_epoch} not yet claimed are refused (epoch_retired) and their holds released`,
+    ].join('\n'),
+  );
+  return 0;
+}
+
+/** `custody kernel rotate`: the kernel makes its next key; each executor re-pins it through the old key's statement. */
+export async function kernelRotateCommand(client: ServiceClient, out: Output): Promise<number> {
+  const { body } = await out.progress('rotating the kernel key', client.post('/v1/kernel/rotate', {}));
+  const result = body as { key_epoch: number; public_key: string; retired_epoch: number; executors: Array<{ name: string; kernel_epoch: number | null }> };
+  out.result(body, () =>
+    [
+      `Rotated the kernel: key epoch ${result.retired_epoch} → ${result.key_epoch}, public key ${result.public_key}`,
+      ...result.executors.map((e) => `  ${e.name}: ${e.kernel_epoch === null ? 'not running; re-pins at its next start' : `re-pinned at kernel epoch ${e.kernel_epoch}`}`),
     ].join('\n'),
   );
   return 0;

@@ -95,6 +95,10 @@ describe('the OpenAPI description', function () {
     await call('POST', '/v1/children/:name/restart', '/v1/children/default/restart', {});
     await call('POST', '/v1/children/:name/restart', '/v1/children/nosuch/restart', {}); // 404
     await call('POST', '/v1/executors/:name/recover-rollback', '/v1/executors/default/recover-rollback', {}); // 409: not refused for a rollback
+    await call('GET', '/v1/keys', '/v1/keys', undefined, 'agent');
+    await call('POST', '/v1/executors/:name/rotate', '/v1/executors/default/rotate', {});
+    await call('POST', '/v1/executors/:name/rotate', '/v1/executors/nosuch/rotate', {}); // 404
+    await call('POST', '/v1/kernel/rotate', '/v1/kernel/rotate', {});
     await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'x'.repeat(300_000) } }, 'agent'); // 413 (over max_body_bytes, 256 KiB)
     await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'x'.repeat(5000) } }, 'agent'); // 409 arguments_too_large
     // Every described route was exercised at least once.

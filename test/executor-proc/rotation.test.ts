@@ -1,0 +1,157 @@
+// Key rotation in the executor (docs/PROTOCOL.md §12): the next key is made
+// in the process and committed before the answer; a crash between the
+// ledger's commit and the key file's promotion is finished at the next start;
+// authorizations to the retired epoch are refused with an epoch_retired report
+// signed by the new key, one claimed before the rotation still replays; the
+// kernel key moves only through statements that verify from the pinned one.
+import fs from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import { decodeArtifact } from '../../shared/artifacts/artifact.js';
+import { signRotation } from '../../shared/artifacts/rotation.js';
+import { Signer } from '../../shared/crypto/ed25519.js';
+import { type CustodyError } from '../../shared/errors.js';
+import { ROTATION_STATEMENTS_MAX } from '../../shared/protocol/rotation-messages.js';
+import {
+  type Executor,
+  type Home,
+  KERNEL,
+  OTHER_KERNEL,
+  authorize,
+  executeBody,
+  makeHome,
+  provisioned,
+  removeHome,
+  sqlite,
+  startExecutor,
+  stopExecutor,
+} from './helpers.js';
+
+async function refusal(promise: Promise<unknown>): Promise<CustodyError> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as CustodyError;
+  }
+  throw new Error('expected a refusal');
+}
+
+describe('executor-proc key rotation', function () {
+  this.timeout(30_000);
+  let home: Home;
+  let executor: Executor;
+
+  before(async () => {
+    home = makeHome('rotor');
+    await provisioned(home);
+  });
+  after(() => removeHome(home));
+
+  it('finishes a rotation cut between the ledger commit and the key promotion at the next start', async () => {
+    executor = await startExecutor(home, { faults: ['after_key_rotation_commit'] });
+    const oldKey = executor.identity.public_key;
+    await refusal(executor.channel.request('key.rotate', {}));
+    await executor.exited;
+    // The ledger names epoch 2; executor.key still holds epoch 1's key, the new pair waits beside it.
+    expect(sqlite(home.ledgerFile, 'SELECT max(epoch) AS epoch FROM key_epochs').rows).to.deep.equal([{ epoch: 2 }]);
+    expect(fs.readFileSync(path.join(home.dir, 'executor.pub'), 'utf8').trim()).to.equal(oldKey);
+    expect(fs.existsSync(path.join(home.dir, 'executor.next.key'))).to.equal(true);
+    executor = await startExecutor(home, {});
+    const [epoch2] = sqlite(home.ledgerFile, 'SELECT public_key FROM key_epochs WHERE epoch = 2').rows;
+    expect(executor.identity).to.deep.include({ key_epoch: 2, public_key: epoch2!.public_key });
+    expect(fs.existsSync(path.join(home.dir, 'executor.next.key'))).to.equal(false);
+    expect(fs.readFileSync(path.join(home.dir, 'executor.pub'), 'utf8').trim()).to.equal(epoch2!.public_key);
+    expect(executor.stderr.some((line) => line.includes('key_rotation_finished'))).to.equal(true);
+  });
+
+  it('refuses an unclaimed authorization to the retired epoch with an epoch_retired report signed by the new key; a claimed one replays', async () => {
+    const claimed = authorize(executor);
+    const before = await executor.channel.request('execute', executeBody(claimed));
+    const pending = authorize(executor);
+    const retiredIdentity = executor.identity;
+    const rotated = await executor.channel.request('key.rotate', {});
+    expect(rotated.key_epoch).to.equal(3);
+    expect(decodeArtifact('rotation', rotated.statement, { trustedSigners: [retiredIdentity.public_key] }).body).to.include({ old_epoch: 2, new_epoch: 3, new_public_key: rotated.public_key });
+
+    const refused = await executor.channel.request('execute', executeBody(pending));
+    const report = decodeArtifact('report', refused.report, { trustedSigners: [rotated.public_key] }).body;
+    expect(report).to.deep.include({ status: 'never_claimed', key_epoch: 3, refusal: { code: 'epoch_retired', message: report.refusal!.message } });
+    expect(report.refusal!.message).to.match(/epoch 2, which a rotation retired/);
+    // Asked again: the same bytes.
+    expect((await executor.channel.request('execute', executeBody(pending))).report).to.equal(refused.report);
+    // Claimed and reported under epoch 2 before the rotation: replayed as signed then, still verifiable with the epoch-2 key.
+    const replay = await executor.channel.request('execute', executeBody(claimed));
+    expect(replay.report).to.equal(before.report);
+    expect(decodeArtifact('report', replay.report, { trustedSigners: [retiredIdentity.public_key] }).body.key_epoch).to.equal(2);
+    // A new authorization to epoch 3 runs.
+    const fresh = authorize({ identity: { ...retiredIdentity, key_epoch: 3, public_key: rotated.public_key } });
+    expect((await executor.channel.request('execute', executeBody(fresh))).status).to.equal('completed');
+  });
+
+  it('re-pins the kernel key only through statements that verify from the pinned one; refuses a forged or skipping chain and keeps its pin', async () => {
+    const next = Signer.fromSeed(Buffer.alloc(32, 11));
+    const later = Signer.fromSeed(Buffer.alloc(32, 12));
+    const forged: Array<[string, string[]]> = [
+      ['signed by another key', [signRotation(OTHER_KERNEL, { role: 'kernel', id: 'kernel', epoch: 1 }, next.publicKeyHex, Date.now()).text]],
+      ['skipping an epoch', [signRotation(next, { role: 'kernel', id: 'kernel', epoch: 2 }, later.publicKeyHex, Date.now()).text]],
+      ['naming an executor', [signRotation(KERNEL, { role: 'executor', id: 'kernel', epoch: 1 }, next.publicKeyHex, Date.now()).text]],
+    ];
+    for (const [what, statements] of forged) {
+      expect((await refusal(executor.channel.request('kernel.rotated', { statements }))).code, what).to.equal('rotation_invalid');
+    }
+    expect(sqlite(home.ledgerFile, 'SELECT epoch FROM kernel_epochs').rows).to.deep.equal([{ epoch: 1 }]);
+    const chain = [
+      signRotation(KERNEL, { role: 'kernel', id: 'kernel', epoch: 1 }, next.publicKeyHex, Date.now()).text,
+      signRotation(next, { role: 'kernel', id: 'kernel', epoch: 2 }, later.publicKeyHex, Date.now()).text,
+    ];
+    expect(await executor.channel.request('kernel.rotated', { statements: chain })).to.deep.equal({ kernel_epoch: 3, kernel_public_key: later.publicKeyHex });
+    // Delivered again: nothing moves.
+    expect(await executor.channel.request('kernel.rotated', { statements: chain })).to.deep.equal({ kernel_epoch: 3, kernel_public_key: later.publicKeyHex });
+    // An authorization the retired kernel key signed is refused (epoch_retired); one the current key signed runs.
+    const identity = { ...executor.identity, key_epoch: 3, public_key: sqlite(home.ledgerFile, 'SELECT public_key FROM key_epochs WHERE epoch = 3').rows[0]!.public_key as string };
+    const old = await executor.channel.request('execute', executeBody(authorize({ identity }, { signer: KERNEL })));
+    expect(old.status).to.equal('never_claimed');
+    const current = await executor.channel.request('execute', executeBody(authorize({ identity }, { signer: later })));
+    expect(current.status).to.equal('completed');
+    expect((await stopExecutor(executor)).code).to.equal(0);
+  });
+
+  it('serves with a key_epoch setting that differs from its ledger, at the ledger\'s epoch, and says so', async () => {
+    executor = await startExecutor(home, { settings: { key_epoch: 1 } });
+    expect(executor.identity.key_epoch).to.equal(3);
+    expect(executor.stderr.some((line) => line.includes('key_epoch_setting_differs'))).to.equal(true);
+    expect((await stopExecutor(executor)).code).to.equal(0);
+  });
+});
+
+/** A distinct seed per index (two bytes of it, the rest fixed). */
+function seedFor(index: number): Buffer {
+  const seed = Buffer.alloc(32, 0xaa);
+  seed.writeUInt16BE(index, 0);
+  return seed;
+}
+
+describe('executor-proc kernel statements at the message bound', function () {
+  this.timeout(60_000);
+  let home: Home;
+
+  before(async () => {
+    home = makeHome('chain');
+    await provisioned(home);
+  });
+  after(() => removeHome(home));
+
+  it('takes ROTATION_STATEMENTS_MAX statements in one message and the rest of a longer chain in the next; one more in a message is refused before it is sent', async () => {
+    const executor = await startExecutor(home, {});
+    const signers = [KERNEL, ...Array.from({ length: ROTATION_STATEMENTS_MAX + 1 }, (_, i) => Signer.fromSeed(seedFor(i + 1)))];
+    const chain = signers.slice(1).map((next, i) => signRotation(signers[i]!, { role: 'kernel', id: 'kernel', epoch: i + 1 }, next.publicKeyHex, Date.now()).text);
+    expect(chain).to.have.length(ROTATION_STATEMENTS_MAX + 1);
+    const tooMany = await refusal(executor.channel.request('kernel.rotated', { statements: chain }));
+    expect(tooMany.code).to.equal('schema_violation');
+    expect(sqlite(home.ledgerFile, 'SELECT max(epoch) AS epoch FROM kernel_epochs').rows).to.deep.equal([{ epoch: 1 }]);
+    expect((await executor.channel.request('kernel.rotated', { statements: chain.slice(0, ROTATION_STATEMENTS_MAX) })).kernel_epoch).to.equal(ROTATION_STATEMENTS_MAX + 1);
+    expect((await executor.channel.request('kernel.rotated', { statements: chain.slice(ROTATION_STATEMENTS_MAX) })).kernel_epoch).to.equal(ROTATION_STATEMENTS_MAX + 2);
+    expect(sqlite(home.ledgerFile, 'SELECT count(*) AS n FROM kernel_epochs').rows).to.deep.equal([{ n: ROTATION_STATEMENTS_MAX + 2 }]);
+    expect((await stopExecutor(executor)).code).to.equal(0);
+  });
+});
