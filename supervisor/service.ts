@@ -10,6 +10,7 @@ import { type Logger, errorFields } from '../shared/log.js';
 import { killGroup } from '../shared/child/spawn.js';
 import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
 import { nowMs } from '../shared/clock.js';
+import { withTimeout } from '../shared/timeout.js';
 import { defineMachine, Machine } from '../shared/state-machine.js';
 import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
@@ -258,7 +259,7 @@ export class Service {
     const deadline = Date.now() + grace;
     while (this.driver.active > 0 && Date.now() < deadline) await wait(50);
     this.#abort.abort();
-    await Promise.race([closing, wait(1000)]);
+    await withTimeout(closing, 1000, () => undefined);
     this.#api?.closeAll();
     await Promise.all([...this.executors.values()].map((executor) => executor.stop(Math.max(1000, deadline - Date.now()))));
     await this.kernel.stop(5000);

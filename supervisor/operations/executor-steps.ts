@@ -9,6 +9,7 @@ import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common
 import { type Invocation } from '../../shared/protocol/artifacts.js';
 import { authorizationBody } from '../../shared/protocol/artifacts.js';
 import { nowMs } from '../../shared/clock.js';
+import { withTimeout } from '../../shared/timeout.js';
 import { type ChildSession } from '../../shared/child/spawn.js';
 import { type ChildHandle, DROP_REPLY_EXIT } from '../children/child-handle.js';
 import { ADAPTER_DEADLINE_MARGIN_MS } from '../children/specs.js';
@@ -124,7 +125,7 @@ async function afterExecuteFailure(ctx: OperationContext, executor: ChildHandle,
   if (f.ownDeadline || f.failure.code === 'adapter_still_running') {
     await fireWatchdog(ctx, executor, row, f.frameId, f.deadline);
   } else if (f.dropReply && isTransportFailure(f.failure)) {
-    const exit = await Promise.race([f.session?.exited ?? Promise.resolve(null), sleep(5_000).then(() => null)]);
+    const exit = f.session ? await withTimeout(f.session.exited, 5_000, () => null) : null;
     if (exit?.code === DROP_REPLY_EXIT) {
       ctx.store.recordIncident({ child: executor.name, kind: 'reply_dropped', code: 'reply_dropped', message: 'lost-reply drill: the executor exited 75 after retaining its report', operation_id: row.operation_id });
       throw new CustodyError('reply_dropped', `${executor.name} retained the report of ${row.request_id} and exited ${DROP_REPLY_EXIT} without replying (drill)`);
