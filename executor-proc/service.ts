@@ -2,7 +2,8 @@
 // provisions what it owns and starts the adapter host; handle routes each
 // executor message kind; close waits for nothing (the runtime has drained)
 // and releases the host, the stores and the lock, in that order.
-import { EXIT, type ChildService } from '../shared/child/runtime.js';
+import { CHILD_EXIT } from '../shared/exit-codes.js';
+import { type ChildService } from '../shared/child/runtime.js';
 import { CustodyError } from '../shared/errors.js';
 import { type Logger, errorFields } from '../shared/log.js';
 import { type EXECUTOR_MESSAGES } from '../shared/protocol/executor-messages.js';
@@ -74,7 +75,7 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
   const ledger = new Ledger(state.stores, state.lock, (error) => {
     log.error('store_replaced', errorFields(error));
     // After the refusal has been answered: the next process opens what the path names.
-    setTimeout(() => options.exit(EXIT.software), 50);
+    setTimeout(() => options.exit(CHILD_EXIT.software), 50);
   });
   const witness = new HeadWitness(ledger.head());
   ledger.onAdvanced = (head) => void witness.announce(head);
@@ -93,7 +94,7 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
       windowMs: settings.runtime.reconcileWindowMs,
     }),
     witness,
-    dropReply: () => options.exit(EXIT.dropReply),
+    dropReply: () => options.exit(CHILD_EXIT.dropReply),
     isOpen: () => open,
   };
   const { config } = ledger;

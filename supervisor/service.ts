@@ -6,6 +6,7 @@
 import { setTimeout as wait } from 'node:timers/promises';
 import { renameSync, rmSync } from 'node:fs';
 import { CustodyError } from '../shared/errors.js';
+import { CLI_EXIT } from '../shared/exit-codes.js';
 import { type Logger, errorFields } from '../shared/log.js';
 import { killGroup } from '../shared/child/spawn.js';
 import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
@@ -276,7 +277,7 @@ export class Service {
     this.log.error('child_failed', { child: child.name, ...errorFields(reason) });
     if (child === this.kernel && this.#lifecycle.is('running')) {
       process.stderr.write(`custody: the kernel failed and the service cannot decide anything without it: ${reason.message}\n`);
-      void this.stop('kernel failed', 1);
+      void this.stop('kernel failed', CLI_EXIT.error);
     }
   }
 }

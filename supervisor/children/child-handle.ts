@@ -10,6 +10,7 @@
 // restart.failed_cooldown_s, each time with a fresh intensity.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { CHILD_EXIT } from '../../shared/exit-codes.js';
 import { type Logger, errorFields } from '../../shared/log.js';
 import { type ChildRole, type JsonObject } from '../../shared/protocol/common.js';
 import { type MessageKind, type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
@@ -93,7 +94,7 @@ interface KillIntent {
 }
 
 /** The lost-reply drill's exit status: the executor retained its report and did not answer, as an operator asked. */
-export const DROP_REPLY_EXIT = 75;
+export const DROP_REPLY_EXIT = CHILD_EXIT.dropReply;
 
 /** How long a killed child's process group may take to empty before the restart goes ahead anyway. */
 const GROUP_EXIT_WAIT_MS = 5000;

@@ -4,6 +4,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { CHILD_EXIT } from '../../shared/exit-codes.js';
 import { crashPoint } from '../../shared/fault.js';
 import { type JsonObject, toolPatternCovers } from '../../shared/protocol/common.js';
 import { type Invocation } from '../../shared/protocol/artifacts.js';
@@ -11,13 +12,11 @@ import { authorizationBody } from '../../shared/protocol/artifacts.js';
 import { nowMs } from '../../shared/clock.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { type ChildSession } from '../../shared/child/spawn.js';
-import { type ChildHandle, DROP_REPLY_EXIT } from '../children/child-handle.js';
+import { type ChildHandle } from '../children/child-handle.js';
 import { ADAPTER_DEADLINE_MARGIN_MS } from '../children/specs.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel, isTransportFailure, retryBackoff } from './context.js';
 import { executorIdOf, expectedOf } from './kernel-steps.js';
-
-export { DROP_REPLY_EXIT } from '../children/child-handle.js';
 
 /** Answers that prove the executor did not act on the request: nothing about it is in doubt. */
 const NOT_ACTED_UPON: ReadonlySet<string> = new Set(['too_many_in_flight', 'shutting_down', 'window_not_open']);
@@ -126,9 +125,9 @@ async function afterExecuteFailure(ctx: OperationContext, executor: ChildHandle,
     await fireWatchdog(ctx, executor, row, f.frameId, f.deadline);
   } else if (f.dropReply && isTransportFailure(f.failure)) {
     const exit = f.session ? await withTimeout(f.session.exited, 5_000, () => null) : null;
-    if (exit?.code === DROP_REPLY_EXIT) {
-      ctx.store.recordIncident({ child: executor.name, kind: 'reply_dropped', code: 'reply_dropped', message: 'lost-reply drill: the executor exited 75 after retaining its report', operation_id: row.operation_id });
-      throw new CustodyError('reply_dropped', `${executor.name} retained the report of ${row.request_id} and exited ${DROP_REPLY_EXIT} without replying (drill)`);
+    if (exit?.code === CHILD_EXIT.dropReply) {
+      ctx.store.recordIncident({ child: executor.name, kind: 'reply_dropped', code: 'reply_dropped', message: `lost-reply drill: the executor exited ${CHILD_EXIT.dropReply} after retaining its report`, operation_id: row.operation_id });
+      throw new CustodyError('reply_dropped', `${executor.name} retained the report of ${row.request_id} and exited ${CHILD_EXIT.dropReply} without replying (drill)`);
     }
   }
   ctx.log.info('execute_unanswered', { request_id: row.request_id, code: f.failure.code });
