@@ -3,6 +3,7 @@
 // never from a message.
 import { type ErrorClass, classOf, isErrorCode } from '../../shared/errors.js';
 import { CLI_EXIT } from '../../shared/exit-codes.js';
+import { endedWithoutEffect } from '../operations/outcome.js';
 
 const BY_CLASS: Record<ErrorClass, number> = {
   usage: CLI_EXIT.usage,
@@ -21,15 +22,9 @@ export function exitCodeForError(code: string): number {
   return BY_CLASS[classOf(code)];
 }
 
-/**
- * Kernel outcomes that end an operation with no effect: refused or denied
- * before anything ran, or settled as not applied. (A finalization denial is
- * not among them: its effect may have happened; it is 4, for an operator.)
- */
-const REFUSED_OUTCOMES = new Set(['denied', 'start_denied', 'expired', 'released']);
-
 export function exitCodeForOutcome(outcome: { final: boolean; outcome: string | null; phase: string }, goal: 'complete' | 'authorized' | 'reported'): number {
-  if (outcome.outcome && REFUSED_OUTCOMES.has(outcome.outcome)) return CLI_EXIT.refused;
+  // Ended with no effect (operations/outcome.ts); a finalization denial is 4, for an operator.
+  if (endedWithoutEffect(outcome.outcome)) return CLI_EXIT.refused;
   if (outcome.phase === 'refused') return CLI_EXIT.refused;
   if (goal === 'authorized' && ['authorized', 'executing', 'reported', 'settled'].includes(outcome.phase)) return CLI_EXIT.done;
   if (goal === 'reported' && (outcome.phase === 'reported' || outcome.phase === 'settled')) return outcome.outcome === 'completed' || outcome.phase === 'reported' ? CLI_EXIT.done : CLI_EXIT.unknown;
