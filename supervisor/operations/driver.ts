@@ -5,11 +5,11 @@
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
 import { type JsonObject } from '../../shared/protocol/common.js';
-import { operationIdFor, parametersDigest, requestBindingHash } from '../../shared/protocol/binding.js';
+import { bindRequest, operationIdFor } from '../../shared/protocol/binding.js';
 import { type RequestRow, quarantinedError } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel } from './context.js';
 import { executeStep, reconcileStep } from './executor-steps.js';
-import { expectedOf, reserveStep, settleStep, startStep } from './kernel-steps.js';
+import { expectedOf, reserveRequestOf, reserveStep, settleStep, startStep } from './kernel-steps.js';
 import { type Goal, goalAfterRelease, stepFor } from './drive-table.js';
 import { FINAL_PHASES } from './phases.js';
 
@@ -43,15 +43,8 @@ export class OperationDriver {
 
   /** Log a client request (or find the same one again) and carry it to its goal. */
   async submit(request: SubmitRequest): Promise<RequestRow> {
-    const digest = parametersDigest(request.arguments);
-    const binding = requestBindingHash({
-      request_id: request.request_id,
-      subject: request.subject,
-      tool: request.tool,
-      parameters_digest: digest,
-      capability_id: null,
-      cost_units: request.cost_units,
-    });
+    // The binding of the very reserve request the kernel will be sent (kernel-steps.ts).
+    const binding = bindRequest(reserveRequestOf(request)).request_binding_hash;
     // Durable before the kernel hears of it (a grouped commit, shared/store/group-commit.ts).
     const row = await this.#ctx.store.logRequestGrouped({
       request_id: request.request_id,
