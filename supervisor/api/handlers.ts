@@ -1,12 +1,12 @@
 // What each control API endpoint does. Handlers return plain JSON; errors
 // are CustodyErrors, turned into fixed bodies by the server.
-import { randomBytes } from 'node:crypto';
 import { type z } from 'zod';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
 import { nowMs } from '../../shared/clock.js';
 import { withTimeout } from '../../shared/timeout.js';
+import { newRequestId } from '../../shared/request-id.js';
 import { causeOf } from '../operations/causes.js';
 import { SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
 import { recoverRollback } from '../operations/rollback-recovery.js';
@@ -93,7 +93,7 @@ const NOT_CARRIED: ReadonlySet<string> = new Set(['reply_dropped', 'storage_full
 
 export async function invoke(service: Service, body: z.infer<typeof invokeBody>): Answer {
   await refuseBeforeReserve(service, body.request_id, body.tool, body.arguments);
-  const requestId = body.request_id ?? `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
+  const requestId = body.request_id ?? newRequestId();
   const drive = service.driver.submit({ kind: 'invoke', request_id: requestId, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
   return answerDrive(service, requestId, drive, body.wait_ms);
 }

@@ -5,9 +5,9 @@
 // never a second one. Failures are CustodyErrors with the codes the CLI and the
 // API use (shared/errors.ts); the README's "Exit codes" table says what each
 // class means.
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { CustodyError, isErrorCode } from '../../shared/errors.js';
+import { newRequestId } from '../../shared/request-id.js';
 import { statePaths } from '../paths.js';
 import { readTokenFile } from '../tokens.js';
 
@@ -161,10 +161,8 @@ export interface CustodyClientOptions {
   readonly retryDelayMs?: number;
 }
 
-/** A request id as the CLI chooses one: `req-<time base36>-<12 hex>`. */
-export function newRequestId(): string {
-  return `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
-}
+/** A request id as the CLI chooses one: `req-<time base36>-<12 hex>` (shared/request-id.ts). */
+export { newRequestId };
 
 /** Transport errors after which nothing reached the service. */
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOENT', 'EADDRNOTAVAIL', 'ENOTFOUND']);

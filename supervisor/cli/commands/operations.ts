@@ -1,8 +1,8 @@
 // invoke, authorize, execute, report, reconcile, ops, trace: the commands
 // that carry or show operations through the running service.
-import { randomBytes } from 'node:crypto';
 import { readEnvelope } from '../../../shared/artifacts/artifact.js';
 import { isCustodyError, toCustodyError } from '../../../shared/errors.js';
+import { newRequestId } from '../../../shared/request-id.js';
 import { checkOperationName } from '../../../shared/protocol/names.js';
 import { causeOf } from '../../operations/causes.js';
 import { type OperationOutcome } from '../../operations/outcome.js';
@@ -58,7 +58,7 @@ export async function invokeCommand(client: ServiceClient, out: Output, tool: st
   // The id is chosen here, before anything is sent, so that whatever happens
   // on the way the operator can ask about this request again (and never
   // starts a second one by retrying).
-  const id = requestId ?? `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
+  const id = requestId ?? newRequestId();
   let answer;
   try {
     answer = await out.progress(`invoking ${tool} as ${id}`, client.post('/v1/invoke', { tool, arguments: args, request_id: id, ...waitField(waitMs) }));
