@@ -4,18 +4,20 @@ import path from 'node:path';
 import { CustodyError } from '../../../shared/errors.js';
 import { checkOperationName } from '../../../shared/protocol/names.js';
 import { decodeArtifact, readEnvelope } from '../../../shared/artifacts/artifact.js';
+import { capabilityBody } from '../../../shared/protocol/artifacts.js';
 import { readPublicKeyFile } from '../../../shared/crypto/key-files.js';
+import { type z } from 'zod';
 import { type ServiceClient } from '../client.js';
+import { archiveAnswer, artifactsAnswer, grantAnswer, grantsAnswer, recoverRollbackAnswer, restartAnswer, statusAnswer } from '../../api/answers.js';
 import { type Output, formatDuration, formatTime, table } from '../output.js';
 
 export async function statusCommand(client: ServiceClient, out: Output): Promise<number> {
-  const { body } = await client.get('/v1/status');
-  const service = body.service as { pid: number; port: number; state_dir: string; uptime_ms: number };
-  const children = body.children as ChildView[];
+  const { body } = await client.get('/v1/status', statusAnswer);
+  const { service, children } = body;
   const now = Date.now();
   out.result(body, () =>
     [
-      `custody pid ${service.pid} on 127.0.0.1:${service.port}, state ${service.state_dir}, up ${formatDuration(service.uptime_ms)}, ${String(body.in_flight)} in flight`,
+      `custody pid ${service.pid} on 127.0.0.1:${service.port}, state ${service.state_dir}, up ${formatDuration(service.uptime_ms)}, ${body.in_flight} in flight`,
       table(
         ['CHILD', 'ROLE', 'STATE', 'PID', 'RESTARTS', 'UPTIME', 'IN FLIGHT', 'COMPLETED', 'NEXT RETRY'],
         children.map((c) => [c.name, c.role, c.state, c.pid, c.restarts, formatDuration(c.uptime_ms), c.operations?.in_flight ?? null, c.operations?.completed ?? null, c.next_retry_at === null ? null : `${formatTime(c.next_retry_at)} (in ${formatDuration(Math.max(0, c.next_retry_at - now))})`]),
@@ -26,57 +28,36 @@ export async function statusCommand(client: ServiceClient, out: Output): Promise
   return children.some((c) => c.state === 'failed') ? 4 : 0;
 }
 
-interface ChildView {
-  name: string;
-  role: string;
-  state: string;
-  pid: number | null;
-  restarts: number;
-  uptime_ms: number | null;
-  failure: string | null;
-  next_retry_at: number | null;
-  /** Executors only (executor pools). */
-  operations: { in_flight: number; completed: number } | null;
-}
-
 /** custody restart CHILD: a failed child at once, a running one gracefully; answers once it serves again. */
 export async function restartCommand(client: ServiceClient, out: Output, name: string): Promise<number> {
-  const { body } = await out.progress(`restarting ${name}`, client.post(`/v1/children/${encodeURIComponent(name)}/restart`, {}));
-  const child = body.child as ChildView;
+  const { body } = await out.progress(`restarting ${name}`, client.post(`/v1/children/${encodeURIComponent(name)}/restart`, {}, restartAnswer));
+  const { child } = body;
   out.result(body, () => `Restarted ${child.name}: ${child.state}, pid ${String(child.pid)}, ${child.restarts} restarts`);
   return 0;
 }
 
-interface GrantView {
-  capability: string;
-  capability_id: string;
-  revoked_at: number | null;
-  invocations_used: number;
-  invocations_held: number;
-}
-
-function grantLine(grant: GrantView): Array<string | number | null> {
-  const body = readEnvelope(grant.capability).envelope.body as { tool: string; subject: string; max_invocations: number; max_cost_units: number | null; expires_at: number };
+function grantLine(grant: z.output<typeof grantAnswer>): Array<string | number | null> {
+  const body = capabilityBody.parse(readEnvelope(grant.capability).envelope.body);
   return [grant.capability_id, body.tool, body.subject, `${grant.invocations_used}+${grant.invocations_held}/${body.max_invocations}`, body.max_cost_units, formatTime(body.expires_at), grant.revoked_at ? formatTime(grant.revoked_at) : null];
 }
 
 const GRANT_HEADERS = ['ID', 'TOOL', 'SUBJECT', 'USED+HELD/MAX', 'COST CAP', 'EXPIRES', 'REVOKED'];
 
 export async function grantAddCommand(client: ServiceClient, out: Output, options: { tool: string; max: number; costUnits?: number; ttl: number }): Promise<number> {
-  const { body } = await client.post('/v1/grants', { tool: options.tool, max_invocations: options.max, cost_units: options.costUnits ?? null, ttl_ms: options.ttl });
-  out.result(body, () => `Granted: ${String(body.capability_id)}\n${table(GRANT_HEADERS, [grantLine(body as unknown as GrantView)])}`);
+  const { body } = await client.post('/v1/grants', { tool: options.tool, max_invocations: options.max, cost_units: options.costUnits ?? null, ttl_ms: options.ttl }, grantAnswer);
+  out.result(body, () => `Granted: ${body.capability_id}\n${table(GRANT_HEADERS, [grantLine(body)])}`);
   return 0;
 }
 
 export async function grantListCommand(client: ServiceClient, out: Output): Promise<number> {
-  const { body } = await client.get('/v1/grants');
-  const grants = body.grants as GrantView[];
+  const { body } = await client.get('/v1/grants', grantsAnswer);
+  const { grants } = body;
   out.result(body, () => (grants.length === 0 ? 'No grants.' : table(GRANT_HEADERS, grants.map(grantLine))));
   return 0;
 }
 
 export async function grantRevokeCommand(client: ServiceClient, out: Output, id: string): Promise<number> {
-  const { body } = await client.delete(`/v1/grants/${encodeURIComponent(id)}`);
+  const { body } = await client.delete(`/v1/grants/${encodeURIComponent(id)}`, grantAnswer);
   out.result(body, () => `Revoked: ${id}`);
   return 0;
 }
@@ -133,11 +114,10 @@ function writeInside(dir: string, name: string, text: string): string {
 /** Write each retained artifact's exact bytes to its own file, inside the directory named and nowhere else. */
 export async function receiptExportCommand(client: ServiceClient, out: Output, name: string, dir: string | undefined): Promise<number> {
   checkOperationName(name, 'NAME');
-  const { body } = await client.get(`/v1/operations/${encodeURIComponent(name)}/artifacts`);
+  const { body } = await client.get(`/v1/operations/${encodeURIComponent(name)}/artifacts`, artifactsAnswer);
   const target = exportDirectory(dir ?? `${name}-artifacts`);
-  const artifacts = body.artifacts as Array<{ file: string; kind: string; text: string }>;
-  const written = artifacts.map((artifact) => ({ file: writeInside(target, artifact.file, artifact.text), kind: artifact.kind, bytes: Buffer.byteLength(artifact.text) }));
-  if (typeof body.kernel_public_key === 'string') writeInside(target, 'kernel.pub', `${body.kernel_public_key}\n`);
+  const written = body.artifacts.map((artifact) => ({ file: writeInside(target, artifact.file, artifact.text), kind: artifact.kind, bytes: Buffer.byteLength(artifact.text) }));
+  if (body.kernel_public_key !== null) writeInside(target, 'kernel.pub', `${body.kernel_public_key}\n`);
   out.result({ name, dir: target, files: written }, () => [`Exported ${written.length} artifacts of ${name} to ${target}`, ...written.map((w) => `  ${path.basename(w.file)}  ${w.kind}, ${w.bytes} bytes`)].join('\n'));
   return 0;
 }
@@ -177,8 +157,8 @@ export function receiptVerifyCommand(out: Output, file: string, options: { trust
 
 /** Move settled operations whose window has passed out of each executor's live ledger. */
 export async function archiveCommand(client: ServiceClient, out: Output): Promise<number> {
-  const { body } = await out.progress('archiving settled operations', client.post('/v1/archive', {}));
-  const executors = body.executors as Array<{ executor: string; archived: number; live: number; kept: Record<string, number> }>;
+  const { body } = await out.progress('archiving settled operations', client.post('/v1/archive', {}, archiveAnswer));
+  const { executors } = body;
   out.result(body, () =>
     table(
       ['EXECUTOR', 'ARCHIVED', 'LIVE CLAIMS', 'KEPT (WHY)'],
@@ -190,8 +170,8 @@ export async function archiveCommand(client: ServiceClient, out: Output): Promis
 
 /** The way back for a ledger restored on purpose (docs/ROLLBACK.md). */
 export async function recoverRollbackCommand(client: ServiceClient, out: Output, name: string): Promise<number> {
-  const { body } = await out.progress(`recovering ${name}`, client.post(`/v1/executors/${encodeURIComponent(name)}/recover-rollback`, {}));
-  const result = body as { executor: string; witnessed: number; head: number; recorded: string[]; already: number };
+  const { body } = await out.progress(`recovering ${name}`, client.post(`/v1/executors/${encodeURIComponent(name)}/recover-rollback`, {}, recoverRollbackAnswer));
+  const result = body;
   out.result(body, () =>
     [
       `Recovered ${result.executor}: head ${result.head} (witness ${result.witnessed}); it serves again`,
