@@ -12,6 +12,7 @@ import { createOutput } from './output.js';
 import { authorizeCommand, executeCommand, invokeCommand, opsCommand, reportCommand, traceCommand } from './commands/operations.js';
 import { archiveCommand, recoverRollbackCommand, restartCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
 import { initCommand, startCommand } from './commands/service.js';
+import { exportCommand } from './commands/export.js';
 
 let exitCode: number = CLI_EXIT.done;
 const setExit = (code: number): void => {
@@ -123,6 +124,11 @@ program
   .description('list operations')
   .option('--json', 'machine-readable output')
   .action(async (options: { json?: boolean }) => setExit(await opsCommand(client(), json(options))));
+
+program
+  .command('export')
+  .description('every operation and the recent incidents, as NDJSON on stdout: one JSON object per line, tagged with its "record" (operation or incident)')
+  .action(async () => setExit(await exportCommand(client())));
 
 program
   .command('trace')
