@@ -10,31 +10,14 @@ import { CustodyError, isErrorCode } from '../../shared/errors.js';
 import { newRequestId } from '../../shared/request-id.js';
 import { statePaths } from '../paths.js';
 import { readTokenFile } from '../tokens.js';
+import { type OperationOutcome } from '../operations/outcome-view.js';
 
 export { CustodyError, isCustodyError, classOf, type ErrorCode, type ErrorClass } from '../../shared/errors.js';
 
 // ----------------------------------------------------------------- answers
 
-/** Where an operation stands (supervisor/operations/outcome.ts). */
-export interface OperationOutcome {
-  readonly request_id: string;
-  readonly operation_id: string;
-  readonly tool: string;
-  readonly phase: string;
-  /** Whether the service has carried the request as far as it goes. */
-  readonly final: boolean;
-  /** completed | released | finalization_denied | denied | start_denied | expired | unknown | … or null while open. */
-  readonly outcome: string | null;
-  readonly reason: string | null;
-  /** The reason in words a caller can act on (a refusal's size and bound, the grant to add), or null. */
-  readonly cause: string | null;
-  readonly output: unknown;
-  /** The kernel's last signed receipt (exact JSON text), if any. */
-  readonly receipt: string | null;
-  readonly report: string | null;
-  readonly authorization: string | null;
-  readonly executor: string | null;
-}
+/** Where an operation stands (supervisor/operations/outcome-view.ts, the service's own type). */
+export type { OperationOutcome } from '../operations/outcome-view.js';
 
 /** An operation answer: 200 once it ended, 202 when `wait_ms` passed first (the service carries on). */
 export interface DriveAnswer extends OperationOutcome {

@@ -2,7 +2,8 @@
 import { type OperationState, operationState } from '../../shared/protocol/kernel-messages.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { causeOf } from './causes.js';
-import { FINAL_PHASES, type RequestPhase } from './phases.js';
+import { type OperationOutcome } from './outcome-view.js';
+import { FINAL_PHASES } from './phases.js';
 
 // The kernel's end states, sorted once for every reader: the driver's phases,
 // the API's listings and the CLI's exit codes all take their sets from here.
@@ -27,24 +28,7 @@ export function endedWithoutEffect(outcome: string | null): boolean {
   return state.success && NO_EFFECT_STATES.has(state.data);
 }
 
-export interface OperationOutcome {
-  readonly request_id: string;
-  readonly operation_id: string;
-  readonly tool: string;
-  readonly phase: RequestPhase;
-  /** Whether the supervisor has carried the request as far as it goes. */
-  readonly final: boolean;
-  /** completed | released | finalization_denied | denied | start_denied | expired | unknown | … or null while open. */
-  readonly outcome: string | null;
-  readonly reason: string | null;
-  /** The reason in words a caller can act on (causes.ts), or null. */
-  readonly cause: string | null;
-  readonly output: unknown;
-  readonly receipt: string | null;
-  readonly report: string | null;
-  readonly authorization: string | null;
-  readonly executor: string | null;
-}
+export type { OperationOutcome } from './outcome-view.js';
 
 export function outcomeOf(row: RequestRow): OperationOutcome {
   return {
