@@ -10,7 +10,7 @@ import { type RequestRow, quarantinedError } from '../store/supervisor-store.js'
 import { type OperationContext, askKernel } from './context.js';
 import { executeStep, reconcileStep } from './executor-steps.js';
 import { expectedOf, reserveRequestOf, reserveStep, settleStep, startStep } from './kernel-steps.js';
-import { type Goal, goalAfterRelease, stepFor } from './drive-table.js';
+import { type Action, type Goal, goalAfterRelease, stepFor } from './drive-table.js';
 import { FINAL_PHASES } from './phases.js';
 
 export interface SubmitRequest {
@@ -23,6 +23,18 @@ export interface SubmitRequest {
 }
 
 export type { Goal } from './drive-table.js';
+
+/** The work steps that are one call from a request's row to its next row. */
+const ONE_CALL_STEPS = {
+  reserve: reserveStep,
+  start: startStep,
+  reconcile: reconcileStep,
+  settle: settleStep,
+} as const satisfies Partial<Record<Action, (ctx: OperationContext, row: RequestRow) => Promise<RequestRow>>>;
+
+function isOneCall(action: Action): action is keyof typeof ONE_CALL_STEPS {
+  return Object.hasOwn(ONE_CALL_STEPS, action);
+}
 
 export class OperationDriver {
   readonly #ctx: OperationContext;
@@ -99,13 +111,12 @@ export class OperationDriver {
       const action = stepFor(row.phase, carriedAs, row.kind);
       // A stopping service leaves an open request where it is; answers for ended or parked ones still stand.
       if (ctx.signal.aborted && !FINAL_PHASES.has(row.phase) && row.phase !== 'quarantined') return row;
+      if (isOneCall(action)) {
+        row = await ONE_CALL_STEPS[action](ctx, row);
+        worked = true;
+        continue;
+      }
       switch (action) {
-        case 'reserve':
-          row = await reserveStep(ctx, row);
-          break;
-        case 'start':
-          row = await startStep(ctx, row);
-          break;
         case 'execute':
           if (executed) return row;
           executed = true;
@@ -114,12 +125,6 @@ export class OperationDriver {
           break;
         case 'await_reconcile':
           row = await ctx.store.movePhaseGrouped(row.request_id, 'reconciling');
-          break;
-        case 'reconcile':
-          row = await reconcileStep(ctx, row);
-          break;
-        case 'settle':
-          row = await settleStep(ctx, row);
           break;
         case 'release':
           // Only on entry: a request this drive itself parked stays parked.
