@@ -3,6 +3,7 @@
 import { type Signer } from '../shared/crypto/ed25519.js';
 import { CustodyError } from '../shared/errors.js';
 import { type Logger } from '../shared/log.js';
+import { withTimeout } from '../shared/timeout.js';
 import { type ReportStatus } from '../shared/protocol/artifacts.js';
 import { type AdapterDescriptor } from './adapters/contract.js';
 import { type AdapterHost } from './adapters/host-client.js';
@@ -68,13 +69,7 @@ export function effectRunning(context: ExecutorContext, operationId: string): bo
   return false;
 }
 
-/** Race a promise against a deadline; `undefined` when the deadline came first. */
-export async function withinDeadline<T>(work: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
-  try {
-    return await Promise.race([work, expired]);
-  } finally {
-    clearTimeout(timer);
-  }
+/** A promise, or `undefined` when the deadline came first (shared/timeout.ts). */
+export function withinDeadline<T>(work: Promise<T>, ms: number): Promise<T | undefined> {
+  return withTimeout(work, ms, () => undefined);
 }

@@ -6,6 +6,7 @@
 // forget an effect that happened. Reports and refusals are announced without
 // waiting (their signed bytes reach the supervisor in the answer itself).
 import { CustodyError } from '../shared/errors.js';
+import { withTimeout } from '../shared/timeout.js';
 import { type ChildPeer } from '../shared/child/runtime.js';
 
 interface Waiter {
@@ -63,13 +64,11 @@ export class HeadWitness {
       this.#waiters.delete(waiter);
       throw unwitnessed(head, operationId, 'the channel to the supervisor is closed');
     }
-    let timer: NodeJS.Timeout | undefined;
-    const expired = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), deadlineMs)));
     try {
-      const ok = await Promise.race([witnessed.then(() => true), expired]);
-      if (!ok) throw unwitnessed(head, operationId, `no head.witnessed within ${deadlineMs} ms`);
+      await withTimeout(witnessed, deadlineMs, () => {
+        throw unwitnessed(head, operationId, `no head.witnessed within ${deadlineMs} ms`);
+      });
     } finally {
-      clearTimeout(timer);
       this.#waiters.delete(waiter);
     }
   }

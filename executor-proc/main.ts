@@ -4,9 +4,10 @@
 //        --resources <state>/resources [--adapter <module>]...
 // Adapter modules are named here, on the executor host's own command line,
 // never on the wire. Everything else (session, mode, kernel pin, settings)
-// arrives in the preamble on stdin. Exit codes: shared/child/runtime.ts EXIT.
+// arrives in the preamble on stdin. Exit codes: shared/child/runtime.ts CHILD_EXIT.
 import { Command, CommanderError } from 'commander';
-import { EXIT, runChild } from '../shared/child/runtime.js';
+import { CHILD_EXIT } from '../shared/exit-codes.js';
+import { runChild } from '../shared/child/runtime.js';
 import { setupExecutor } from './service.js';
 
 function parseArgs(argv: string[]): { dir: string; resources: string; adapters: string[] } {
@@ -27,7 +28,7 @@ let args: ReturnType<typeof parseArgs>;
 try {
   args = parseArgs(process.argv);
 } catch (error) {
-  process.exit(error instanceof CommanderError && error.exitCode === 0 ? 0 : EXIT.usage);
+  process.exit(error instanceof CommanderError && error.exitCode === 0 ? 0 : CHILD_EXIT.usage);
 }
 
 const code = await runChild({

@@ -2,13 +2,14 @@
 // provisions what it owns and starts the adapter host; handle routes each
 // executor message kind; close waits for nothing (the runtime has drained)
 // and releases the host, the stores and the lock, in that order.
-import { EXIT, type ChildService } from '../shared/child/runtime.js';
+import { CHILD_EXIT } from '../shared/exit-codes.js';
+import { type ChildService } from '../shared/child/runtime.js';
 import { CustodyError } from '../shared/errors.js';
 import { type Logger, errorFields } from '../shared/log.js';
-import { type EXECUTOR_MESSAGES } from '../shared/protocol/executor-messages.js';
-import { type MessageKind, type RequestOf } from '../shared/protocol/messages.js';
+import { EXECUTOR_MESSAGES } from '../shared/protocol/executor-messages.js';
+import { type MessageKind } from '../shared/protocol/messages.js';
+import { type HandlerMap, dispatch } from '../shared/dispatch.js';
 import { type Preamble } from '../shared/protocol/preamble.js';
-import { type StatsResult } from '../shared/protocol/stats.js';
 import { type RequestContext } from '../shared/wire/server.js';
 import { AdapterHost } from './adapters/host-client.js';
 import { type ExecutorContext } from './context.js';
@@ -96,7 +97,7 @@ function executorContext(state: ExecutorState, host: AdapterHost, { settings, re
   const ledger = new Ledger(state.stores, state.lock, (error) => {
     log.error('store_replaced', errorFields(error));
     // After the refusal has been answered: the next process opens what the path names.
-    setTimeout(() => options.exit(EXIT.software), 50);
+    setTimeout(() => options.exit(CHILD_EXIT.software), 50);
   });
   const witness = new HeadWitness(ledger.head());
   ledger.onAdvanced = (head) => void witness.announce(head);
@@ -116,7 +117,7 @@ function executorContext(state: ExecutorState, host: AdapterHost, { settings, re
       windowMs: settings.runtime.reconcileWindowMs,
     }),
     witness,
-    dropReply: () => options.exit(EXIT.dropReply),
+    dropReply: () => options.exit(CHILD_EXIT.dropReply),
     isOpen,
   };
 }
@@ -157,11 +158,12 @@ function logReady({ ledger, host, log, reportMaxBytes }: ExecutorContext, mode: 
 function executorService(context: ExecutorContext, state: ExecutorState, close: () => Promise<void>): ChildService {
   const { ledger, witness, log, settings } = context;
   const { config } = ledger;
+  const handlers = handlersFor(context);
   return {
     identity: { id: config.executorId, keyEpoch: config.keyEpoch, signer: state.signer },
     maxInFlight: settings.maxInFlight,
     drainTimeoutMs: drainTimeoutFor(context),
-    handle: (kind: MessageKind, body: unknown, request: RequestContext) => handle(context, kind as ExecutorKind | 'stats', body, request),
+    handle: (kind: MessageKind, body: unknown, request: RequestContext) => handle(handlers, kind, body, request),
     head: () => ledger.head(),
     attachPeer: (peer) => witness.attach(peer),
     stopAccepting: () => log.info('executor_draining', { effects_running: context.inFlight.size }),
@@ -175,42 +177,39 @@ function drainTimeoutFor({ settings, host }: ExecutorContext): number {
   return settings.drainTimeoutMs ?? longestDeadline + DRAIN_MARGIN_MS;
 }
 
-async function handle(context: ExecutorContext, kind: ExecutorKind | 'stats', body: unknown, request: RequestContext): Promise<unknown> {
-  switch (kind) {
-    case 'stats': {
+/** One handler per executor kind, each typed by its schema (shared/dispatch.ts). */
+function handlersFor(context: ExecutorContext): HandlerMap<ExecutorKind | 'stats', [RequestContext]> {
+  return {
+    stats: () => {
       const commits = context.ledger.commits;
-      return { holds: [], commit_batches: commits > 0 ? [{ store: 'ledger', size: 1, count: commits }] : [] } satisfies StatsResult;
-    }
-    case 'execute':
-      return executeOnce(context, body as RequestOf<'execute'>, request.id);
-    case 'reconcile_operation':
-      return reconcileOperation(context, body as RequestOf<'reconcile_operation'>);
-    case 'cancel':
-      return cancelEffect(context, body as RequestOf<'cancel'>);
-    case 'claims.get':
-      return getClaim(context, body as RequestOf<'claims.get'>);
-    case 'archive':
-      return archiveReconciled(context, body as RequestOf<'archive'>);
-    case 'tools':
-      return listTools(context);
-    case 'arguments.check':
-      return checkToolArguments(context, body as RequestOf<'arguments.check'>);
-    case 'ledger.recover':
-      return recoverLedger(context, body as RequestOf<'ledger.recover'>);
-    case 'key.rotate':
-      return rotateKey(context);
-    case 'key.statements':
-      return keyStatements(context, body as RequestOf<'key.statements'>);
-    case 'kernel.rotated':
-      return kernelRotated(context, body as RequestOf<'kernel.rotated'>);
-    case 'head.witnessed':
-      context.witness.acknowledge((body as RequestOf<'head.witnessed'>).head);
+      return { holds: [], commit_batches: commits > 0 ? [{ store: 'ledger', size: 1, count: commits }] : [] };
+    },
+    execute: (body, request) => executeOnce(context, body, request.id),
+    reconcile_operation: (body) => reconcileOperation(context, body),
+    cancel: (body) => cancelEffect(context, body),
+    'claims.get': (body) => getClaim(context, body),
+    archive: (body) => archiveReconciled(context, body),
+    tools: () => listTools(context),
+    'arguments.check': (body) => checkToolArguments(context, body),
+    'ledger.recover': (body) => recoverLedger(context, body),
+    'key.rotate': () => rotateKey(context),
+    'key.statements': (body) => keyStatements(context, body),
+    'kernel.rotated': (body) => kernelRotated(context, body),
+    'head.witnessed': (body) => {
+      context.witness.acknowledge(body.head);
       return {};
-    default: {
-      const never: never = kind;
-      throw new CustodyError('unexpected_message', `an executor does not serve ${String(never)}`);
-    }
-  }
+    },
+  };
+}
+
+function isExecutorKind(kind: MessageKind): kind is ExecutorKind | 'stats' {
+  return kind === 'stats' || kind === 'key.rotate' || kind === 'key.statements' || kind === 'kernel.rotated' || Object.hasOwn(EXECUTOR_MESSAGES, kind);
+}
+
+/** Serve a kind the runtime routed here (its body checked against the kind's schema); any other is unexpected_message. */
+async function handle(handlers: HandlerMap<ExecutorKind | 'stats', [RequestContext]>, kind: MessageKind, body: unknown, request: RequestContext): Promise<unknown> {
+  if (!isExecutorKind(kind)) throw new CustodyError('unexpected_message', `an executor does not serve ${kind}`);
+  return dispatch(handlers, kind, body, request);
 }
 
 /** Refuses a frame bound under which even a report without its output might not be delivered. */

@@ -2,7 +2,8 @@
 // The supervisor spawns it and writes the session preamble (mode, settings)
 // on its stdin; stdout carries frames only, so argv help and errors go to stderr.
 import { Command } from 'commander';
-import { EXIT, runChild } from '../shared/child/runtime.js';
+import { CHILD_EXIT } from '../shared/exit-codes.js';
+import { runChild } from '../shared/child/runtime.js';
 import { setupKernel } from './setup.js';
 import { errorFields } from '../shared/log.js';
 
@@ -11,7 +12,7 @@ const program = new Command()
   .description('custody kernel: grants, budgets, nonces, operations and signed receipts, served on stdio')
   .requiredOption('--dir <path>', 'the kernel state directory (kernel.key, kernel.pub, kernel.db)')
   .configureOutput({ writeOut: (text) => process.stderr.write(text), writeErr: (text) => process.stderr.write(text) })
-  .exitOverride((error) => process.exit(error.exitCode === 0 ? 0 : EXIT.usage))
+  .exitOverride((error) => process.exit(error.exitCode === 0 ? 0 : CHILD_EXIT.usage))
   .parse(process.argv);
 
 const { dir } = program.opts<{ dir: string }>();
@@ -26,7 +27,7 @@ const code = await runChild({
       maxFrameBytes: limits.maxFrameBytes,
       onStoreReplaced: (error) => {
         log.error('store_replaced', errorFields(error));
-        setTimeout(() => process.exit(EXIT.software), 50);
+        setTimeout(() => process.exit(CHILD_EXIT.software), 50);
       },
     }),
 });

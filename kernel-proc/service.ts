@@ -1,6 +1,6 @@
 // The kernel as a child service: each kernel message kind goes to its
 // decision through the one write queue (commit-queue.ts); an expiry sweep runs
-// before every batch and on a timer. One exhaustive switch over the kinds.
+// before every batch and on a timer. One typed handler per kind (shared/dispatch.ts).
 import { canonicalBytes } from '../shared/canonical/jcs.js';
 import { statSync } from 'node:fs';
 import { type ChildIdentity, type ChildPeer, type ChildService } from '../shared/child/runtime.js';
@@ -8,7 +8,8 @@ import { nowMs } from '../shared/clock.js';
 import { CustodyError } from '../shared/errors.js';
 import { errorFields } from '../shared/log.js';
 import { KERNEL_MESSAGES } from '../shared/protocol/kernel-messages.js';
-import { type MessageKind, type RequestOf } from '../shared/protocol/messages.js';
+import { type MessageKind, type ResultOf } from '../shared/protocol/messages.js';
+import { type HandlerMap, dispatch } from '../shared/dispatch.js';
 import { type DirLock } from '../shared/store/dir-lock.js';
 import { BatchSizes, HOLD_STATES, type StatsResult } from '../shared/protocol/stats.js';
 import { CommitQueue, type Unit } from './commit-queue.js';
@@ -24,10 +25,11 @@ import { type KernelRotation, finishKernelRotation, listKeys, rotateKernel, rota
 import { pinExecutor } from './pins.js';
 import { grantView } from './views.js';
 
-type KernelKind = keyof typeof KERNEL_MESSAGES;
+/** The kernel's kinds: its decisions (KERNEL_MESSAGES) and key rotation's (rotation.ts). */
+type KernelKind = keyof typeof KERNEL_MESSAGES | 'pin.rotate' | 'kernel.rotate' | 'keys.list';
 
 function isKernelKind(kind: MessageKind): kind is KernelKind {
-  return Object.hasOwn(KERNEL_MESSAGES, kind);
+  return kind === 'pin.rotate' || kind === 'kernel.rotate' || kind === 'keys.list' || Object.hasOwn(KERNEL_MESSAGES, kind);
 }
 
 export class KernelService implements ChildService {
@@ -40,6 +42,7 @@ export class KernelService implements ChildService {
   #peer: ChildPeer | null = null;
   #replaced: CustodyError | null = null;
   readonly #batches = new BatchSizes('kernel');
+  readonly #handlers: HandlerMap<KernelKind>;
 
   constructor(kernel: Kernel, lock: DirLock, onReplaced: (error: CustodyError) => void = () => undefined) {
     this.#kernel = kernel;
@@ -60,6 +63,7 @@ export class KernelService implements ChildService {
       onCommitted: (units) => this.#batches.record(units),
       log: kernel.log,
     });
+    this.#handlers = this.#handlersFor(kernel);
     this.#timer = setInterval(() => this.#sweepIfDue(), kernel.settings.sweep_interval_ms);
     this.#timer.unref();
   }
@@ -102,79 +106,61 @@ export class KernelService implements ChildService {
 
   handle(kind: MessageKind, body: unknown): Promise<unknown> {
     if (kind === 'stats') return Promise.resolve(this.#stats());
-    if (kind === 'pin.rotate' || kind === 'kernel.rotate' || kind === 'keys.list') return this.#rotation(kind, body);
     if (!isKernelKind(kind)) return Promise.reject(new CustodyError('unexpected_message', `the kernel does not serve ${kind}`));
-    return this.#dispatch(kind, body);
+    // The runtime has checked `body` against the kind's closed schema.
+    return Promise.resolve(dispatch(this.#handlers, kind, body));
   }
 
-  #dispatch(kind: KernelKind, body: unknown): Promise<unknown> {
-    const kernel = this.#kernel;
-    // The runtime has checked `body` against the kind's closed schema.
+  /** One handler per kernel kind, each typed by its schema; every decision goes through the write queue. */
+  #handlersFor(kernel: Kernel): HandlerMap<KernelKind> {
     const submit = <T>(unit: Unit<T>) => this.#queue.submit(unit);
-    switch (kind) {
-      case 'reserve': {
-        const request = this.#bounded(kind, body as RequestOf<'reserve'>);
+    return {
+      reserve: (body) => {
+        const request = this.#bounded('reserve', body);
         return submit((context) => reserve(kernel, request, context));
-      }
-      case 'start': {
-        const request = this.#bounded(kind, body as RequestOf<'start'>);
+      },
+      start: (body) => {
+        const request = this.#bounded('start', body);
         return submit((context) => start(kernel, request, context));
-      }
-      case 'settle':
-        return submit((context) => settle(kernel, body as RequestOf<'settle'>, context));
-      case 'mark_unknown':
-        return submit((context) => markUnknown(kernel, body as RequestOf<'mark_unknown'>, context));
-      case 'operation.get':
-        return submit(() => getOperation(kernel, body as RequestOf<'operation.get'>));
-      case 'ops.list':
-        return submit(() => listOperations(kernel, body as RequestOf<'ops.list'>));
-      case 'recover':
-        return submit((context) => recoverOperations(kernel, body as RequestOf<'recover'>, context));
-      case 'grant.add':
-        return submit((context) => grantView(kernel, addGrant(kernel, body as RequestOf<'grant.add'>, context.now)));
-      case 'grant.list':
-        return submit(() => listGrants(kernel));
-      case 'grant.revoke':
-        return submit((context) => grantView(kernel, revokeGrant(kernel, (body as RequestOf<'grant.revoke'>).capability_id, context.now)));
-      case 'executor.pin':
-        return submit((context) => {
-          const pinned = pinExecutor(kernel, body as RequestOf<'executor.pin'>, context.now);
+      },
+      settle: (body) => submit((context) => settle(kernel, body, context)),
+      mark_unknown: (body) => submit((context) => markUnknown(kernel, body, context)),
+      'operation.get': (body) => submit(() => getOperation(kernel, body)),
+      'ops.list': (body) => submit(() => listOperations(kernel, body)),
+      recover: (body) => submit((context) => recoverOperations(kernel, body, context)),
+      'grant.add': (body) => submit((context) => grantView(kernel, addGrant(kernel, body, context.now))),
+      'grant.list': () => submit(() => listGrants(kernel)),
+      'grant.revoke': (body) => submit((context) => grantView(kernel, revokeGrant(kernel, body.capability_id, context.now))),
+      'executor.pin': (body) =>
+        submit((context) => {
+          const pinned = pinExecutor(kernel, body, context.now);
           context.afterCommit('after_pin_commit');
           return pinned;
-        });
-      default: {
-        const unhandled: never = kind;
-        return Promise.reject(new CustodyError('unexpected_message', `the kernel has no handler for ${String(unhandled)}`));
-      }
-    }
-  }
-
-  /** Key rotation (rotation.ts): through the write queue, like every decision. */
-  #rotation(kind: 'pin.rotate' | 'kernel.rotate' | 'keys.list', body: unknown): Promise<unknown> {
-    const kernel = this.#kernel;
-    switch (kind) {
-      case 'pin.rotate':
-        return this.#queue.submit((context) => {
-          const pinned = rotatePin(kernel, body as RequestOf<'pin.rotate'>, context.now);
+        }),
+      'pin.rotate': (body) =>
+        submit((context) => {
+          const pinned = rotatePin(kernel, body, context.now);
           context.afterCommit('after_pin_rotate_commit');
           return pinned;
-        });
-      case 'keys.list':
-        return this.#queue.submit(() => listKeys(kernel, body as RequestOf<'keys.list'>));
-      case 'kernel.rotate': {
-        let rotation: KernelRotation | null = null;
-        return this.#queue.submit((context) => (rotation = rotateKernel(kernel, kernel.dir, context))).then(
-          (done) => {
-            finishKernelRotation(kernel, kernel.dir, true, done);
-            return done.result;
-          },
-          (error: unknown) => {
-            finishKernelRotation(kernel, kernel.dir, false, rotation);
-            throw error;
-          },
-        );
-      }
-    }
+        }),
+      'keys.list': (body) => submit(() => listKeys(kernel, body)),
+      'kernel.rotate': () => this.#rotateKernel(kernel),
+    };
+  }
+
+  /** A kernel key rotation (rotation.ts): decided through the write queue, the key file promoted after the commit. */
+  #rotateKernel(kernel: Kernel): Promise<ResultOf<'kernel.rotate'>> {
+    let rotation: KernelRotation | null = null;
+    return this.#queue.submit((context) => (rotation = rotateKernel(kernel, kernel.dir, context))).then(
+      (done) => {
+        finishKernelRotation(kernel, kernel.dir, true, done);
+        return done.result;
+      },
+      (error: unknown) => {
+        finishKernelRotation(kernel, kernel.dir, false, rotation);
+        throw error;
+      },
+    );
   }
 
   /** Reads only, outside the write queue: a scrape never waits behind decisions. */

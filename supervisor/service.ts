@@ -6,10 +6,12 @@
 import { setTimeout as wait } from 'node:timers/promises';
 import { renameSync, rmSync } from 'node:fs';
 import { CustodyError } from '../shared/errors.js';
+import { CLI_EXIT } from '../shared/exit-codes.js';
 import { type Logger, errorFields } from '../shared/log.js';
 import { killGroup } from '../shared/child/spawn.js';
 import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
 import { nowMs } from '../shared/clock.js';
+import { withTimeout } from '../shared/timeout.js';
 import { defineMachine, Machine } from '../shared/state-machine.js';
 import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
@@ -304,7 +306,7 @@ export class Service {
     const deadline = Date.now() + grace;
     while (this.driver.active > 0 && Date.now() < deadline) await wait(50);
     this.#abort.abort();
-    await Promise.race([closing, wait(1000)]);
+    await withTimeout(closing, 1000, () => undefined);
     this.#api?.closeAll();
     await Promise.all([...this.executors.values()].map((executor) => executor.stop(Math.max(1000, deadline - Date.now()))));
     await this.kernel.stop(5000);
@@ -321,7 +323,7 @@ export class Service {
     this.log.error('child_failed', { child: child.name, ...errorFields(reason) });
     if (child === this.kernel && this.#lifecycle.is('running')) {
       process.stderr.write(`custody: the kernel failed and the service cannot decide anything without it: ${reason.message}\n`);
-      void this.stop('kernel failed', 1);
+      void this.stop('kernel failed', CLI_EXIT.error);
     }
   }
 }

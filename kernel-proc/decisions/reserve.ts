@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { canonicalBytes } from '../../shared/canonical/jcs.js';
 import { CustodyError, type ErrorCode } from '../../shared/errors.js';
-import { operationIdFor, parametersDigest, requestBindingHash } from '../../shared/protocol/binding.js';
+import { bindRequest, operationIdFor } from '../../shared/protocol/binding.js';
 import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
 import { crashPoint } from '../../shared/fault.js';
 import { type UnitContext } from '../commit-queue.js';
@@ -36,15 +36,7 @@ interface Admission {
 }
 
 export function reserve(kernel: Kernel, request: ReserveRequest, context: UnitContext): ReserveResult {
-  const parameters = parametersDigest(request.arguments);
-  const binding = requestBindingHash({
-    request_id: request.request_id,
-    subject: request.subject,
-    tool: request.tool,
-    parameters_digest: parameters,
-    capability_id: request.capability_id,
-    cost_units: request.cost_units,
-  });
+  const { parameters_digest: parameters, request_binding_hash: binding } = bindRequest(request);
   const operationId = operationIdFor(request.request_id);
   const existing = kernel.store.operations.get(operationId);
   if (existing) {

@@ -12,6 +12,7 @@
 // a `fatal` frame and exits 78 (docs/PROTOCOL.md §10).
 import { type Signer } from '../crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../errors.js';
+import { CHILD_EXIT } from '../exit-codes.js';
 import { type Logger, createLogger, errorFields } from '../log.js';
 import { type ChildRole } from '../protocol/common.js';
 import { FATAL_KIND, HEAD_KIND, type MessageKind } from '../protocol/messages.js';
@@ -23,14 +24,8 @@ import { type RequestContext, ServerChannel } from '../wire/server.js';
 import { SessionEndpoint } from '../wire/session.js';
 import { type FrameSink, takeFrameOutput } from './frame-output.js';
 
-export const EXIT = {
-  ok: 0,
-  usage: 64, //   EX_USAGE: a bad command line; nothing is read or written on the channel
-  preamble: 65, //  EX_DATAERR: no usable preamble
-  software: 70, //  EX_SOFTWARE: the channel was poisoned
-  dropReply: 75, // EX_TEMPFAIL: the lost-reply drill
-  config: 78, //    EX_CONFIG: setup refused (store, key, pins)
-} as const;
+/** A child's exit statuses (shared/exit-codes.ts, docs/PROTOCOL.md §10). */
+export const EXIT = CHILD_EXIT;
 
 export interface ChildIdentity {
   readonly id: string;

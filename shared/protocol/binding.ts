@@ -27,3 +27,20 @@ export interface RequestBinding {
 export function requestBindingHash(binding: RequestBinding): string {
   return canonicalDigest({ custody: 'custody.request.v1', ...binding });
 }
+
+/** A reserve request as the binding sees it: its arguments count by their digest. */
+export interface BoundRequest extends Omit<RequestBinding, 'parameters_digest'> {
+  readonly arguments: JsonObject;
+}
+
+/**
+ * The digests of a reserve request, built here only: by the kernel, which
+ * stores the binding and refuses other bytes under the same request id, and
+ * by the supervisor, which logs the request under the same binding first.
+ * Only the bound fields count, whatever else `request` carries.
+ */
+export function bindRequest(request: BoundRequest): { readonly parameters_digest: string; readonly request_binding_hash: string } {
+  const parameters_digest = parametersDigest(request.arguments);
+  const { request_id, subject, tool, capability_id, cost_units } = request;
+  return { parameters_digest, request_binding_hash: requestBindingHash({ request_id, subject, tool, parameters_digest, capability_id, cost_units }) };
+}

@@ -3,9 +3,9 @@
 // when the channel ends, every one of them is rejected with the recorded
 // cause and further requests are refused (STYLE.md "pending requests in one
 // table").
-import pTimeout, { TimeoutError } from 'p-timeout';
 import { CustodyError, toCustodyError } from '../errors.js';
 import { type Logger } from '../log.js';
+import { withTimeout } from '../timeout.js';
 import { type ChildRole } from '../protocol/common.js';
 import {
   ERROR_KIND,
@@ -140,14 +140,11 @@ export class ClientChannel {
       return Promise.reject(toCustodyError(error, 'channel_closed'));
     }
     if (options.timeoutMs === undefined) return answer;
-    return pTimeout(answer, {
-      milliseconds: options.timeoutMs,
-      message: new CustodyError('deadline_exceeded', `${kind} ${id} had no answer within ${options.timeoutMs} ms`),
-    }).catch((error: unknown) => {
-      if (error instanceof TimeoutError || (error instanceof CustodyError && error.code === 'deadline_exceeded')) {
-        this.#abandon(id);
-      }
-      throw error;
+    const timeoutMs = options.timeoutMs;
+    return withTimeout(answer, timeoutMs, () => {
+      // A late answer to an abandoned id is dropped, not taken for a protocol error.
+      this.#abandon(id);
+      throw new CustodyError('deadline_exceeded', `${kind} ${id} had no answer within ${timeoutMs} ms`);
     });
   }
 

@@ -1,11 +1,12 @@
 // What each control API endpoint does. Handlers return plain JSON; errors
 // are CustodyErrors, turned into fixed bodies by the server.
-import { randomBytes } from 'node:crypto';
 import { type z } from 'zod';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
 import { nowMs } from '../../shared/clock.js';
+import { withTimeout } from '../../shared/timeout.js';
+import { newRequestId } from '../../shared/request-id.js';
 import { causeOf } from '../operations/causes.js';
 import { SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
 import { recoverRollback } from '../operations/rollback-recovery.js';
@@ -66,19 +67,15 @@ export async function restartChild(service: Service, name: string): Answer {
  * as "nothing happened" and answer by asking again under a new id.
  */
 async function answerDrive(service: Service, requestId: string, drive: Promise<RequestRow>, waitMs = DEFAULT_WAIT_MS): Answer {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), waitMs)));
   drive.catch(() => undefined);
   try {
-    const row = await Promise.race([drive, timeout]);
+    const row = await withTimeout(drive, waitMs, () => null);
     if (row) return { body: outcomeOf(row) };
   } catch (error) {
     const failure = toCustodyError(error);
     const current = service.store.getRequest(requestId);
     if (!current || !STILL_CARRIED.has(failure.errorClass) || NOT_CARRIED.has(failure.code)) throw failure;
     return { status: 202, body: { ...outcomeOf(current), reason: failure.code } };
-  } finally {
-    clearTimeout(timer);
   }
   const current = service.store.getRequest(requestId);
   if (!current) throw new CustodyError('operation_unknown', `no operation ${requestId}`);
@@ -96,7 +93,7 @@ const NOT_CARRIED: ReadonlySet<string> = new Set(['reply_dropped', 'storage_full
 
 export async function invoke(service: Service, body: z.infer<typeof invokeBody>): Answer {
   await refuseBeforeReserve(service, body.request_id, body.tool, body.arguments);
-  const requestId = body.request_id ?? `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
+  const requestId = body.request_id ?? newRequestId();
   const drive = service.driver.submit({ kind: 'invoke', request_id: requestId, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
   return answerDrive(service, requestId, drive, body.wait_ms);
 }

@@ -12,6 +12,7 @@
 // their timers are restart-book.ts, the current process run.ts, kill, reap
 // and the heartbeat supervisor/watchdog/.
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { CHILD_EXIT } from '../../shared/exit-codes.js';
 import { type Logger } from '../../shared/log.js';
 import { type ChildRole, type JsonObject } from '../../shared/protocol/common.js';
 import { type MessageKind, type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
@@ -95,7 +96,7 @@ export interface ChildDeps {
 }
 
 /** The lost-reply drill's exit status: the executor retained its report and did not answer, as an operator asked. */
-export const DROP_REPLY_EXIT = 75;
+export const DROP_REPLY_EXIT = CHILD_EXIT.dropReply;
 
 export class ChildHandle {
   readonly spec: ChildSpec;

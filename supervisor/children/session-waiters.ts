@@ -3,6 +3,7 @@
 // rejected when the child fails or stops.
 import { type CustodyError } from '../../shared/errors.js';
 import { type ChildSession } from '../../shared/child/spawn.js';
+import { withTimeout } from '../../shared/timeout.js';
 
 interface Waiter {
   resolve(session: ChildSession): void;
@@ -13,22 +14,14 @@ export class SessionWaiters {
   #waiters: Waiter[] = [];
 
   wait(timeoutMs: number, onTimeout: () => CustodyError): Promise<ChildSession> {
-    return new Promise<ChildSession>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.#waiters = this.#waiters.filter((w) => w !== waiter);
-        reject(onTimeout());
-      }, timeoutMs);
-      const waiter: Waiter = {
-        resolve: (session) => {
-          clearTimeout(timer);
-          resolve(session);
-        },
-        reject: (reason) => {
-          clearTimeout(timer);
-          reject(reason);
-        },
-      };
+    let waiter!: Waiter;
+    const session = new Promise<ChildSession>((resolve, reject) => {
+      waiter = { resolve, reject };
       this.#waiters.push(waiter);
+    });
+    return withTimeout(session, timeoutMs, () => {
+      this.#waiters = this.#waiters.filter((w) => w !== waiter);
+      throw onTimeout();
     });
   }
 

@@ -2,21 +2,37 @@
 // listens (supervisor/service.json) and holds the tokens. A missing service
 // is `service_unavailable` (exit 5), never a stack trace.
 import { readFileSync } from 'node:fs';
+import { type z } from 'zod';
 import { CustodyError, isCustodyError } from '../../shared/errors.js';
+import { describeIssues } from '../../shared/wire/session.js';
 import { CustodyClient } from '../client/index.js';
 import { type StatePaths, statePaths } from '../paths.js';
 import { readTokenFile } from '../tokens.js';
 
+/**
+ * Each call names the schema of the answer it expects (supervisor/api/answers.ts,
+ * the ones the OpenAPI description is made of): the body is checked against
+ * it and comes back typed, so no command casts what the service said.
+ */
 export interface ServiceClient {
   readonly paths: StatePaths;
-  get(path: string): Promise<ClientAnswer>;
-  post(path: string, body: unknown): Promise<ClientAnswer>;
-  delete(path: string): Promise<ClientAnswer>;
+  get<S extends z.ZodType>(path: string, answer: S): Promise<ClientAnswer<z.output<S>>>;
+  post<S extends z.ZodType>(path: string, body: unknown, answer: S): Promise<ClientAnswer<z.output<S>>>;
+  delete<S extends z.ZodType>(path: string, answer: S): Promise<ClientAnswer<z.output<S>>>;
 }
 
-export interface ClientAnswer {
+export interface ClientAnswer<T> {
   readonly status: number;
-  readonly body: Record<string, unknown>;
+  readonly body: T;
+}
+
+/** An answer of the shape its route describes, or internal naming the route and what differs. */
+function checkedAnswer<S extends z.ZodType>(method: string, path: string, answer: { status: number; body: unknown }, schema: S): ClientAnswer<z.output<S>> {
+  const checked = schema.safeParse(answer.body);
+  if (!checked.success) {
+    throw new CustodyError('internal', `the service's answer to ${method} ${path} is not the shape it describes (${describeIssues(checked.error)}); is the running service from another build? stop it (SIGTERM) and custody start it again from this one`);
+  }
+  return { status: answer.status, body: checked.data };
 }
 
 function readServiceInfo(paths: StatePaths): { port: number; pid: number } {
@@ -52,11 +68,11 @@ export function connect(stateDir: string): ServiceClient {
   // The service's address and the token are read at each call (the service
   // may have restarted); the typed client (supervisor/client) does the HTTP,
   // retrying a transport failure with the same body, a request's name fixed.
-  const call = async (method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown): Promise<ClientAnswer> => {
+  const call = async <S extends z.ZodType>(method: 'GET' | 'POST' | 'DELETE', path: string, body: unknown, schema: S): Promise<ClientAnswer<z.output<S>>> => {
     const { port } = readServiceInfo(paths);
     const client = new CustodyClient({ url: `http://127.0.0.1:${port}`, token: readToken(paths), retries: 2, retryDelayMs: 100 });
     try {
-      return await client.request(method, path, body);
+      return checkedAnswer(method, path, await client.request(method, path, body), schema);
     } catch (error) {
       if (isCustodyError(error, 'service_unavailable')) {
         throw new CustodyError('service_unavailable', `${error.message} (${paths.root}); is custody running? custody start --state ${paths.root}`, { cause: error });
@@ -67,8 +83,8 @@ export function connect(stateDir: string): ServiceClient {
   };
   return {
     paths,
-    get: (path) => call('GET', path),
-    post: (path, body) => call('POST', path, body ?? {}),
-    delete: (path) => call('DELETE', path),
+    get: (path, answer) => call('GET', path, undefined, answer),
+    post: (path, body, answer) => call('POST', path, body ?? {}, answer),
+    delete: (path, answer) => call('DELETE', path, undefined, answer),
   };
 }

@@ -1,20 +1,20 @@
 #!/usr/bin/env node
 // The `custody` command. Names, flags and exit codes are a contract
-// (README "CLI reference"): 0 done, 1 other error, 2 usage, 3 refused or
-// denied, 4 outcome unknown or not complete, 5 service unreachable, 75 reply
-// dropped on purpose.
+// (README "CLI reference"; the codes are CLI_EXIT in shared/exit-codes.ts).
 import { Command, CommanderError, Option } from 'commander';
 import { toCustodyError } from '../../shared/errors.js';
 import { resolveStateDir } from '../paths.js';
 import { type ArgSource, argumentBoundFor, collectArg, parseCount, parseDuration, parseName, parsePort, resolveArguments } from './args.js';
 import { connect } from './client.js';
-import { EXIT_CODES, exitCodeForError } from './exit-codes.js';
+import { CLI_EXIT } from '../../shared/exit-codes.js';
+import { exitCodeForError } from './exit-codes.js';
 import { createOutput } from './output.js';
 import { authorizeCommand, executeCommand, invokeCommand, opsCommand, reportCommand, traceCommand } from './commands/operations.js';
 import { archiveCommand, executorRotateCommand, kernelRotateCommand, recoverRollbackCommand, restartCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
 import { initCommand, startCommand } from './commands/service.js';
+import { exportCommand } from './commands/export.js';
 
-let exitCode: number = EXIT_CODES.done;
+let exitCode: number = CLI_EXIT.done;
 const setExit = (code: number): void => {
   exitCode = code;
 };
@@ -126,6 +126,11 @@ program
   .action(async (options: { json?: boolean }) => setExit(await opsCommand(client(), json(options))));
 
 program
+  .command('export')
+  .description('every operation and the recent incidents, as NDJSON on stdout: one JSON object per line, tagged with its "record" (operation or incident)')
+  .action(async () => setExit(await exportCommand(client())));
+
+program
   .command('trace')
   .description("an operation's timeline across the three stores (read from the stores, read-only, when the service is down)")
   .argument('<name>', 'operation name', parseName('NAME'))
@@ -221,7 +226,7 @@ try {
   await program.parseAsync(process.argv);
 } catch (error) {
   if (error instanceof CommanderError) {
-    exitCode = error.exitCode === 0 ? 0 : EXIT_CODES.usage;
+    exitCode = error.exitCode === 0 ? 0 : CLI_EXIT.usage;
   } else {
     const failure = toCustodyError(error);
     process.stderr.write(`custody: ${failure.message} [${failure.code}]\n`);

@@ -5,36 +5,19 @@
 // never a second one. Failures are CustodyErrors with the codes the CLI and the
 // API use (shared/errors.ts); the README's "Exit codes" table says what each
 // class means.
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { CustodyError, isErrorCode } from '../../shared/errors.js';
+import { newRequestId } from '../../shared/request-id.js';
 import { statePaths } from '../paths.js';
 import { readTokenFile } from '../tokens.js';
+import { type OperationOutcome } from '../operations/outcome-view.js';
 
 export { CustodyError, isCustodyError, classOf, type ErrorCode, type ErrorClass } from '../../shared/errors.js';
 
 // ----------------------------------------------------------------- answers
 
-/** Where an operation stands (supervisor/operations/outcome.ts). */
-export interface OperationOutcome {
-  readonly request_id: string;
-  readonly operation_id: string;
-  readonly tool: string;
-  readonly phase: string;
-  /** Whether the service has carried the request as far as it goes. */
-  readonly final: boolean;
-  /** completed | released | finalization_denied | denied | start_denied | expired | unknown | … or null while open. */
-  readonly outcome: string | null;
-  readonly reason: string | null;
-  /** The reason in words a caller can act on (a refusal's size and bound, the grant to add), or null. */
-  readonly cause: string | null;
-  readonly output: unknown;
-  /** The kernel's last signed receipt (exact JSON text), if any. */
-  readonly receipt: string | null;
-  readonly report: string | null;
-  readonly authorization: string | null;
-  readonly executor: string | null;
-}
+/** Where an operation stands (supervisor/operations/outcome-view.ts, the service's own type). */
+export type { OperationOutcome } from '../operations/outcome-view.js';
 
 /** An operation answer: 200 once it ended, 202 when `wait_ms` passed first (the service carries on). */
 export interface DriveAnswer extends OperationOutcome {
@@ -161,10 +144,8 @@ export interface CustodyClientOptions {
   readonly retryDelayMs?: number;
 }
 
-/** A request id as the CLI chooses one: `req-<time base36>-<12 hex>`. */
-export function newRequestId(): string {
-  return `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
-}
+/** A request id as the CLI chooses one: `req-<time base36>-<12 hex>` (shared/request-id.ts). */
+export { newRequestId };
 
 /** Transport errors after which nothing reached the service. */
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOENT', 'EADDRNOTAVAIL', 'ENOTFOUND']);

@@ -5,11 +5,12 @@
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
 import { type JsonObject } from '../../shared/protocol/common.js';
-import { operationIdFor, parametersDigest, requestBindingHash } from '../../shared/protocol/binding.js';
+import { bindRequest, operationIdFor } from '../../shared/protocol/binding.js';
 import { type RequestRow, quarantinedError } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel } from './context.js';
 import { executeStep, reconcileStep } from './executor-steps.js';
-import { reserveStep, settleStep, startStep } from './kernel-steps.js';
+import { expectedOf, reserveRequestOf, reserveStep, settleStep, startStep } from './kernel-steps.js';
+import { type Action, type Goal, goalAfterRelease, stepFor } from './drive-table.js';
 import { FINAL_PHASES } from './phases.js';
 
 export interface SubmitRequest {
@@ -21,8 +22,19 @@ export interface SubmitRequest {
   readonly cost_units: number;
 }
 
-/** How far a drive carries a request. */
-export type Goal = 'invoke' | 'authorize' | 'execute' | 'report' | 'reconcile' | 'resume';
+export type { Goal } from './drive-table.js';
+
+/** The work steps that are one call from a request's row to its next row. */
+const ONE_CALL_STEPS = {
+  reserve: reserveStep,
+  start: startStep,
+  reconcile: reconcileStep,
+  settle: settleStep,
+} as const satisfies Partial<Record<Action, (ctx: OperationContext, row: RequestRow) => Promise<RequestRow>>>;
+
+function isOneCall(action: Action): action is keyof typeof ONE_CALL_STEPS {
+  return Object.hasOwn(ONE_CALL_STEPS, action);
+}
 
 export class OperationDriver {
   readonly #ctx: OperationContext;
@@ -43,15 +55,8 @@ export class OperationDriver {
 
   /** Log a client request (or find the same one again) and carry it to its goal. */
   async submit(request: SubmitRequest): Promise<RequestRow> {
-    const digest = parametersDigest(request.arguments);
-    const binding = requestBindingHash({
-      request_id: request.request_id,
-      subject: request.subject,
-      tool: request.tool,
-      parameters_digest: digest,
-      capability_id: null,
-      cost_units: request.cost_units,
-    });
+    // The binding of the very reserve request the kernel will be sent (kernel-steps.ts).
+    const binding = bindRequest(reserveRequestOf(request)).request_binding_hash;
     // Durable before the kernel hears of it (a grouped commit, shared/store/group-commit.ts).
     const row = await this.#ctx.store.logRequestGrouped({
       request_id: request.request_id,
@@ -99,72 +104,55 @@ export class OperationDriver {
   async #run(requestId: string, goal: Goal, dropReply: boolean): Promise<RequestRow> {
     const ctx = this.#ctx;
     let row = this.#get(requestId);
-    let effective = goal === 'resume' ? (row.kind === 'invoke' ? 'invoke' : 'authorize-resume') : goal;
-    if (row.phase === 'quarantined') {
-      // Only an operator's reconcile releases it; anything else is told it is parked.
-      if (goal !== 'reconcile') throw quarantinedError(row);
-      row = ctx.store.releaseQuarantined(requestId);
-      ctx.log.warn('quarantine_released', { request_id: requestId, phase: row.phase });
-      // Before any authorization it is carried as its kind; after one it is only reconciled.
-      if (!row.authorization) effective = row.kind === 'invoke' ? 'invoke' : 'authorize-resume';
-    }
+    let carriedAs = goal;
     let executed = false;
+    let worked = false;
     for (;;) {
-      if (FINAL_PHASES.has(row.phase)) return this.#finalAnswer(row, goal);
-      if (row.phase === 'quarantined') throw quarantinedError(row);
-      if (ctx.signal.aborted) return row;
-      switch (row.phase) {
-        case 'received':
-          row = await reserveStep(ctx, row);
-          break;
-        case 'reserved':
-          row = await startStep(ctx, row);
-          break;
-        case 'authorized':
-          if (effective === 'authorize' || effective === 'authorize-resume') return row;
-          if (effective === 'report') return this.#notYet(row, effective);
-          if (effective === 'reconcile') {
-            row = await ctx.store.movePhaseGrouped(row.request_id, 'reconciling');
-            break;
-          }
-          if (executed) return row;
-          executed = true;
-          if (row.executor) ctx.pool?.track(row.request_id, row.executor);
-          row = await executeStep(ctx, row, { dropReply });
-          break;
-        case 'executing':
-          // Only a supervisor that died mid-execute leaves this phase behind.
-          if (effective === 'authorize' || effective === 'report') return this.#notYet(row, effective);
-          if (effective === 'reconcile' || effective === 'authorize-resume') {
-            row = await ctx.store.movePhaseGrouped(row.request_id, 'reconciling');
-            break;
-          }
-          // Ask again: a retained report is replayed, a claim without one is
-          // outcome_unknown (→ reconciling), an unclaimed authorization runs once.
-          if (executed) return row;
-          executed = true;
-          if (row.executor) ctx.pool?.track(row.request_id, row.executor);
-          row = await executeStep(ctx, row, { dropReply });
-          break;
-        case 'reconciling':
-          if (effective === 'authorize' || effective === 'report') return this.#notYet(row, effective);
-          row = await reconcileStep(ctx, row);
-          break;
-        case 'reported':
-          if (effective === 'execute') return executed ? row : this.#replayExecute(row);
-          if (effective === 'authorize' || effective === 'authorize-resume') return row;
-          row = await settleStep(ctx, row);
-          break;
-        default:
-          throw new CustodyError('internal', `request ${requestId} in unknown phase ${row.phase}`);
+      const action = stepFor(row.phase, carriedAs, row.kind);
+      // A stopping service leaves an open request where it is; answers for ended or parked ones still stand.
+      if (ctx.signal.aborted && !FINAL_PHASES.has(row.phase) && row.phase !== 'quarantined') return row;
+      if (isOneCall(action)) {
+        row = await ONE_CALL_STEPS[action](ctx, row);
+        worked = true;
+        continue;
       }
+      switch (action) {
+        case 'execute':
+          if (executed) return row;
+          executed = true;
+          if (row.executor) ctx.pool?.track(row.request_id, row.executor);
+          row = await executeStep(ctx, row, { dropReply });
+          break;
+        case 'await_reconcile':
+          row = await ctx.store.movePhaseGrouped(row.request_id, 'reconciling');
+          break;
+        case 'release':
+          // Only on entry: a request this drive itself parked stays parked.
+          if (worked) throw quarantinedError(row);
+          row = ctx.store.releaseQuarantined(requestId);
+          ctx.log.warn('quarantine_released', { request_id: requestId, phase: row.phase });
+          carriedAs = goalAfterRelease(row.authorization !== null);
+          break;
+        case 'stop':
+          return row;
+        case 'replay_execute':
+          return executed || !row.report ? row : this.#replayExecute(row);
+        case 'reaffirm_receipt':
+          return this.#reaffirmReceipt(row);
+        case 'not_reported':
+          throw new CustodyError('outcome_unknown', `${row.request_id} has no signed report yet (phase ${row.phase}); run it with custody execute ${row.request_id}, or close it with custody reconcile ${row.request_id}`);
+        case 'quarantined':
+          throw quarantinedError(row);
+        default:
+          throw new CustodyError('internal', `the drive table names a step the driver does not take: ${String(action satisfies never)}`);
+      }
+      worked = true;
     }
   }
 
-  /** A request already at its end: `report` asks the kernel again, which must answer byte-identically. */
-  async #finalAnswer(row: RequestRow, goal: Goal): Promise<RequestRow> {
-    if (goal === 'execute' && row.report) return this.#replayExecute(row);
-    if (goal !== 'report' || !row.authorization || !row.report || !row.receipt) return row;
+  /** `report` on a request already at its end asks the kernel again, which must answer byte-identically. */
+  async #reaffirmReceipt(row: RequestRow): Promise<RequestRow> {
+    if (!row.authorization || !row.report || !row.receipt) return row;
     const again = await askKernel(this.#ctx, 'settle', { authorization: row.authorization, report: row.report });
     if (again.receipt !== row.receipt) {
       this.#ctx.store.recordIncident({ child: 'kernel', kind: 'receipt_mismatch', code: 'internal', message: `a repeated settle of ${row.request_id} returned different receipt bytes`, operation_id: row.operation_id });
@@ -179,20 +167,13 @@ export class OperationDriver {
     const executor = this.#ctx.executorById(row.executor);
     const result = await executor.request('execute', {
       authorization: row.authorization,
-      expected: JSON.parse(row.expected) as never,
+      expected: expectedOf(row),
       arguments: JSON.parse(row.arguments) as JsonObject,
       drop_reply: false,
     });
     if (result.report !== row.report) {
       this.#ctx.store.recordIncident({ child: executor.name, kind: 'report_mismatch', code: 'internal', message: `a repeated execute of ${row.request_id} returned different report bytes`, operation_id: row.operation_id });
       throw new CustodyError('internal', `the executor's replayed report for ${row.request_id} differs from the retained one`);
-    }
-    return row;
-  }
-
-  #notYet(row: RequestRow, goal: string): RequestRow {
-    if (goal === 'report') {
-      throw new CustodyError('outcome_unknown', `${row.request_id} has no signed report yet (phase ${row.phase}); run it with custody execute ${row.request_id}, or close it with custody reconcile ${row.request_id}`);
     }
     return row;
   }

@@ -4,20 +4,20 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { CHILD_EXIT } from '../../shared/exit-codes.js';
 import { crashPoint } from '../../shared/fault.js';
 import { type JsonObject } from '../../shared/protocol/common.js';
 import { authorizationBody } from '../../shared/protocol/artifacts.js';
 import { nowMs } from '../../shared/clock.js';
+import { withTimeout } from '../../shared/timeout.js';
 import { type ChildSession } from '../../shared/child/spawn.js';
-import { type ChildHandle, DROP_REPLY_EXIT } from '../children/child-handle.js';
+import { type ChildHandle } from '../children/child-handle.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { deadlineFor, ownDeadlinePassed, reconcileDeadlineFor } from '../watchdog/deadlines.js';
 import { expireExecute } from '../watchdog/expire.js';
 import { type ReconcileTarget, reconcileExchange } from '../watchdog/reconcile-exchange.js';
 import { type OperationContext, askKernel, isTransportFailure, retryBackoff } from './context.js';
 import { executorIdOf, expectedOf } from './kernel-steps.js';
-
-export { DROP_REPLY_EXIT } from '../children/child-handle.js';
 
 /** Answers that prove the executor did not act on the request: nothing about it is in doubt. */
 const NOT_ACTED_UPON: ReadonlySet<string> = new Set(['too_many_in_flight', 'shutting_down', 'window_not_open']);
@@ -113,10 +113,10 @@ async function afterExecuteFailure(ctx: OperationContext, executor: ChildHandle,
   if (f.ownDeadline || f.failure.code === 'adapter_still_running') {
     await expireExecute(ctx, executor, row, f.frameId, f.deadline);
   } else if (f.dropReply && isTransportFailure(f.failure)) {
-    const exit = await Promise.race([f.session?.exited ?? Promise.resolve(null), sleep(5_000).then(() => null)]);
-    if (exit?.code === DROP_REPLY_EXIT) {
-      ctx.store.recordIncident({ child: executor.name, kind: 'reply_dropped', code: 'reply_dropped', message: 'lost-reply drill: the executor exited 75 after retaining its report', operation_id: row.operation_id });
-      throw new CustodyError('reply_dropped', `${executor.name} retained the report of ${row.request_id} and exited ${DROP_REPLY_EXIT} without replying (drill)`);
+    const exit = f.session ? await withTimeout(f.session.exited, 5_000, () => null) : null;
+    if (exit?.code === CHILD_EXIT.dropReply) {
+      ctx.store.recordIncident({ child: executor.name, kind: 'reply_dropped', code: 'reply_dropped', message: `lost-reply drill: the executor exited ${CHILD_EXIT.dropReply} after retaining its report`, operation_id: row.operation_id });
+      throw new CustodyError('reply_dropped', `${executor.name} retained the report of ${row.request_id} and exited ${CHILD_EXIT.dropReply} without replying (drill)`);
     }
   }
   ctx.log.info('execute_unanswered', { request_id: row.request_id, code: f.failure.code });

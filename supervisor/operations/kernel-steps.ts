@@ -5,22 +5,21 @@ import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, isCustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
 import { type Invocation, authorizationBody } from '../../shared/protocol/artifacts.js';
-import { parametersDigest } from '../../shared/protocol/binding.js';
+import { type BoundRequest, parametersDigest } from '../../shared/protocol/binding.js';
 import { type JsonObject } from '../../shared/protocol/common.js';
 import { type OperationState } from '../../shared/protocol/kernel-messages.js';
+import { type RequestOf } from '../../shared/protocol/messages.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel } from './context.js';
 import { REFUSED_STATES, SETTLED_STATES } from './outcome.js';
 
+/** The reserve request the supervisor sends for a client request: the one its logged binding is computed from. */
+export function reserveRequestOf(request: Omit<BoundRequest, 'capability_id'>): RequestOf<'reserve'> {
+  return { request_id: request.request_id, subject: request.subject, tool: request.tool, arguments: request.arguments, capability_id: null, cost_units: request.cost_units };
+}
+
 export async function reserveStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
-  const result = await askKernel(ctx, 'reserve', {
-    request_id: row.request_id,
-    subject: row.subject,
-    tool: row.tool,
-    arguments: JSON.parse(row.arguments) as JsonObject,
-    capability_id: null,
-    cost_units: row.cost_units,
-  }, row.request_id);
+  const result = await askKernel(ctx, 'reserve', reserveRequestOf({ ...row, arguments: JSON.parse(row.arguments) as JsonObject }), row.request_id);
   if (result.verdict === 'allow' && result.nonce && result.expected) {
     checkExpectation(ctx, row, result.expected);
     return ctx.store.movePhaseGrouped(row.request_id, 'reserved', {

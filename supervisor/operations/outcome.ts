@@ -1,33 +1,34 @@
 // What a client is told about an operation, derived from the request log.
-import { type OperationState } from '../../shared/protocol/kernel-messages.js';
+import { type OperationState, operationState } from '../../shared/protocol/kernel-messages.js';
 import { type RequestRow } from '../store/supervisor-store.js';
 import { causeOf } from './causes.js';
-import { FINAL_PHASES, type RequestPhase } from './phases.js';
+import { type OperationOutcome } from './outcome-view.js';
+import { FINAL_PHASES } from './phases.js';
 
-/** Kernel states that refused an operation before anything could run. */
+// The kernel's end states, sorted once for every reader: the driver's phases,
+// the API's listings and the CLI's exit codes all take their sets from here.
+
+/** Kernel states that refused an operation before anything could run: the request ends `refused`. */
 export const REFUSED_STATES: ReadonlySet<OperationState> = new Set(['denied', 'start_denied', 'expired']);
 
-/** Kernel states that settled an operation with its executor's report. */
+/** Kernel states that settled an operation with its executor's report: the request ends `settled`. */
 export const SETTLED_STATES: ReadonlySet<OperationState> = new Set(['completed', 'released', 'finalization_denied']);
 
-export interface OperationOutcome {
-  readonly request_id: string;
-  readonly operation_id: string;
-  readonly tool: string;
-  readonly phase: RequestPhase;
-  /** Whether the supervisor has carried the request as far as it goes. */
-  readonly final: boolean;
-  /** completed | released | finalization_denied | denied | start_denied | expired | unknown | … or null while open. */
-  readonly outcome: string | null;
-  readonly reason: string | null;
-  /** The reason in words a caller can act on (causes.ts), or null. */
-  readonly cause: string | null;
-  readonly output: unknown;
-  readonly receipt: string | null;
-  readonly report: string | null;
-  readonly authorization: string | null;
-  readonly executor: string | null;
+/**
+ * Kernel states that end an operation with no effect: refused before anything
+ * ran, or settled on a report that says nothing was applied (`released`). Not
+ * `finalization_denied`: its effect may have happened, and an operator looks
+ * at it. The CLI ends these with exit 3 (README "Exit codes").
+ */
+export const NO_EFFECT_STATES: ReadonlySet<OperationState> = new Set([...REFUSED_STATES, 'released']);
+
+/** Whether `outcome` (a kernel state, or null while open) ended its operation with no effect. */
+export function endedWithoutEffect(outcome: string | null): boolean {
+  const state = operationState.safeParse(outcome);
+  return state.success && NO_EFFECT_STATES.has(state.data);
 }
+
+export type { OperationOutcome } from './outcome-view.js';
 
 export function outcomeOf(row: RequestRow): OperationOutcome {
   return {

@@ -4,11 +4,11 @@
 // fd 1, a subprocess with inherited stdio) can reach the executor's frame
 // channel. It talks to the executor only over Node's IPC channel.
 import { CustodyError, toCustodyError } from '../../../shared/errors.js';
+import { CHILD_EXIT } from '../../../shared/exit-codes.js';
 import { HOST_ARGS_FLAG, type HostRequest, hostConfigSchema } from '../host-protocol.js';
 import { loadAdapters } from '../load.js';
 import { HostServer } from './serve.js';
 
-const EXIT_CONFIG = 78;
 
 function send(message: Record<string, unknown>): void {
   if (process.connected) process.send?.(message);
@@ -24,7 +24,7 @@ function readConfig() {
 
 if (!process.send) {
   process.stderr.write('the adapter host runs only as a child of executor-proc (it needs an IPC channel)\n');
-  process.exit(EXIT_CONFIG);
+  process.exit(CHILD_EXIT.config);
 }
 
 // The executor is gone (exited, or killed with -9): stop at once. An effect
@@ -41,6 +41,6 @@ try {
   process.on('message', (message: HostRequest) => ready.handle(message));
   send({ type: 'ready', adapters: [...loaded.adapters.values()].map((entry) => entry.descriptor) });
 } catch (error) {
-  process.exitCode = EXIT_CONFIG;
+  process.exitCode = CHILD_EXIT.config;
   process.send({ type: 'load_failed', message: toCustodyError(error).message }, () => process.disconnect());
 }

@@ -4,18 +4,20 @@ import path from 'node:path';
 import { CustodyError } from '../../../shared/errors.js';
 import { checkOperationName } from '../../../shared/protocol/names.js';
 import { decodeArtifact, readEnvelope } from '../../../shared/artifacts/artifact.js';
+import { capabilityBody } from '../../../shared/protocol/artifacts.js';
 import { readPublicKeyFile } from '../../../shared/crypto/key-files.js';
+import { type z } from 'zod';
 import { type ServiceClient } from '../client.js';
+import { archiveAnswer, artifactsAnswer, grantAnswer, executorRotateAnswer, grantsAnswer, kernelRotateAnswer, keysAnswer, recoverRollbackAnswer, restartAnswer, statusAnswer } from '../../api/answers.js';
 import { type Output, formatDuration, formatTime, table } from '../output.js';
 
 export async function statusCommand(client: ServiceClient, out: Output): Promise<number> {
-  const { body } = await client.get('/v1/status');
-  const service = body.service as { pid: number; port: number; state_dir: string; uptime_ms: number };
-  const children = body.children as ChildView[];
+  const { body } = await client.get('/v1/status', statusAnswer);
+  const { service, children } = body;
   const now = Date.now();
   out.result(body, () =>
     [
-      `custody pid ${service.pid} on 127.0.0.1:${service.port}, state ${service.state_dir}, up ${formatDuration(service.uptime_ms)}, ${String(body.in_flight)} in flight`,
+      `custody pid ${service.pid} on 127.0.0.1:${service.port}, state ${service.state_dir}, up ${formatDuration(service.uptime_ms)}, ${body.in_flight} in flight`,
       table(
         ['CHILD', 'ROLE', 'STATE', 'PID', 'RESTARTS', 'UPTIME', 'IN FLIGHT', 'COMPLETED', 'NEXT RETRY'],
         children.map((c) => [c.name, c.role, c.state, c.pid, c.restarts, formatDuration(c.uptime_ms), c.operations?.in_flight ?? null, c.operations?.completed ?? null, c.next_retry_at === null ? null : `${formatTime(c.next_retry_at)} (in ${formatDuration(Math.max(0, c.next_retry_at - now))})`]),
@@ -26,57 +28,36 @@ export async function statusCommand(client: ServiceClient, out: Output): Promise
   return children.some((c) => c.state === 'failed') ? 4 : 0;
 }
 
-interface ChildView {
-  name: string;
-  role: string;
-  state: string;
-  pid: number | null;
-  restarts: number;
-  uptime_ms: number | null;
-  failure: string | null;
-  next_retry_at: number | null;
-  /** Executors only (executor pools). */
-  operations: { in_flight: number; completed: number } | null;
-}
-
 /** custody restart CHILD: a failed child at once, a running one gracefully; answers once it serves again. */
 export async function restartCommand(client: ServiceClient, out: Output, name: string): Promise<number> {
-  const { body } = await out.progress(`restarting ${name}`, client.post(`/v1/children/${encodeURIComponent(name)}/restart`, {}));
-  const child = body.child as ChildView;
+  const { body } = await out.progress(`restarting ${name}`, client.post(`/v1/children/${encodeURIComponent(name)}/restart`, {}, restartAnswer));
+  const { child } = body;
   out.result(body, () => `Restarted ${child.name}: ${child.state}, pid ${String(child.pid)}, ${child.restarts} restarts`);
   return 0;
 }
 
-interface GrantView {
-  capability: string;
-  capability_id: string;
-  revoked_at: number | null;
-  invocations_used: number;
-  invocations_held: number;
-}
-
-function grantLine(grant: GrantView): Array<string | number | null> {
-  const body = readEnvelope(grant.capability).envelope.body as { tool: string; subject: string; max_invocations: number; max_cost_units: number | null; expires_at: number };
+function grantLine(grant: z.output<typeof grantAnswer>): Array<string | number | null> {
+  const body = capabilityBody.parse(readEnvelope(grant.capability).envelope.body);
   return [grant.capability_id, body.tool, body.subject, `${grant.invocations_used}+${grant.invocations_held}/${body.max_invocations}`, body.max_cost_units, formatTime(body.expires_at), grant.revoked_at ? formatTime(grant.revoked_at) : null];
 }
 
 const GRANT_HEADERS = ['ID', 'TOOL', 'SUBJECT', 'USED+HELD/MAX', 'COST CAP', 'EXPIRES', 'REVOKED'];
 
 export async function grantAddCommand(client: ServiceClient, out: Output, options: { tool: string; max: number; costUnits?: number; ttl: number }): Promise<number> {
-  const { body } = await client.post('/v1/grants', { tool: options.tool, max_invocations: options.max, cost_units: options.costUnits ?? null, ttl_ms: options.ttl });
-  out.result(body, () => `Granted: ${String(body.capability_id)}\n${table(GRANT_HEADERS, [grantLine(body as unknown as GrantView)])}`);
+  const { body } = await client.post('/v1/grants', { tool: options.tool, max_invocations: options.max, cost_units: options.costUnits ?? null, ttl_ms: options.ttl }, grantAnswer);
+  out.result(body, () => `Granted: ${body.capability_id}\n${table(GRANT_HEADERS, [grantLine(body)])}`);
   return 0;
 }
 
 export async function grantListCommand(client: ServiceClient, out: Output): Promise<number> {
-  const { body } = await client.get('/v1/grants');
-  const grants = body.grants as GrantView[];
+  const { body } = await client.get('/v1/grants', grantsAnswer);
+  const { grants } = body;
   out.result(body, () => (grants.length === 0 ? 'No grants.' : table(GRANT_HEADERS, grants.map(grantLine))));
   return 0;
 }
 
 export async function grantRevokeCommand(client: ServiceClient, out: Output, id: string): Promise<number> {
-  const { body } = await client.delete(`/v1/grants/${encodeURIComponent(id)}`);
+  const { body } = await client.delete(`/v1/grants/${encodeURIComponent(id)}`, grantAnswer);
   out.result(body, () => `Revoked: ${id}`);
   return 0;
 }
@@ -137,12 +118,11 @@ function writeInside(dir: string, name: string, text: string): string {
 /** Write each retained artifact's exact bytes to its own file, inside the directory named and nowhere else. */
 export async function receiptExportCommand(client: ServiceClient, out: Output, name: string, dir: string | undefined): Promise<number> {
   checkOperationName(name, 'NAME');
-  const { body } = await client.get(`/v1/operations/${encodeURIComponent(name)}/artifacts`);
+  const { body } = await client.get(`/v1/operations/${encodeURIComponent(name)}/artifacts`, artifactsAnswer);
   const target = exportDirectory(dir ?? `${name}-artifacts`);
-  const artifacts = body.artifacts as Array<{ file: string; kind: string; text: string }>;
-  const written = artifacts.map((artifact) => ({ file: writeInside(target, artifact.file, artifact.text), kind: artifact.kind, bytes: Buffer.byteLength(artifact.text) }));
-  if (typeof body.kernel_public_key === 'string') writeInside(target, 'kernel.pub', `${body.kernel_public_key}\n`);
-  const keys = signerKeyFiles(artifacts.map((artifact) => artifact.text), (await client.get('/v1/keys')).body as unknown as KeysView);
+  const written = body.artifacts.map((artifact) => ({ file: writeInside(target, artifact.file, artifact.text), kind: artifact.kind, bytes: Buffer.byteLength(artifact.text) }));
+  if (body.kernel_public_key !== null) writeInside(target, 'kernel.pub', `${body.kernel_public_key}\n`);
+  const keys = signerKeyFiles(body.artifacts.map((artifact) => artifact.text), (await client.get('/v1/keys', keysAnswer)).body);
   const keyFiles = keys.map((key) => ({ file: writeInside(target, key.file, `${key.public_key}\n`), role: key.role, key_epoch: key.key_epoch }));
   out.result({ name, dir: target, files: written, keys: keyFiles }, () =>
     [
@@ -154,10 +134,7 @@ export async function receiptExportCommand(client: ServiceClient, out: Output, n
   return 0;
 }
 
-interface KeysView {
-  readonly kernel: ReadonlyArray<{ key_epoch: number; public_key: string }>;
-  readonly executors: ReadonlyArray<{ name: string; key_epoch: number; public_key: string }>;
-}
+type KeysView = z.output<typeof keysAnswer>;
 
 /** A name an export can use for an executor: its configured name when that fits the file-name shape. */
 const EXPORT_NAME = /^[a-z0-9][a-z0-9-]{0,40}$/;
@@ -238,8 +215,8 @@ export function receiptVerifyCommand(out: Output, file: string, options: { trust
 
 /** Move settled operations whose window has passed out of each executor's live ledger. */
 export async function archiveCommand(client: ServiceClient, out: Output): Promise<number> {
-  const { body } = await out.progress('archiving settled operations', client.post('/v1/archive', {}));
-  const executors = body.executors as Array<{ executor: string; archived: number; live: number; kept: Record<string, number> }>;
+  const { body } = await out.progress('archiving settled operations', client.post('/v1/archive', {}, archiveAnswer));
+  const { executors } = body;
   out.result(body, () =>
     table(
       ['EXECUTOR', 'ARCHIVED', 'LIVE CLAIMS', 'KEPT (WHY)'],
@@ -251,8 +228,8 @@ export async function archiveCommand(client: ServiceClient, out: Output): Promis
 
 /** The way back for a ledger restored on purpose (docs/ROLLBACK.md). */
 export async function recoverRollbackCommand(client: ServiceClient, out: Output, name: string): Promise<number> {
-  const { body } = await out.progress(`recovering ${name}`, client.post(`/v1/executors/${encodeURIComponent(name)}/recover-rollback`, {}));
-  const result = body as { executor: string; witnessed: number; head: number; recorded: string[]; already: number };
+  const { body } = await out.progress(`recovering ${name}`, client.post(`/v1/executors/${encodeURIComponent(name)}/recover-rollback`, {}, recoverRollbackAnswer));
+  const result = body;
   out.result(body, () =>
     [
       `Recovered ${result.executor}: head ${result.head} (witness ${result.witnessed}); it serves again`,
@@ -266,12 +243,11 @@ export async function recoverRollbackCommand(client: ServiceClient, out: Output,
 
 /** `custody executor rotate NAME`: the executor makes its next key; the kernel pins it through the old key's statement. */
 export async function executorRotateCommand(client: ServiceClient, out: Output, name: string): Promise<number> {
-  const { body } = await out.progress(`rotating the key of ${name}`, client.post(`/v1/executors/${encodeURIComponent(name)}/rotate`, {}));
-  const result = body as { name: string; key_epoch: number; public_key: string; retired_epoch: number };
+  const { body } = await out.progress(`rotating the key of ${name}`, client.post(`/v1/executors/${encodeURIComponent(name)}/rotate`, {}, executorRotateAnswer));
   out.result(body, () =>
     [
-      `Rotated ${result.name}: key epoch ${result.retired_epoch} → ${result.key_epoch}, public key ${result.public_key}`,
-      `  the kernel pinned it; authorizations to epoch ${result.retired_epoch} not yet claimed are refused (epoch_retired) and their holds released`,
+      `Rotated ${body.name}: key epoch ${body.retired_epoch} → ${body.key_epoch}, public key ${body.public_key}`,
+      `  the kernel pinned it; authorizations to epoch ${body.retired_epoch} not yet claimed are refused (epoch_retired) and their holds released`,
     ].join('\n'),
   );
   return 0;
@@ -279,12 +255,11 @@ export async function executorRotateCommand(client: ServiceClient, out: Output, 
 
 /** `custody kernel rotate`: the kernel makes its next key; each executor re-pins it through the old key's statement. */
 export async function kernelRotateCommand(client: ServiceClient, out: Output): Promise<number> {
-  const { body } = await out.progress('rotating the kernel key', client.post('/v1/kernel/rotate', {}));
-  const result = body as { key_epoch: number; public_key: string; retired_epoch: number; executors: Array<{ name: string; kernel_epoch: number | null }> };
+  const { body } = await out.progress('rotating the kernel key', client.post('/v1/kernel/rotate', {}, kernelRotateAnswer));
   out.result(body, () =>
     [
-      `Rotated the kernel: key epoch ${result.retired_epoch} → ${result.key_epoch}, public key ${result.public_key}`,
-      ...result.executors.map((e) => `  ${e.name}: ${e.kernel_epoch === null ? 'not running; re-pins at its next start' : `re-pinned at kernel epoch ${e.kernel_epoch}`}`),
+      `Rotated the kernel: key epoch ${body.retired_epoch} → ${body.key_epoch}, public key ${body.public_key}`,
+      ...body.executors.map((e) => `  ${e.name}: ${e.kernel_epoch === null ? 'not running; re-pins at its next start' : `re-pinned at kernel epoch ${e.kernel_epoch}`}`),
     ].join('\n'),
   );
   return 0;

@@ -1,20 +1,22 @@
 // invoke, authorize, execute, report, reconcile, ops, trace: the commands
 // that carry or show operations through the running service.
-import { randomBytes } from 'node:crypto';
 import { readEnvelope } from '../../../shared/artifacts/artifact.js';
+import { reportBody } from '../../../shared/protocol/artifacts.js';
 import { isCustodyError, toCustodyError } from '../../../shared/errors.js';
+import { newRequestId } from '../../../shared/request-id.js';
 import { checkOperationName } from '../../../shared/protocol/names.js';
 import { causeOf } from '../../operations/causes.js';
 import { type OperationOutcome } from '../../operations/outcome.js';
 import { type ServiceClient } from '../client.js';
-import { offlineTrace } from '../offline-trace.js';
+import { type OfflineTrace, offlineTrace } from '../offline-trace.js';
+import { operationsAnswer, outcomeAnswer, traceAnswer } from '../../api/answers.js';
 import { exitCodeForOutcome } from '../exit-codes.js';
 import { type Output, formatTime, table } from '../output.js';
 
 /** What the executor's signed report says happened, for an operation that ended without effect. */
 function reportStatus(o: OperationOutcome): string | null {
   if (!o.report) return null;
-  return (readEnvelope(o.report).envelope.body as { status: string }).status;
+  return reportBody.parse(readEnvelope(o.report).envelope.body).status;
 }
 
 /**
@@ -58,23 +60,23 @@ export async function invokeCommand(client: ServiceClient, out: Output, tool: st
   // The id is chosen here, before anything is sent, so that whatever happens
   // on the way the operator can ask about this request again (and never
   // starts a second one by retrying).
-  const id = requestId ?? `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
+  const id = requestId ?? newRequestId();
   let answer;
   try {
-    answer = await out.progress(`invoking ${tool} as ${id}`, client.post('/v1/invoke', { tool, arguments: args, request_id: id, ...waitField(waitMs) }));
+    answer = await out.progress(`invoking ${tool} as ${id}`, client.post('/v1/invoke', { tool, arguments: args, request_id: id, ...waitField(waitMs) }, outcomeAnswer));
   } catch (error) {
     const failure = toCustodyError(error);
     if (failure.errorClass === 'unknown') failure.message = `${failure.message} (custody invoke ${tool} … --request-id ${id}, or custody trace ${id})`;
     throw failure;
   }
-  const outcome = answer.body as unknown as OperationOutcome;
+  const outcome = answer.body;
   out.result(outcome, () => describeOutcome(outcome, `custody invoke ${tool} … --request-id ${id}`));
   return exitCodeForOutcome(outcome, 'complete');
 }
 
 export async function authorizeCommand(client: ServiceClient, out: Output, tool: string, args: Record<string, string>, name: string, waitMs?: number): Promise<number> {
-  const answer = await out.progress(`authorizing ${name}`, client.post('/v1/authorize', { tool, arguments: args, operation: name, ...waitField(waitMs) }));
-  const outcome = answer.body as unknown as OperationOutcome;
+  const answer = await out.progress(`authorizing ${name}`, client.post('/v1/authorize', { tool, arguments: args, operation: name, ...waitField(waitMs) }, outcomeAnswer));
+  const outcome = answer.body;
   out.result(outcome, () =>
     outcome.phase === 'authorized'
       ? `Authorized: ${name}\n  operation ${outcome.operation_id}, dispatch committed to executor ${outcome.executor}`
@@ -84,19 +86,19 @@ export async function authorizeCommand(client: ServiceClient, out: Output, tool:
 }
 
 export async function executeCommand(client: ServiceClient, out: Output, name: string, dropReply: boolean, waitMs?: number): Promise<number> {
-  const answer = await out.progress(`executing ${name}`, client.post(`/v1/operations/${encodeURIComponent(name)}/execute`, { drop_reply: dropReply, ...waitField(waitMs) }));
-  const outcome = answer.body as unknown as OperationOutcome;
+  const answer = await out.progress(`executing ${name}`, client.post(`/v1/operations/${encodeURIComponent(name)}/execute`, { drop_reply: dropReply, ...waitField(waitMs) }, outcomeAnswer));
+  const outcome = answer.body;
   out.result(outcome, () => {
     if (!outcome.report) return describeOutcome(outcome, `custody execute ${name}`);
-    const body = readEnvelope(outcome.report).envelope.body as { claim_id: string; status: string };
+    const body = reportBody.parse(readEnvelope(outcome.report).envelope.body);
     return `Signed report retained: ${name}\n  claim ${body.claim_id}, status ${body.status}`;
   });
   return exitCodeForOutcome(outcome, 'reported');
 }
 
 export async function reportCommand(client: ServiceClient, out: Output, name: string, goal: 'report' | 'reconcile', waitMs?: number): Promise<number> {
-  const answer = await out.progress(`${goal === 'report' ? 'reporting' : 'reconciling'} ${name}`, client.post(`/v1/operations/${encodeURIComponent(name)}/${goal}`, waitField(waitMs)));
-  const outcome = answer.body as unknown as OperationOutcome;
+  const answer = await out.progress(`${goal === 'report' ? 'reporting' : 'reconciling'} ${name}`, client.post(`/v1/operations/${encodeURIComponent(name)}/${goal}`, waitField(waitMs), outcomeAnswer));
+  const outcome = answer.body;
   out.result(outcome, () => {
     if (outcome.outcome === 'completed') {
       const head = goal === 'report' ? 'Completed: original report settled.' : `Completed: ${name} reconciled from the executor's signed report.`;
@@ -110,8 +112,8 @@ export async function reportCommand(client: ServiceClient, out: Output, name: st
 }
 
 export async function opsCommand(client: ServiceClient, out: Output): Promise<number> {
-  const { body } = await client.get('/v1/operations?limit=1000');
-  const operations = body.operations as Array<{ name: string; operation_id: string; tool: string; state: string | null; phase: string | null; updated_at: number; flag: string | null }>;
+  const { body } = await client.get('/v1/operations?limit=1000', operationsAnswer);
+  const { operations } = body;
   out.result(body, () =>
     operations.length === 0
       ? 'No operations yet.'
@@ -129,22 +131,22 @@ export async function opsCommand(client: ServiceClient, out: Output): Promise<nu
  * first line says which.
  */
 export async function traceCommand(client: ServiceClient, out: Output, name: string): Promise<number> {
-  let body: Record<string, unknown>;
+  // Online and offline traces share what is shown; --json prints whichever came, whole.
+  let body: Pick<OfflineTrace, 'operation_id' | 'events'> & { readonly source: string; readonly unread?: OfflineTrace['unread'] };
   let source: string;
   try {
-    body = { ...(await client.get(`/v1/operations/${encodeURIComponent(name)}/trace`)).body, source: 'service' };
+    body = { ...(await client.get(`/v1/operations/${encodeURIComponent(name)}/trace`, traceAnswer)).body, source: 'service' };
     source = 'online: read through the running service';
   } catch (error) {
     if (!isCustodyError(error, 'service_unavailable')) throw error;
-    body = { ...offlineTrace(client.paths, checkOperationName(name, 'operation name')) };
+    body = offlineTrace(client.paths, checkOperationName(name, 'operation name'));
     source = `offline: read from the stores (the service is not running on ${client.paths.root}; nothing was locked or written)`;
   }
-  const events = body.events as Array<{ at: number; store: string; event: string; detail: string }>;
-  const unread = (body.unread ?? []) as Array<{ store: string; reason: string }>;
+  const { events, unread = [] } = body;
   out.result(body, () =>
     [
       source,
-      `Operation ${name} (${String(body.operation_id)})`,
+      `Operation ${name} (${body.operation_id})`,
       table(['TIME', 'STORE', 'EVENT', 'DETAIL'], events.map((e) => [formatTime(e.at), e.store, e.event, e.detail])),
       ...unread.map((u) => `not read: ${u.store}: ${u.reason}`),
     ].join('\n'),

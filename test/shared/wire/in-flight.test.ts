@@ -89,3 +89,24 @@ describe('the bound on requests in flight', () => {
     expect(await aborted).to.equal('shutting_down');
   });
 });
+
+describe("a request's own timeout", () => {
+  it('rejects deadline_exceeded naming the request, frees its place at once, and drops the late answer without closing the channel', async () => {
+    const { client, release } = await pair(1, 100);
+    const late = client.request('echo', { n: 1 }, { timeoutMs: 30 });
+    const failure = await late.then(
+      () => expect.fail('answered before its release'),
+      (error: unknown) => error as Error & { code?: string },
+    );
+    expect(failure.code).to.equal('deadline_exceeded');
+    expect(failure.message).to.match(/^echo q1 had no answer within 30 ms$/);
+    // Abandoned, not pending: the bound of one has room again.
+    expect(client.inFlight).to.equal(0);
+    const next = client.request('echo', { n: 2 });
+    release();
+    await new Promise((resolve) => setImmediate(resolve));
+    release();
+    expect(await next).to.deep.equal({ n: 2 });
+    expect(client.state).to.equal('open');
+  });
+});

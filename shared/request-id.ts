@@ -1,0 +1,9 @@
+// The one request-id generator, for every caller that names a request before
+// sending it (the CLI, the client library, the API when a body leaves it out):
+// `req-<time base36>-<12 hex>`, unique without coordination and sortable by
+// the time it was chosen.
+import { randomBytes } from 'node:crypto';
+
+export function newRequestId(): string {
+  return `req-${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
+}

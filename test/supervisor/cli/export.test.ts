@@ -1,0 +1,50 @@
+// custody export: operations and incidents as NDJSON, one object per line,
+// read back line by line with ndjson's own parser and held against the API.
+import { expect } from 'chai';
+import ndjson from 'ndjson';
+import { Readable } from 'node:stream';
+import { type TestService, startService } from '../../helpers/service.js';
+
+/** Parse stdout as NDJSON, strictly: a line that is not one JSON object fails the test. */
+async function parseLines(text: string): Promise<Array<Record<string, unknown>>> {
+  const records: Array<Record<string, unknown>> = [];
+  const parser = Readable.from([text]).pipe(ndjson.parse({ strict: true }));
+  for await (const record of parser) records.push(record as Record<string, unknown>);
+  return records;
+}
+
+describe('custody export', function () {
+  this.timeout(60_000);
+  let service: TestService;
+
+  before(async () => {
+    service = await startService();
+    expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=exported', '--request-id', 'export-1'])).code).to.equal(0);
+    await service.cli(['authorize', 'review-notes/append', '--arg', 'note=dropped', '--operation', 'export-2']);
+    expect((await service.cli(['execute', 'export-2', '--drop-reply'])).code, 'the drill records an incident').to.equal(75);
+  });
+
+  after(async () => {
+    await service.stop();
+    service.cleanup();
+  });
+
+  it('writes every operation and incident as one JSON object per line, each tagged with its record type', async () => {
+    const result = await service.cli(['export']);
+    expect(result.code).to.equal(0);
+    expect(result.stdout.endsWith('\n')).to.equal(true);
+    const lines = result.stdout.slice(0, -1).split('\n');
+    const records = await parseLines(result.stdout);
+    expect(records).to.have.length(lines.length);
+
+    const operations = records.filter((r) => r.record === 'operation');
+    const incidents = records.filter((r) => r.record === 'incident');
+    expect(operations.length + incidents.length, 'no other record types').to.equal(records.length);
+    expect(operations.map((op) => op.name)).to.include.members(['export-1', 'export-2']);
+    expect(operations.find((op) => op.name === 'export-1')).to.include({ state: 'completed', phase: 'settled' });
+    expect(incidents.map((i) => i.kind)).to.include('reply_dropped');
+
+    const api = await service.http('GET', '/v1/operations?limit=100', undefined, 'agent');
+    expect(operations.map(({ record: _record, ...op }) => op)).to.deep.equal(api.body.operations);
+  });
+});
