@@ -26,7 +26,7 @@ import { type RestartPolicy, type Timing } from '../config/schema.js';
 import { type SupervisorStore } from '../store/supervisor-store.js';
 import { watchHeartbeat } from '../watchdog/heartbeat.js';
 import { killAndReap, reapGroup } from '../watchdog/reap.js';
-import { type RollbackRecovery, assertRecoverable, checkHead, recordHead } from './head-check.js';
+import { type RollbackRecovery, assertRecoverable, checkHead } from './head-check.js';
 import { InFlightRequests } from './in-flight.js';
 import { RestartBook } from './restart-book.js';
 import { Run } from './run.js';
@@ -153,10 +153,9 @@ export class ChildHandle {
   }
 
   /**
-   * Restart on request: a failed child starts at once with a fresh restart
-   * intensity, one in backoff starts now, a running one stops gracefully
-   * (shutdown, then SIGKILL after `graceMs`) and starts again at once,
-   * uncounted. Resolves once the new session proved its identity.
+   * An operator's restart: a failed child starts at once, afresh; one in
+   * backoff starts now; a running one stops gracefully and starts again at
+   * once, uncounted. Resolves once the new session proved its identity.
    */
   async restart(reason: string, graceMs: number): Promise<ChildSession> {
     const from = this.#machine.state;
@@ -204,20 +203,12 @@ export class ChildHandle {
     return this.send(session, kind, body, options);
   }
 
-  /**
-   * Send on a given session, on behalf of a client request (`requestId`):
-   * admitted first, counted as in flight on this session until answered; one
-   * the channel's end took with it is blamed for the crash (in-flight.ts).
-   */
+  /** Send on a given session; on behalf of a client request (`requestId`), admitted first and counted for crash attribution (in-flight.ts). */
   send<K extends MessageKind>(session: ChildSession, kind: K, body: RequestOf<K>, options: RequestOptions & { requestId?: string } = {}): Promise<ResultOf<K>> {
     return this.#requests.send(session, kind, body, options);
   }
 
-  /**
-   * Kill the current process group and wait until it is gone (the watchdog's
-   * kill, supervisor/watchdog/). A fresh session follows: at once, uncounted,
-   * when the kill is the supervisor's own decision; by the restart policy otherwise.
-   */
+  /** Kill the process group and wait until it is gone; the next follows at once, uncounted, if `deliberate`, else by the restart policy. */
   async killAndReap(reason: string, options: { deliberate?: boolean } = {}): Promise<void> {
     await this.#run?.killAndReap({ reason, deliberate: options.deliberate ?? false }, this.#deps.log);
   }
@@ -247,20 +238,29 @@ export class ChildHandle {
     return spawning;
   }
 
-  /** Start a process, check its head (docs/ROLLBACK.md), and serve with it unless the child is stopping. */
+  /** Start a process and serve with it, unless the child is stopping meanwhile. */
   async #spawn(recovery: RollbackRecovery | null): Promise<void> {
-    const { log } = this.#deps;
-    let session: ChildSession;
+    const session = await this.#startProcess(recovery);
+    if (this.#machine.is('stopping', 'stopped')) return killAndReap(session, this.#deps.log);
+    this.#serve(session);
+  }
+
+  /** A process whose hello proved the pinned identity at a head not below the witness (docs/ROLLBACK.md); a failure goes to the restart book. */
+  async #startProcess(recovery: RollbackRecovery | null): Promise<ChildSession> {
     try {
-      session = await spawnChild(spawnOptionsFor(this, this.#deps, { onChannelEnd: (reason, state) => this.#onChannelEnd(reason, state), onHead: (head) => recordHead(this.#deps.witness, this.name, head, log) }));
-      await checkHead(this.spec, this.#deps.witness, session, recovery, log);
+      const session = await spawnChild(spawnOptionsFor(this, this.#deps, (reason, state) => this.#onChannelEnd(reason, state)));
+      await checkHead(this.spec, this.#deps.witness, session, recovery, this.#deps.log);
       await this.#afterHello(session);
+      return session;
     } catch (error) {
       const reason = toCustodyError(error, 'peer_exited');
       if (!this.#machine.is('stopping', 'stopped')) this.#book.startFailed(reason);
       throw reason;
     }
-    if (this.#machine.is('stopping', 'stopped')) return killAndReap(session, log);
+  }
+
+  /** `running` on this process: its heartbeat, its session row, the exit watched, whoever waits answered. */
+  #serve(session: ChildSession): void {
     this.#run = new Run(session, watchHeartbeat(this, session, this.#deps));
     this.#book.startedAt = nowMs();
     this.#deps.store.openSession(session.sid, this.name, session.pid);

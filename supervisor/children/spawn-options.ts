@@ -3,17 +3,13 @@
 import { type CustodyError } from '../../shared/errors.js';
 import { type SpawnChildOptions } from '../../shared/child/spawn.js';
 import { type ChildDeps, type ChildHandle } from './child-handle.js';
+import { recordHead } from './head-check.js';
 
 /** Room for control messages (ping, cancel, shutdown) above the operations' slots. */
 const CONTROL_ROOM = 8;
 
-/** What the handle hears from a session while it runs. */
-export interface SessionEvents {
-  onChannelEnd(reason: CustodyError, state: string): void;
-  onHead(head: number): Promise<void>;
-}
-
-export function spawnOptionsFor(child: ChildHandle, deps: ChildDeps, events: SessionEvents): SpawnChildOptions {
+/** `onChannelEnd`: the session's channel stopped (poisoned or closed), first reason. */
+export function spawnOptionsFor(child: ChildHandle, deps: ChildDeps, onChannelEnd: (reason: CustodyError, state: string) => void): SpawnChildOptions {
   const { spec } = child;
   return {
     argv: spec.argv,
@@ -29,8 +25,8 @@ export function spawnOptionsFor(child: ChildHandle, deps: ChildDeps, events: Ses
     helloTimeoutMs: deps.timing.hello_timeout_ms,
     log: deps.log,
     onStderrLine: (line) => relayStderr(child, deps, line),
-    onChannelEnd: (reason, state) => events.onChannelEnd(reason, state),
-    onHead: (head) => events.onHead(head),
+    onChannelEnd,
+    onHead: (head) => recordHead(deps.witness, spec.name, head, deps.log),
   };
 }
 
