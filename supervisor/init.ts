@@ -15,6 +15,7 @@ import { type CustodyConfig } from './config/schema.js';
 import { executorArgv, executorSettings, kernelArgv } from './children/specs.js';
 import { needsInit, type StatePaths, statePaths } from './paths.js';
 import { SupervisorStore } from './store/supervisor-store.js';
+import { withTimeout } from '../shared/timeout.js';
 
 export interface InitOptions {
   readonly executors?: number;
@@ -102,7 +103,8 @@ export async function initState(root: string, options: InitOptions): Promise<Ini
 
 async function shutdownChild(child: ChildSession): Promise<void> {
   await child.channel.request('shutdown', {}, { timeoutMs: 10_000 }).catch(() => child.kill('SIGKILL'));
-  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-  await child.exited;
-  clearTimeout(timer);
+  await withTimeout(child.exited, 10_000, () => {
+    child.kill('SIGKILL');
+    return child.exited;
+  });
 }

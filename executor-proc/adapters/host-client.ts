@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { CustodyError, isErrorCode } from '../../shared/errors.js';
 import { type Logger } from '../../shared/log.js';
 import { type AdapterDescriptor } from './contract.js';
+import { withTimeout } from '../../shared/timeout.js';
 import {
   HOST_ARGS_FLAG,
   type HostConfig,
@@ -94,9 +95,10 @@ export class AdapterHost {
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     if (child.connected) child.disconnect();
-    const timer = setTimeout(() => child.kill('SIGKILL'), 2000);
-    await exited;
-    clearTimeout(timer);
+    await withTimeout(exited, 2000, () => {
+      child.kill('SIGKILL');
+      return exited;
+    });
   }
 
   #ensure(): Promise<ChildProcess> {

@@ -22,6 +22,7 @@ import { signHello } from '../wire/hello.js';
 import { PreambleReader } from '../wire/preamble.js';
 import { type RequestContext, ServerChannel } from '../wire/server.js';
 import { SessionEndpoint } from '../wire/session.js';
+import { withTimeout } from '../timeout.js';
 import { type FrameSink, takeFrameOutput } from './frame-output.js';
 
 /** A child's exit statuses (shared/exit-codes.ts, docs/PROTOCOL.md §10). */
@@ -280,12 +281,7 @@ class Serving {
   /** Wait for what is in flight to answer, at most the service's drain timeout (default 30 s). */
   async #drain(): Promise<void> {
     const drainMs = this.#service.drainTimeoutMs ?? 30_000;
-    let timer: NodeJS.Timeout | undefined;
-    const drained = await Promise.race([
-      this.#channel.whenIdle().then(() => true),
-      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), drainMs))),
-    ]);
-    clearTimeout(timer);
+    const drained = await withTimeout(this.#channel.whenIdle().then(() => true), drainMs, () => false);
     if (!drained) this.#log.warn('drain_timeout', { in_flight: this.#channel.inFlight, drain_ms: drainMs });
   }
 }

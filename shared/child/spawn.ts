@@ -15,6 +15,7 @@ import { type FrameLimits } from '../wire/frame-reader.js';
 import { type PinnedIdentity, verifyHello } from '../wire/hello.js';
 import { encodePreamble } from '../wire/preamble.js';
 import { SessionEndpoint } from '../wire/session.js';
+import { withTimeout } from '../timeout.js';
 import { type SessionSecrets, createSessionSecrets } from '../wire/session-keys.js';
 
 export interface ChildExit {
@@ -221,15 +222,13 @@ async function awaitHello(
   log: Logger,
 ): Promise<ChildSession> {
   const { child, pid, exited, drained, kill } = started;
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new CustodyError('deadline_exceeded', `${options.name} sent no hello within ${options.helloTimeoutMs} ms`)), options.helloTimeoutMs);
-  });
   const exitedEarly = exited.then((exit) => {
     throw channel.termination ?? new CustodyError('peer_exited', `${options.name} exited (code ${exit.code}, signal ${exit.signal}) before its hello`);
   });
   try {
-    const hello = await Promise.race([channel.hello, timeout, started.spawnFailure, exitedEarly]);
+    const hello = await withTimeout(Promise.race([channel.hello, started.spawnFailure, exitedEarly]), options.helloTimeoutMs, () => {
+      throw new CustodyError('deadline_exceeded', `${options.name} sent no hello within ${options.helloTimeoutMs} ms`);
+    });
     verifyHello(hello, { ...proof, role: options.role }, options.expect);
     if (pid === undefined) throw new CustodyError('peer_exited', `${options.name} has no pid`);
     return { process: child, pid, sid: proof.sid, channel, hello, exited, drained, kill };
@@ -241,7 +240,6 @@ async function awaitHello(
     await exited;
     throw reason;
   } finally {
-    clearTimeout(timer);
     exitedEarly.catch(() => undefined);
   }
 }

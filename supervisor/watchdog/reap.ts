@@ -2,7 +2,7 @@
 // leader is killed and reaped, then its whole process group is killed and
 // waited for. Only a group with no live member can no longer act, so only
 // then may a replacement start.
-import { setTimeout as sleep } from 'node:timers/promises';
+import { withTimeout } from '../../shared/timeout.js';
 import { type Logger } from '../../shared/log.js';
 import { type ChildSession } from '../../shared/child/spawn.js';
 import { killGroupAndWait } from '../children/process-group.js';
@@ -29,7 +29,9 @@ export async function reapGroup(session: Pick<ChildSession, 'pid'>, log: Logger)
 /** `shutdown`, then wait up to the grace for the exit, then SIGKILL; resolves once the leader has exited. */
 export async function stopGracefully(session: Pick<ChildSession, 'channel' | 'kill' | 'exited'>, graceMs: number): Promise<void> {
   const answered = session.channel.request('shutdown', {}, { timeoutMs: graceMs }).catch(() => undefined);
-  const exited = await Promise.race([session.exited.then(() => true), answered.then(() => sleep(graceMs)).then(() => false)]);
+  // The grace starts once the shutdown is answered (or its own wait gave up).
+  await answered;
+  const exited = await withTimeout(session.exited.then(() => true), graceMs, () => false);
   if (!exited) session.kill('SIGKILL');
   await session.exited;
 }

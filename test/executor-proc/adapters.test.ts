@@ -74,6 +74,8 @@ describe('executor-proc adapters', function () {
     const auth = authorize(executor, { tool: 'fixture/hang', args: {} });
     const pending = executor.channel.request('execute', executeBody(auth), { id: 'hang-1' });
     await claimed(executor, auth.operationId);
+    // The claim is durable before the effect starts (the witness wait comes between): cancel the running effect.
+    await eventually(() => adapterOutput(executor).some((event) => event.line === 'fixture/hang started'), 20_000, 'the hang adapter running');
     expect(await executor.channel.request('cancel', { target: 'hang-1' })).to.deep.equal({ cancelled: true });
     const result = await pending;
     expect(result.status).to.equal('failed_before_effect');
