@@ -136,10 +136,8 @@ export async function setupExecutor(preamble: Preamble, log: Logger, options: Ex
 
 async function handle(context: ExecutorContext, kind: ExecutorKind | 'stats', body: unknown, request: RequestContext): Promise<unknown> {
   switch (kind) {
-    case 'stats': {
-      const commits = context.ledger.commits;
-      return { holds: [], commit_batches: commits > 0 ? [{ store: 'ledger', size: 1, count: commits }] : [] } satisfies StatsResult;
-    }
+    case 'stats':
+      return { holds: [], commit_batches: context.ledger.commitBatches() } satisfies StatsResult;
     case 'execute':
       return executeOnce(context, body as RequestOf<'execute'>, request.id);
     case 'reconcile_operation':
