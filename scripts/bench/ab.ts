@@ -123,6 +123,17 @@ async function load(service: Running, total: number, concurrency: number) {
   return { concurrency, completed, ops_per_s: completed / seconds, cpu_ms_per_op: perOp, cpu_ms_per_op_total: Object.values(perOp).reduce((a, b) => a + b, 0) };
 }
 
+/** Mean units per committed transaction of each store since the service started (GET /metrics, custody_commit_batch_size). */
+async function meanBatches(service: Running): Promise<Record<string, number>> {
+  const response = await fetch(`http://127.0.0.1:${service.port}/metrics`, { headers: { authorization: `Bearer ${service.token}` } });
+  const text = await response.text();
+  const read = (suffix: string) =>
+    new Map([...text.matchAll(new RegExp(`^custody_commit_batch_size_${suffix}\\{store="([^"]+)"\\} ([0-9.e+]+)$`, 'gm'))].map((m) => [m[1]!, Number(m[2])]));
+  const sums = read('sum');
+  const counts = read('count');
+  return Object.fromEntries([...sums].map(([store, sum]) => [store, sum / Math.max(1, counts.get(store) ?? 0)]));
+}
+
 /** Bytes per table and index of every store under `root` (dbstat), by "<store>:<object>". */
 function objectBytes(root: string): Record<string, number> {
   const sizes: Record<string, number> = {};
@@ -150,7 +161,7 @@ function profileArgv(build: Build, root: string, dir: string): void {
   const file = path.join(root, 'custody.json');
   const config = JSON.parse(readFileSync(file, 'utf8')) as { kernel?: Record<string, unknown>; executors?: Array<Record<string, unknown>> };
   const prof = [process.execPath, '--cpu-prof', `--cpu-prof-dir=${dir}`];
-  config.kernel = { ...(config.kernel ?? {}), argv: [...prof, path.join(build.dist, 'kernel-proc', 'main.js')] };
+  config.kernel = { ...(config.kernel ?? {}), argv: [...prof, path.join(build.dist, 'kernel-proc', 'main.js'), '--dir', path.join(root, 'kernel')] };
   config.executors = (config.executors ?? [{ name: 'default' }]).map((executor) => ({
     ...executor,
     argv: [
@@ -179,12 +190,14 @@ async function round(build: Build, index: number, ops: number, concurrency: read
     service = await start(build, root);
     const loads = [];
     for (const c of concurrency) loads.push(await load(service, ops, c));
+    const batches = await meanBatches(service);
     await stop(service);
     const measured = loads.reduce((n, l) => n + l.completed, 0);
     return {
       build: build.name,
       round: index,
       loads,
+      mean_commit_batch: batches,
       store_bytes_per_op: perOperation(storeBytes(root), filesBefore, measured),
       object_bytes_per_op: perOperation(objectBytes(root), objectsBefore, measured),
     };
@@ -206,7 +219,7 @@ for (let r = 0; r < rounds; r++) {
     const result = await round(build, r, ops, concurrency, profile);
     results.push(result);
     const loads = result.loads.map((l) => `${l.concurrency}: ${l.ops_per_s.toFixed(1)} ops/s, CPU ${l.cpu_ms_per_op_total.toFixed(2)} ms/op (${Object.entries(l.cpu_ms_per_op).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ')})`);
-    out(`round ${r} ${build.name}: ${loads.join(' | ')}`);
+    out(`round ${r} ${build.name}: ${loads.join(' | ')}; mean commit batch ${JSON.stringify(result.mean_commit_batch)}`);
   }
 }
 
