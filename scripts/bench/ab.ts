@@ -11,7 +11,8 @@
 //
 // Options: --rounds N (default 3), --ops N per load (default 600),
 // --concurrency 16,64 (default), --profile DIR (node --cpu-prof of the
-// kernel and the executor into DIR/<build>-<round>/), --json FILE.
+// kernel and the executor into DIR/<build>-<round>/), --json FILE;
+// CUSTODY_AB_KEEP=1 keeps each state directory for reading.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -203,7 +204,8 @@ async function round(build: Build, index: number, ops: number, concurrency: read
     };
   } finally {
     await stop(service);
-    rmSync(dir, { recursive: true, force: true });
+    if (process.env.CUSTODY_AB_KEEP) process.stdout.write(`kept ${root}\n`);
+    else rmSync(dir, { recursive: true, force: true });
   }
 }
 
