@@ -11,7 +11,7 @@
 //
 // Options: --rounds N (default 3), --ops N per load (default 600),
 // --concurrency 16,64 (default), --profile DIR (node --cpu-prof of the
-// kernel and the executor into DIR/<build>-<round>/), --json FILE;
+// supervisor, the kernel and the executor into DIR/<build>-<round>/), --json FILE;
 // CUSTODY_AB_KEEP=1 keeps each state directory for reading.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -72,9 +72,10 @@ interface Running {
   readonly process: ChildProcess;
 }
 
-async function start(build: Build, root: string): Promise<Running> {
+async function start(build: Build, root: string, profileDir: string | null = null): Promise<Running> {
   const cli = path.join(build.dist, 'supervisor', 'cli', 'main.js');
-  const child = spawn(process.execPath, [cli, 'start', '--state', root, '--port', '0'], { stdio: ['ignore', 'ignore', 'ignore'] });
+  const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, '--cpu-prof-name=supervisor.cpuprofile'] : [];
+  const child = spawn(process.execPath, [...prof, cli, 'start', '--state', root, '--port', '0'], { stdio: ['ignore', 'ignore', 'ignore'] });
   const serviceJson = path.join(root, 'supervisor', 'service.json');
   for (;;) {
     const written = existsSync(serviceJson) ? (JSON.parse(readFileSync(serviceJson, 'utf8')) as { pid: number; port: number }) : null;
@@ -185,10 +186,11 @@ async function round(build: Build, index: number, ops: number, concurrency: read
     await call(service, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
     await load(service, 30, 4);
     await stop(service);
-    if (profile) profileArgv(build, root, path.join(profile, `${build.name}-${index}`));
+    const profileDir = profile ? path.join(profile, `${build.name}-${index}`) : null;
+    if (profileDir) profileArgv(build, root, profileDir);
     const filesBefore = storeBytes(root);
     const objectsBefore = objectBytes(root);
-    service = await start(build, root);
+    service = await start(build, root, profileDir);
     const loads = [];
     for (const c of concurrency) loads.push(await load(service, ops, c));
     const batches = await meanBatches(service);
