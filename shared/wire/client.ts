@@ -143,11 +143,23 @@ export class ClientChannel {
     // The deadline error is made only when the deadline passes: an error made
     // for every request (with its stack) was a measurable share of the
     // supervisor's CPU per operation (docs/PERFORMANCE.md).
+    // A timer starts from the event loop's cached time, which lags the real
+    // time by whatever ran earlier in the turn (a grouped commit's fsync): it
+    // can fire before `timeoutMs` have really passed since the send. It is
+    // re-armed for the rest, so a caller comparing performance.now() with its
+    // send time sees the whole deadline gone (supervisor/operations/executor-steps.ts).
+    const sentAt = performance.now();
     return new Promise<ResultOf<K>>((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const expire = () => {
+        const left = timeoutMs - (performance.now() - sentAt);
+        if (left > 0) {
+          timer = setTimeout(expire, Math.ceil(left));
+          return;
+        }
         this.#abandon(id);
         reject(new CustodyError('deadline_exceeded', `${kind} ${id} had no answer within ${timeoutMs} ms`));
-      }, timeoutMs);
+      };
+      let timer = setTimeout(expire, timeoutMs);
       answer.then(
         (value) => {
           clearTimeout(timer);
