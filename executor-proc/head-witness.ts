@@ -17,6 +17,8 @@ interface Waiter {
 export class HeadWitness {
   #peer: ChildPeer | null = null;
   #witnessed: number;
+  /** The highest head announced on the current channel: claims of one grouped commit share their head, and one frame says it. */
+  #announced = 0;
   readonly #waiters = new Set<Waiter>();
 
   /** `start`: the head presented in the hello, which the supervisor checked against its witness. */
@@ -30,11 +32,20 @@ export class HeadWitness {
 
   attach(peer: ChildPeer): void {
     this.#peer = peer;
+    this.#announced = 0;
   }
 
-  /** Tell the supervisor the head advanced; false when there is no channel to tell it on. */
+  /**
+   * Tell the supervisor the head advanced; false when there is no channel to
+   * tell it on. A head already witnessed, or already announced on this
+   * channel, is not sent again: the answer to that announcement covers it.
+   */
   announce(head: number): boolean {
-    return this.#peer?.sendHead(head) ?? false;
+    if (!this.#peer) return false;
+    if (head <= this.#witnessed || head <= this.#announced) return true;
+    const sent = this.#peer.sendHead(head);
+    if (sent) this.#announced = head;
+    return sent;
   }
 
   /** `head.witnessed`: the supervisor recorded `head`; every effect waiting at or below it may go. */

@@ -180,10 +180,7 @@ function drainTimeoutFor({ settings, host }: ExecutorContext): number {
 /** One handler per executor kind, each typed by its schema (shared/dispatch.ts). */
 function handlersFor(context: ExecutorContext): HandlerMap<ExecutorKind | 'stats', [RequestContext]> {
   return {
-    stats: () => {
-      const commits = context.ledger.commits;
-      return { holds: [], commit_batches: commits > 0 ? [{ store: 'ledger', size: 1, count: commits }] : [] };
-    },
+    stats: () => ({ holds: [], commit_batches: context.ledger.commitBatches() }),
     execute: (body, request) => executeOnce(context, body, request.id),
     reconcile_operation: (body) => reconcileOperation(context, body),
     cancel: (body) => cancelEffect(context, body),

@@ -1,9 +1,46 @@
-// The one timeout race in the tree: a promise, or — when `ms` pass first —
+// The one timeout race in the tree: a promise, or — once `ms` have passed —
 // what `onTimeout` gives (a value to answer with, or an error it throws).
-// p-timeout underneath; its timer is cleared either way. Like setTimeout, a
-// bound under 1 ms waits 1 ms (p-timeout refuses 0).
-import pTimeout from 'p-timeout';
-
+//
+// Not p-timeout, measured (docs/PERFORMANCE.md): p-timeout builds a
+// TimeoutError, stack and all, on every call whether or not it fires, and the
+// wire client races every request: that was 2.9 % of the supervisor's busy
+// time in its profile. And a timer counts from the event loop's cached time,
+// which lags real time by whatever ran earlier in the turn (a grouped
+// commit's fsync), so it can fire a few ms early; a caller that then compares
+// performance.now() with its start (the watchdog's own-deadline rule,
+// supervisor/watchdog/deadlines.ts) would not see its deadline gone. Here
+// nothing is built until the deadline passes, and the timer is re-armed for
+// the rest until `ms` have really passed. Like setTimeout, a bound under 1 ms
+// waits 1 ms.
 export function withTimeout<T, F = T>(work: PromiseLike<T>, ms: number, onTimeout: () => F | Promise<F>): Promise<T | F> {
-  return pTimeout<T, F>(work, { milliseconds: Math.max(1, ms), fallback: onTimeout });
+  const bound = Math.max(1, ms);
+  const startedAt = performance.now();
+  return new Promise<T | F>((resolve, reject) => {
+    let timer: NodeJS.Timeout;
+    const expire = () => {
+      const left = bound - (performance.now() - startedAt);
+      if (left > 0) {
+        timer = setTimeout(expire, Math.ceil(left));
+        return;
+      }
+      try {
+        Promise.resolve(onTimeout()).then(resolve, reject);
+      } catch (error) {
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- what onTimeout throws, unchanged
+        reject(error);
+      }
+    };
+    timer = setTimeout(expire, bound);
+    work.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the work's own rejection, unchanged
+        reject(error);
+      },
+    );
+  });
 }

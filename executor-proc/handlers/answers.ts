@@ -2,7 +2,6 @@
 // its exact bytes (never re-signed), a refusal, an unknown outcome; and the
 // retention of a new observation, where an earlier report, if any, stands.
 import { CustodyError } from '../../shared/errors.js';
-import { crashPoint } from '../../shared/fault.js';
 import { type ReportStatus } from '../../shared/protocol/artifacts.js';
 import { type JsonValue } from '../../shared/protocol/common.js';
 import { type ResultOf } from '../../shared/protocol/messages.js';
@@ -42,26 +41,36 @@ export function answerRecord(record: OperationRecord, verified: VerifiedAuthoriz
   );
 }
 
-/** Sign and retain what the adapter showed; when a report is already there, it stands. */
-export function retainObservation(
+/** Cutpoints that fire once a new report of each source is durable (docs/RELIABILITY.md). */
+const RETAINED_CUTPOINTS: Record<'execute' | 'late' | 'reconcile', readonly string[]> = {
+  execute: ['after_report'],
+  late: [],
+  reconcile: ['after_reconciled_report_commit'],
+};
+
+/**
+ * Sign and retain what the adapter showed, in the ledger's next grouped
+ * transaction, and answer once it is durable; when a report is already
+ * there, it stands.
+ */
+export async function retainObservation(
   context: ExecutorContext,
   verified: VerifiedAuthorization,
   status: ReportStatus,
   output: JsonValue | null,
   costUnits: number | null,
   source: 'execute' | 'late' | 'reconcile',
-): ReportAnswer {
+): Promise<ReportAnswer> {
   const { operationId, authorizationDigest } = verified.subject;
   const maxBytes = context.reportMaxBytes;
   const omitted = (outputBytes: number) =>
     context.log.warn('report_output_omitted', { operation_id: operationId, status, output_bytes: outputBytes, report_max_bytes: maxBytes });
   const sign = reportSigner(context.signer, context.ledger.config, { authorizationDigest, status, output, costUnits }, maxBytes, omitted);
-  const outcome = context.ledger.retainReport(operationId, status, sign);
+  const outcome = await context.ledger.retainReportDurable(operationId, status, sign, RETAINED_CUTPOINTS[source]);
   const report = outcome.record.report;
   if (!report) throw new CustodyError('store_corrupt', `operation ${operationId} has no report right after retaining one`);
   if (outcome.kind === 'retained') {
     context.log.info('report_retained', { operation_id: operationId, status, source });
-    if (source === 'reconcile') crashPoint('executor', 'after_reconciled_report_commit');
     return { report: report.text, status: report.status, replayed: false };
   }
   // Insert-once: the first report stands; a second terminal move is refused.

@@ -6,9 +6,11 @@
 //   2 look up: a report is replayed, a refusal refused, a claim with no
 //     report is outcome_unknown — all before any window check (H5, ARCHITECTURE.md §6.5);
 //   3 claim in one BEGIN IMMEDIATE transaction that re-reads and checks the
-//     window against max(clock, HWM) (H2, H6);
+//     window against max(clock, HWM) (H2, H6) — shared with the other claims
+//     asked for in the same turn (ledger.ts), and awaited until durable;
 //   4 run the adapter with no transaction open;
-//   5 sign and retain the report in a second transaction, then answer.
+//   5 sign and retain the report in a second transaction (grouped likewise),
+//     then answer once it is durable.
 import { crashPoint } from '../../shared/fault.js';
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
@@ -16,7 +18,7 @@ import { REPORT_REFUSAL_MESSAGE_MAX_CHARS, type ReportStatus } from '../../share
 import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
 import { checkArguments, type VerifiedAuthorization, verifyAuthorization } from '../authorization.js';
 import { type ExecutorContext, type InFlightEffect, deadlineFor, runnableAdapter, withinDeadline } from '../context.js';
-import { pausePoint } from '../fault-pause.js';
+import { pausePoint, pauseTogether } from '../fault-pause.js';
 import { type OperationRecord } from '../ledger/records.js';
 import { type AdapterDescriptor } from '../adapters/contract.js';
 import { runEffect, type EffectEnd } from './effect.js';
@@ -44,9 +46,11 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
   if (known) return dropIfAsked(context, body, answerRecord(known, verified));
 
   await pausePoint('pause_before_claim');
+  await held(context, 'pause_claims_together', verified.subject.operationId);
 
-  // Step 3.
-  const claim = context.ledger.claim(verified.subject);
+  // Step 3. Resolves once the transaction holding the claim is durable; the
+  // after_claim cutpoint fires there, before any claim of the batch is answered.
+  const claim = await context.ledger.claimDurable(verified.subject);
   switch (claim.kind) {
     case 'existing':
       return dropIfAsked(context, body, answerRecord(claim.record, verified));
@@ -67,7 +71,6 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
     case 'claimed':
       break;
   }
-  crashPoint('executor', 'after_claim');
   // The witness exists before the effect (docs/ROLLBACK.md): a ledger restored
   // from before this claim is refused at its next hello, never asked "did it
   // run?" and answering "never claimed".
@@ -200,9 +203,9 @@ async function runTracked(
   if (end === undefined) {
     // Still running in the adapter host: what it ends with later is still
     // the truth, and is retained then if this process still has its ledger.
-    void started.end.then((late) => {
+    void started.end.then(async (late) => {
       unlist();
-      endStatus(retainLate(context, verified, late));
+      endStatus(await retainLate(context, verified, late));
     });
     throw new CustodyError(
       'adapter_still_running',
@@ -211,7 +214,7 @@ async function runTracked(
   }
   unlist();
   try {
-    const result = finish(context, verified, claim, end, effect.cancelRequested);
+    const result = await finish(context, verified, claim, end, effect.cancelRequested);
     endStatus(result.status);
     return result;
   } catch (error) {
@@ -220,34 +223,42 @@ async function runTracked(
   }
 }
 
-function retainLate(context: ExecutorContext, verified: VerifiedAuthorization, late: EffectEnd): ReportStatus | null {
+async function retainLate(context: ExecutorContext, verified: VerifiedAuthorization, late: EffectEnd): Promise<ReportStatus | null> {
   if (late.kind !== 'observed' || !context.isOpen()) return null;
   try {
-    return retainObservation(context, verified, late.status, late.output, late.costUnits, 'late').status;
+    return (await retainObservation(context, verified, late.status, late.output, late.costUnits, 'late')).status;
   } catch (error) {
     context.log.error('late_report_not_retained', { operation_id: verified.subject.operationId, ...errorFields(error) });
     return null;
   }
 }
 
-function finish(context: ExecutorContext, verified: VerifiedAuthorization, claim: OperationRecord, end: EffectEnd, cancelRequested: boolean): ExecuteResult {
+async function finish(context: ExecutorContext, verified: VerifiedAuthorization, claim: OperationRecord, end: EffectEnd, cancelRequested: boolean): Promise<ExecuteResult> {
   if (end.kind === 'unclear') {
     context.log.warn('outcome_unknown', { operation_id: claim.operationId, reason: end.reason });
     throw new CustodyError('outcome_unknown', `operation ${claim.operationId}: ${end.reason}; the claim stays and is never run again — reconcile it`);
   }
   if (end.cancelled && !cancelRequested) context.log.warn('adapter_cancelled_unasked', { operation_id: claim.operationId });
   crashPoint('executor', 'after_effect');
-  // Step 5.
+  await held(context, 'pause_reports_together', claim.operationId);
+  // Step 5. The after_report cutpoint fires once the batch holding the report is durable.
   let answer: ExecuteResult;
   try {
-    answer = retainObservation(context, verified, end.status, end.output, end.costUnits, 'execute');
+    answer = await retainObservation(context, verified, end.status, end.output, end.costUnits, 'execute');
   } catch (error) {
     // The adapter answered but its report could not be kept (store busy, lock lost): the claim stands alone.
     context.log.error('report_not_retained', { operation_id: claim.operationId, status: end.status, ...errorFields(error) });
     throw new CustodyError('outcome_unknown', `operation ${claim.operationId} ended ${end.status} but its report could not be retained; reconcile it`, { cause: error });
   }
-  crashPoint('executor', 'after_report');
   return answer;
+}
+
+/** A pause point every operation arriving at it waits at together (fault-pause.ts); nothing unless a test armed it. */
+async function held(context: ExecutorContext, cutpoint: string, operationId: string): Promise<void> {
+  const gate = pauseTogether(cutpoint);
+  if (!gate) return;
+  context.log.info('fault_held', { cutpoint, operation_id: operationId });
+  await gate;
 }
 
 /** The lost-reply drill (ARCHITECTURE.md §6.3): the report is retained; the process dies before the reply. */

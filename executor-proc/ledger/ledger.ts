@@ -1,7 +1,12 @@
 // The ledger's transactions (ARCHITECTURE.md §6.2 steps 3 and 5, the refusal of
 // reconcile_operation). Each write runs in one BEGIN IMMEDIATE transaction
 // that re-reads what it depends on, so nothing decided outside it is acted
-// on inside it. Time comes from max(clock, high-water mark), and the mark is
+// on inside it. Claims and reports of the execute path are grouped
+// (shared/store/group-commit.ts): those asked for within one turn of the
+// event loop share one transaction, each in its own savepoint, and each
+// caller hears its outcome only once that transaction is durable — so an
+// effect still starts only after its own claim is on disk, and a report
+// leaves only after it is. Time comes from max(clock, high-water mark), and the mark is
 // stored before any answer that depends on time, refusals included.
 import { randomBytes } from 'node:crypto';
 import { statSync } from 'node:fs';
@@ -10,6 +15,8 @@ import { type SignedArtifact } from '../../shared/artifacts/artifact.js';
 import { nowMs } from '../../shared/clock.js';
 import { CustodyError } from '../../shared/errors.js';
 import { type ReportStatus } from '../../shared/protocol/artifacts.js';
+import { BatchSizes, type StatsResult } from '../../shared/protocol/stats.js';
+import { GroupCommit } from '../../shared/store/group-commit.js';
 import { CLAIM_MACHINE } from '../claim-machine.js';
 import { type OperationRecord, RecordReader, stateOf } from './records.js';
 import { EpochBook } from './epochs.js';
@@ -66,6 +73,13 @@ export function newClaimId(kind: 'claim' | 'refusal'): string {
   return `${kind === 'claim' ? 'c' : 'r'}${randomBytes(12).toString('hex')}`;
 }
 
+/**
+ * Claims and reports per grouped transaction. A size, not a behaviour: more
+ * waiting writes take the next transaction in the same turn (and an
+ * executor's operations in flight are bounded by max_in_flight anyway).
+ */
+const GROUP_COMMIT_MAX_WRITES = 256;
+
 export class Ledger {
   /** What provisioning fixed: the first identity and the kernel's first key. */
   readonly provisioned: LedgerConfig;
@@ -76,7 +90,8 @@ export class Ledger {
   readonly #guard: WriteGuard;
   readonly #readHwm: Database.Statement<[], { hwm_ms: number }>;
   readonly #raiseHwm: Database.Statement<[number, number]>;
-  #commits = 0;
+  readonly #batches = new BatchSizes('ledger');
+  readonly #group: GroupCommit;
   readonly #countLive: Database.Statement<[], { n: number }>;
   readonly #insertClaim: Database.Statement;
   readonly #insertReport: Database.Statement;
@@ -98,6 +113,7 @@ export class Ledger {
     this.#readHead = this.#db.prepare('SELECT seq FROM head WHERE id = 1');
     this.#raiseHead = this.#db.prepare('UPDATE head SET seq = seq + 1 WHERE id = 1');
     this.records = new RecordReader(stores.ledger, stores.archive);
+    this.#group = new GroupCommit(this.#db, GROUP_COMMIT_MAX_WRITES, 'executor', undefined, (writes) => this.#batches.record(writes));
     this.#readHwm = this.#db.prepare('SELECT hwm_ms FROM clock WHERE id = 1');
     this.#raiseHwm = this.#db.prepare('UPDATE clock SET hwm_ms = ? WHERE id = 1 AND hwm_ms < ?');
     // Kept by the claims triggers (schema.ts, version 2): O(1) however full the ledger is.
@@ -143,7 +159,7 @@ export class Ledger {
       })
       .immediate();
     this.#current = null;
-    this.#commits++;
+    this.#batches.record(1);
   }
 
   /** Why the epochs an authorization was made under are retired, or null when both are current. */
@@ -204,9 +220,9 @@ export class Ledger {
     throw this.#replaced;
   }
 
-  /** Claim, report and refusal transactions committed by this process (each carries one; the `stats` message). */
-  get commits(): number {
-    return this.#commits;
+  /** Write transactions this process committed, by how many claims or reports each carried (the `stats` message). */
+  commitBatches(): StatsResult['commit_batches'] {
+    return this.#batches.entries();
   }
 
   liveCount(): number {
@@ -240,27 +256,41 @@ export class Ledger {
    */
   claim(subject: ClaimSubject): ClaimOutcome {
     this.#assertWritable();
-    const outcome = this.#db
-      .transaction((): ClaimOutcome => {
-        const existing = this.records.find(subject.operationId);
-        if (existing) return { kind: 'existing', record: existing };
-        // Re-read here, as the window is: a rotation committed since step 1 retires it now.
-        const retired = this.retiredReason(subject.signedUnder);
-        if (retired) return { kind: 'epoch_retired', why: retired };
-        const now = this.#advanceClock();
-        if (now < subject.notBefore) return { kind: 'window_not_open', now };
-        if (now >= subject.expiresAt) return { kind: 'window_closed', now };
-        // Claims leave the refusal reserve free, so a full ledger can still close authorizations as never_claimed.
-        const live = this.liveCount();
-        if (live >= this.config.claimCapacity - this.config.refusalReserve) return { kind: 'full', live };
-        CLAIM_MACHINE.assertMove('unclaimed', 'claimed', subject.operationId);
-        this.#insertClaim.run({ ...subject, claimId: newClaimId('claim'), kind: 'claim', claimedAt: now, recordedAt: now });
-        this.#advanceHead();
-        return { kind: 'claimed', record: this.#mustFind(subject.operationId) };
-      })
-      .immediate();
-    this.#commits++;
+    const outcome = this.#db.transaction(() => this.#claimWrite(subject)).immediate();
+    this.#batches.record(1);
     return outcome;
+  }
+
+  /**
+   * The claim of step 3 in the next grouped transaction: resolves once that
+   * transaction is durable, after the `after_claim` cutpoint (when this write
+   * claimed) has had its chance to fire — so a crash there leaves every claim
+   * of the batch on disk and no effect started.
+   */
+  claimDurable(subject: ClaimSubject): Promise<ClaimOutcome> {
+    return this.#group.submit(() => {
+      this.#assertWritable();
+      const value = this.#claimWrite(subject);
+      return { value, cutpoints: value.kind === 'claimed' ? ['after_claim'] : [] };
+    });
+  }
+
+  #claimWrite(subject: ClaimSubject): ClaimOutcome {
+    const existing = this.records.find(subject.operationId);
+    if (existing) return { kind: 'existing', record: existing };
+    // Re-read here, as the window is: a rotation committed since step 1 retires it now.
+    const retired = this.retiredReason(subject.signedUnder);
+    if (retired) return { kind: 'epoch_retired', why: retired };
+    const now = this.#advanceClock();
+    if (now < subject.notBefore) return { kind: 'window_not_open', now };
+    if (now >= subject.expiresAt) return { kind: 'window_closed', now };
+    // Claims leave the refusal reserve free, so a full ledger can still close authorizations as never_claimed.
+    const live = this.liveCount();
+    if (live >= this.config.claimCapacity - this.config.refusalReserve) return { kind: 'full', live };
+    CLAIM_MACHINE.assertMove('unclaimed', 'claimed', subject.operationId);
+    this.#insertClaim.run({ ...subject, claimId: newClaimId('claim'), kind: 'claim', claimedAt: now, recordedAt: now });
+    this.#advanceHead();
+    return { kind: 'claimed', record: this.#mustFind(subject.operationId) };
   }
 
   /**
@@ -270,22 +300,37 @@ export class Ledger {
    */
   retainReport(operationId: string, status: ReportStatus, sign: ReportSigner): RetainOutcome {
     this.#assertWritable();
-    const outcome = this.#announced(this.#db
-      .transaction((): RetainOutcome => {
-        const claim = this.records.live(operationId);
-        if (!claim) throw new CustodyError('never_claimed', `operation ${operationId} has no claim in the live ledger to report on`);
-        if (claim.report) return { kind: 'existing', record: claim };
-        CLAIM_MACHINE.assertMove(stateOf(claim), status, operationId);
-        // finished_at ≥ claimed_at even when the clock was stepped back meanwhile.
-        const finishedAt = this.#advanceClock(claim.claimedAt ?? 0);
-        const report = sign(claim, finishedAt);
-        this.#insertReport.run(operationId, claim.claimId, status, report.text, report.digest, finishedAt, finishedAt);
-        this.#advanceHead();
-        return { kind: 'retained', record: this.#mustFind(operationId) };
-      })
-      .immediate(), 'retained');
-    this.#commits++;
+    const outcome = this.#announced(this.#db.transaction(() => this.#retainWrite(operationId, status, sign)).immediate(), 'retained');
+    this.#batches.record(1);
     return outcome;
+  }
+
+  /**
+   * `retainReport` in the next grouped transaction: resolves once that
+   * transaction is durable, after `cutpoints` (when this write retained)
+   * have had their chance to fire, so no answer carries a report that is not
+   * on disk.
+   */
+  async retainReportDurable(operationId: string, status: ReportStatus, sign: ReportSigner, cutpoints: readonly string[]): Promise<RetainOutcome> {
+    const outcome = await this.#group.submit(() => {
+      this.#assertWritable();
+      const value = this.#retainWrite(operationId, status, sign);
+      return { value, cutpoints: value.kind === 'retained' ? cutpoints : [] };
+    });
+    return this.#announced(outcome, 'retained');
+  }
+
+  #retainWrite(operationId: string, status: ReportStatus, sign: ReportSigner): RetainOutcome {
+    const claim = this.records.live(operationId);
+    if (!claim) throw new CustodyError('never_claimed', `operation ${operationId} has no claim in the live ledger to report on`);
+    if (claim.report) return { kind: 'existing', record: claim };
+    CLAIM_MACHINE.assertMove(stateOf(claim), status, operationId);
+    // finished_at ≥ claimed_at even when the clock was stepped back meanwhile.
+    const finishedAt = this.#advanceClock(claim.claimedAt ?? 0);
+    const report = sign(claim, finishedAt);
+    this.#insertReport.run(operationId, claim.claimId, status, report.text, report.digest, finishedAt, finishedAt);
+    this.#advanceHead();
+    return { kind: 'retained', record: this.#mustFind(operationId) };
   }
 
   /**
@@ -315,7 +360,7 @@ export class Ledger {
         return { kind: 'refused', record: this.#mustFind(subject.operationId) };
       })
       .immediate(), 'refused');
-    this.#commits++;
+    this.#batches.record(1);
     return outcome;
   }
 

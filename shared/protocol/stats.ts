@@ -12,7 +12,8 @@ export const statsResult = z.strictObject({
   /**
    * Write transactions this process committed since it started, by store and
    * by how many units each carried (a kernel batch groups decisions; an
-   * executor's ledger commits one claim or report at a time). Cumulative: a
+   * executor's ledger groups the claims and reports of its operations in
+   * flight). Cumulative: a
    * new process starts from nothing.
    */
   commit_batches: z.array(z.strictObject({ store: identifier, size: positiveInt, count: positiveInt })).max(2048),

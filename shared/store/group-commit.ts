@@ -38,17 +38,21 @@ export class GroupCommit {
   #pending: Pending[] = [];
   #scheduled = false;
   readonly #rider: (() => BatchRider) | undefined;
+  readonly #onCommitted: ((writes: number) => void) | undefined;
 
   /**
    * `rider`, when given, is asked once per batch for writes that go with it
    * in the same transaction (the supervisor's witness heads,
    * docs/ROLLBACK.md), and told whether that transaction committed.
+   * `onCommitted` hears how many writes each committed transaction carried
+   * (the `stats` answer's commit_batches).
    */
-  constructor(db: Database.Database, maxBatch: number, role: string, rider?: () => BatchRider) {
+  constructor(db: Database.Database, maxBatch: number, role: string, rider?: () => BatchRider, onCommitted?: (writes: number) => void) {
     this.#db = db;
     this.#maxBatch = maxBatch;
     this.#role = role;
     this.#rider = rider;
+    this.#onCommitted = onCommitted;
   }
 
   /** Run `write` in the next grouped transaction; resolves with its value once that transaction is durable. */
@@ -90,6 +94,7 @@ export class GroupCommit {
       return;
     }
     rider?.settled(true);
+    this.#onCommitted?.(batch.length);
     for (const outcome of outcomes) if (outcome.ok) for (const cutpoint of outcome.result.cutpoints) crashPoint(this.#role, cutpoint);
     batch.forEach((item, index) => {
       const outcome = outcomes[index]!;

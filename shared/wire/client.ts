@@ -139,8 +139,9 @@ export class ClientChannel {
       this.#pending.delete(id);
       return Promise.reject(toCustodyError(error, 'channel_closed'));
     }
-    if (options.timeoutMs === undefined) return answer;
     const timeoutMs = options.timeoutMs;
+    if (timeoutMs === undefined || timeoutMs === Number.POSITIVE_INFINITY) return answer;
+    // The deadline's error is made only when it passes, and only once it has really passed (shared/timeout.ts).
     return withTimeout(answer, timeoutMs, () => {
       // A late answer to an abandoned id is dropped, not taken for a protocol error.
       this.#abandon(id);

@@ -86,7 +86,7 @@ export class ServiceMetrics implements StoreObserver {
     this.#holds = new Gauge({ name: 'custody_kernel_holds', help: "The kernel's budget holds by state, as of this scrape.", labelNames: ['state'], registers });
     this.#batches = new Histogram({
       name: 'custody_commit_batch_size',
-      help: 'Units per committed write transaction, by store (kernel: grouped decisions; <executor>/ledger: one claim or report each).',
+      help: 'Units per committed write transaction, by store (kernel: grouped decisions; <executor>/ledger: the claims and reports of operations in flight together).',
       labelNames: ['store'],
       buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
       registers,

@@ -32,4 +32,20 @@ describe('withTimeout', () => {
     expect(await withTimeout(never, 0, () => 'expired')).to.equal('expired');
     expect(await withTimeout(Promise.resolve('ready'), 0, () => 'expired')).to.equal('ready');
   });
+
+  it('never answers from the timeout branch before the whole bound has passed by performance.now()', async () => {
+    for (let i = 0; i < 20; i += 1) {
+      const blocked = Date.now() + 8;
+      while (Date.now() < blocked); // the turn runs long, as a commit's fsync does: the loop's cached time lags
+      const started = performance.now();
+      const waited = await withTimeout(never, 15, () => performance.now() - started);
+      expect(waited).to.be.at.least(15);
+    }
+  });
+
+  it('makes nothing for the timeout branch until the bound passes', async () => {
+    let made = 0;
+    await Promise.all(Array.from({ length: 100 }, () => withTimeout(Promise.resolve(1), 1_000, () => ((made += 1), 0))));
+    expect(made).to.equal(0);
+  });
 });
