@@ -106,3 +106,8 @@ export function assertHistoryRoom(kernel: Kernel, operation: OperationRow): void
     );
   }
 }
+
+/** The decision members of an answer rebuilt from a retained receipt: identical for every retry of the request. */
+export function retainedDecision(operationId: string, receipt: ReceiptRow): Pick<ReceiptRow, 'verdict' | 'reason' | 'state' | 'receipt'> & { operation_id: string } {
+  return { operation_id: operationId, verdict: receipt.verdict, reason: receipt.reason, state: receipt.state, receipt: receipt.receipt };
+}

@@ -18,7 +18,7 @@ import { argumentBytesFor } from '../settings.js';
 import { type GrantRow } from '../store/grants-table.js';
 import { type OperationRow } from '../store/operations-table.js';
 import { expectedOf } from '../views.js';
-import { nextReceiptSlot, recordReceipt } from './receipts.js';
+import { nextReceiptSlot, recordReceipt, retainedDecision } from './receipts.js';
 
 type ReserveRequest = RequestOf<'reserve'>;
 type ReserveResult = ResultOf<'reserve'>;
@@ -126,11 +126,7 @@ export function reserveReply(kernel: Kernel, operation: OperationRow): ReserveRe
   if (!receipt) throw new CustodyError('internal', `operation ${operation.operation_id} has no retained reserve receipt`);
   const nonce = receipt.verdict === 'allow' ? kernel.store.nonces.forOperation(operation.operation_id) : undefined;
   return {
-    operation_id: operation.operation_id,
-    verdict: receipt.verdict,
-    reason: receipt.reason,
-    state: receipt.state,
-    receipt: receipt.receipt,
+    ...retainedDecision(operation.operation_id, receipt),
     nonce: nonce ? { id: nonce.nonce_id, expires_at: nonce.expires_at } : null,
     expected: receipt.verdict === 'allow' ? expectedOf(operation) : null,
   };

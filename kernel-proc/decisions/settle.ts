@@ -19,7 +19,7 @@ import { type Kernel } from '../kernel.js';
 import { type HoldState, OPERATION_MACHINE, SETTLEABLE_STATES } from '../machines.js';
 import { type OperationRow } from '../store/operations-table.js';
 import { type ReceiptRow } from '../store/receipts-table.js';
-import { nextReceiptSlot, recordReceipt } from './receipts.js';
+import { nextReceiptSlot, recordReceipt, retainedDecision } from './receipts.js';
 import { type AuthenticAuthorization, checkAuthorization, checkReport } from './report-check.js';
 
 type SettleResult = ResultOf<'settle'>;
@@ -130,11 +130,7 @@ function recordSettlement(
 
 function settleReply(operation: OperationRow, receipt: ReceiptRow): SettleResult {
   return {
-    operation_id: operation.operation_id,
-    verdict: receipt.verdict,
-    reason: receipt.reason,
-    state: receipt.state,
-    receipt: receipt.receipt,
+    ...retainedDecision(operation.operation_id, receipt),
     // The guarded value is handed out only with an allowed, completed settlement.
     output: receipt.state === 'completed' && operation.output !== null ? (JSON.parse(operation.output) as JsonValue) : null,
   };
