@@ -17,44 +17,15 @@ import { initState } from '../../supervisor/init.js';
 import { statePaths } from '../../supervisor/paths.js';
 import { fileURLToPath } from 'node:url';
 import { EXECUTOR_ENTRY, KERNEL_ENTRY } from '../../supervisor/children/specs.js';
+import { heaviest, summarizeProfile } from './cpuprofile.js';
 
 const CLI_ENTRY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'supervisor', 'cli', 'main.js');
 
-interface ProfileNode {
-  id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
-  hitCount?: number;
-}
-interface CpuProfile {
-  nodes: ProfileNode[];
-  startTime: number;
-  endTime: number;
-  samples: number[];
-  timeDeltas: number[];
-}
-
-/** Self time by function (ms), the idle and GC pseudo-frames kept apart. */
-export function selfTimes(profile: CpuProfile): Map<string, number> {
-  const byId = new Map(profile.nodes.map((node) => [node.id, node]));
-  const totals = new Map<string, number>();
-  profile.samples.forEach((id, index) => {
-    const frame = byId.get(id)!.callFrame;
-    const where = frame.url === '' ? '' : ` ${frame.url.replace(/^file:\/\/.*?\/dist\//, '').replace(/^file:\/\/.*node_modules\//, '')}:${frame.lineNumber + 1}`;
-    const name = `${frame.functionName || '(anonymous)'}${where}`;
-    totals.set(name, (totals.get(name) ?? 0) + (profile.timeDeltas[index] ?? 0) / 1000);
-  });
-  return totals;
-}
-
 function summarize(file: string, label: string, operations: number, top: number): string {
-  const profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
-  const times = selfTimes(profile);
-  const wall = (profile.endTime - profile.startTime) / 1000;
-  const idle = times.get('(idle)') ?? 0;
-  const busy = wall - idle;
-  const lines = [`${label}: wall ${wall.toFixed(0)} ms, busy ${(busy).toFixed(0)} ms = ${(busy / operations).toFixed(3)} ms/op`];
-  const ranked = [...times].filter(([name]) => name !== '(idle)').sort((a, b) => b[1] - a[1]).slice(0, top);
-  for (const [name, ms] of ranked) lines.push(`  ${(ms / operations).toFixed(3).padStart(7)} ms/op  ${name}`);
+  const summary = summarizeProfile(file);
+  const busy = summary.all - summary.idle;
+  const lines = [`${label}: sampled ${summary.all.toFixed(0)} ms, busy ${busy.toFixed(0)} ms = ${(busy / operations).toFixed(3)} ms/op`];
+  for (const [name, ms] of heaviest(summary, top)) lines.push(`  ${(ms / operations).toFixed(3).padStart(7)} ms/op  ${name}`);
   return lines.join('\n');
 }
 
