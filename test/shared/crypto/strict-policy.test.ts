@@ -159,6 +159,15 @@ describe('the strict Ed25519 policy', function () {
       expectCustodyError(() => publicKeyFromHex('01'.padEnd(64, '0')), 'key_invalid', 'small order');
     });
 
+    it('remembers only valid keys: at its bound of 256 and one past it, every valid key still parses and an invalid one is still refused', function () {
+      const keys = Array.from({ length: 257 }, (_, i) => Signer.fromSeed(new Uint8Array(32).fill(i % 256).map((v, j) => (j === 0 ? i >> 8 : v))).publicKeyHex);
+      for (const count of [256, 257]) {
+        for (const hex of keys.slice(0, count)) expect(publicKeyFromHex(hex)).to.deep.equal(fromHex(hex));
+        expectCustodyError(() => publicKeyFromHex('01'.padEnd(64, '0')), 'key_invalid', 'small order');
+        expect(publicKeyFromHex(keys[0]!)).to.deep.equal(fromHex(keys[0]!));
+      }
+    });
+
     it('reads a signature from 128 lowercase hex characters', function () {
       const hex = 'ab'.repeat(64);
       expect(signatureFromHex(hex)).to.deep.equal(fromHex(hex));
