@@ -101,7 +101,18 @@ export class OperationDriver {
     }
   }
 
+  /**
+   * Walk a request to where its goal stops, then make durable whatever it
+   * learned in memory on the way (ARCHITECTURE.md §6.6): an answer is given
+   * only from a durable row. A stopping service's walk leaves its in-memory
+   * moves unwritten; the next start asks again.
+   */
   async #run(requestId: string, goal: Goal, dropReply: boolean): Promise<RequestRow> {
+    const row = await this.#walk(requestId, goal, dropReply);
+    return this.#ctx.signal.aborted ? row : this.#ctx.store.persist(row.request_id);
+  }
+
+  async #walk(requestId: string, goal: Goal, dropReply: boolean): Promise<RequestRow> {
     const ctx = this.#ctx;
     let row = this.#get(requestId);
     let carriedAs = goal;
@@ -163,7 +174,7 @@ export class OperationDriver {
 
   /** Execute again after a report is retained: the executor must replay the identical bytes. */
   async #replayExecute(row: RequestRow): Promise<RequestRow> {
-    if (!row.authorization || !row.executor || !row.expected) return row;
+    if (!row.authorization || !row.executor) return row;
     const executor = this.#ctx.executorById(row.executor);
     const result = await executor.request('execute', {
       authorization: row.authorization,

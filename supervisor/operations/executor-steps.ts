@@ -70,7 +70,8 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
         { authorization, expected: expectedOf(row), arguments: JSON.parse(row.arguments) as JsonObject, drop_reply: options.dropReply },
         { id: frameId, timeoutMs: deadline, requestId: row.request_id },
       );
-      return await ctx.store.movePhaseGrouped(row.request_id, 'reported', { report: result.report });
+      // In memory until the settlement is written: the executor replays this report byte for byte (ARCHITECTURE.md §6.6).
+      return ctx.store.movePhaseLater(row.request_id, 'reported', { report: result.report });
     } catch (error) {
       const failure = toCustodyError(error);
       // Parked while waiting (it crashed a child before): it stays where it is.

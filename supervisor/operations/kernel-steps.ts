@@ -22,11 +22,9 @@ export async function reserveStep(ctx: OperationContext, row: RequestRow): Promi
   const result = await askKernel(ctx, 'reserve', reserveRequestOf({ ...row, arguments: JSON.parse(row.arguments) as JsonObject }), row.request_id);
   if (result.verdict === 'allow' && result.nonce && result.expected) {
     checkExpectation(ctx, row, result.expected);
-    return ctx.store.movePhaseGrouped(row.request_id, 'reserved', {
-      nonce_id: result.nonce.id,
-      expected: JSON.stringify(result.expected),
-      receipt: result.receipt ?? undefined,
-    });
+    // In memory until the attempt is written: a repeated reserve answers the same (ARCHITECTURE.md §6.6).
+    // The expectation is checked here and not kept: after the start it is the authorization's own invocation (expectedOf).
+    return ctx.store.movePhaseLater(row.request_id, 'reserved', { nonce_id: result.nonce.id, receipt: result.receipt ?? undefined });
   }
   return afterKernelState(ctx, row, result.state, result.receipt, result.reason);
 }
@@ -82,16 +80,13 @@ export async function settleReport(ctx: OperationContext, authorization: string,
  * request the client made: the authorization cannot choose its own
  * expectation (ARCHITECTURE.md §6.2), so the supervisor derives it from its own log.
  */
-function adoptAuthorization(ctx: OperationContext, row: RequestRow, authorization: string): Promise<RequestRow> {
+function adoptAuthorization(ctx: OperationContext, row: RequestRow, authorization: string): RequestRow {
   const body = authorizationBody.parse(readEnvelope(authorization).envelope.body);
   checkExpectation(ctx, row, body.invocation);
   // A retried start gets the first authorization: the operation is bound to the executor it names.
   ctx.pool?.track(row.request_id, body.executor.id);
-  return ctx.store.movePhaseGrouped(row.request_id, 'authorized', {
-    authorization,
-    expected: JSON.stringify(body.invocation),
-    executor: body.executor.id,
-  });
+  // In memory until the attempt is written (before the execute frame) or the drive stops here (ARCHITECTURE.md §6.6).
+  return ctx.store.movePhaseLater(row.request_id, 'authorized', { authorization, executor: body.executor.id });
 }
 
 function checkExpectation(ctx: OperationContext, row: RequestRow, invocation: Invocation): void {
@@ -121,8 +116,15 @@ async function afterKernelState(ctx: OperationContext, row: RequestRow, state: O
   throw new CustodyError('outcome_unknown', `the kernel holds ${row.request_id} as ${state} (${reason}) with no authorization to carry on with; see custody trace ${row.request_id}`);
 }
 
+/**
+ * The invocation the executor must see (ARCHITECTURE.md §6.2): the
+ * authorization's own, which adoptAuthorization checked against this log
+ * before keeping it. It is not stored a second time (`expected` holds it
+ * only in rows written before that, docs/PERFORMANCE.md).
+ */
 export function expectedOf(row: RequestRow): Invocation {
-  if (!row.expected) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no recorded expectation`);
+  if (row.authorization) return authorizationBody.parse(readEnvelope(row.authorization).envelope.body).invocation;
+  if (!row.expected) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} has no authorization to take its expectation from`);
   return JSON.parse(row.expected) as Invocation;
 }
 

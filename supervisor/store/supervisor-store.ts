@@ -80,6 +80,12 @@ export type RequestPatch = Partial<
   Pick<RequestRow, 'nonce_id' | 'expected' | 'executor' | 'authorization' | 'report' | 'receipt' | 'output' | 'outcome' | 'reason'>
 >;
 
+/** A request's moves not yet in supervisor.db: the phase reached and what was learned on the way. */
+interface Unwritten {
+  readonly phase: RequestPhase;
+  readonly patch: RequestPatch;
+}
+
 const PATCHABLE = ['nonce_id', 'expected', 'executor', 'authorization', 'report', 'receipt', 'output', 'outcome', 'reason'] as const;
 
 /** Who hears what the store recorded (GET /metrics, supervisor/metrics/); told after the write, never able to stop it. */
@@ -125,6 +131,7 @@ export class SupervisorStore {
   readonly #getRequest: Database.Statement<[string], RequestRow>;
   readonly #getByOperation: Database.Statement<[string], RequestRow>;
   readonly #setPhase: Database.Statement;
+  readonly #setPhaseAny: Database.Statement;
   readonly #bumpAttempts: Database.Statement;
   readonly #openRequests: Database.Statement<[], RequestRow>;
   readonly #quarantined: Database.Statement<[], RequestRow>;
@@ -144,6 +151,14 @@ export class SupervisorStore {
   readonly #patches = new Map<string, Database.Statement>();
   /** The request log's hot writes, grouped per event-loop turn (shared/store/group-commit.ts). */
   readonly #group: GroupCommit;
+  /**
+   * Phase moves a request made in memory only (movePhaseLater): this
+   * process reads them as written, and supervisor.db gets them with the
+   * request's next durable write (ARCHITECTURE.md §6.6). A crash loses them,
+   * and that is safe: each is a kernel or executor answer that asking again
+   * returns byte for byte.
+   */
+  readonly #unwritten = new Map<string, Unwritten>();
 
   static provision(dir: string): SupervisorStore {
     return new SupervisorStore(provisionStore(supervisorStoreSpec(dir)));
@@ -183,13 +198,15 @@ export class SupervisorStore {
     this.#getRequest = db.prepare('SELECT * FROM requests WHERE request_id = ?');
     this.#getByOperation = db.prepare('SELECT * FROM requests WHERE operation_id = ?');
     this.#setPhase = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ? AND phase = ?');
+    // Writing moves already checked in memory, one step at a time (movePhaseLater).
+    this.#setPhaseAny = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ?');
     this.#bumpAttempts = db.prepare('UPDATE requests SET attempts = attempts + 1, updated_at = ? WHERE request_id = ?');
     // A quarantined request is not open: nothing resumes it but an operator's release.
     this.#openRequests = db.prepare("SELECT * FROM requests WHERE phase NOT IN ('settled', 'refused', 'quarantined') ORDER BY created_at");
     this.#quarantined = db.prepare("SELECT * FROM requests WHERE phase = 'quarantined' ORDER BY created_at");
     this.#crashesOf = db.prepare(`SELECT count(*) AS n FROM incidents WHERE operation_id = ? AND kind = '${CRASH_INCIDENT}'`);
     this.#getWitness = db.prepare('SELECT head FROM witness WHERE name = ?');
-    this.#dispatchedTo = db.prepare('SELECT * FROM requests WHERE executor = ? AND authorization IS NOT NULL AND expected IS NOT NULL ORDER BY created_at');
+    this.#dispatchedTo = db.prepare('SELECT * FROM requests WHERE executor = ? AND authorization IS NOT NULL ORDER BY created_at');
     this.#raiseWitness = db.prepare(
       `INSERT INTO witness (name, head, updated_at) VALUES (@name, @head, @now)
        ON CONFLICT (name) DO UPDATE SET head = excluded.head, updated_at = excluded.updated_at WHERE excluded.head > witness.head`,
@@ -422,32 +439,113 @@ export class SupervisorStore {
 
   /** movePhase in the next grouped transaction; its cutpoint passes once that transaction is durable. */
   movePhaseGrouped(requestId: string, to: RequestPhase, patch: RequestPatch = {}): Promise<RequestRow> {
-    return this.#group.submit(() => {
-      const before = this.#getRequest.get(requestId)?.phase;
-      const row = this.movePhase(requestId, to, patch);
-      return { value: row, cutpoints: before !== undefined && before !== to ? [`after_phase_${to}`] : [] };
-    });
+    let written: Unwritten | undefined;
+    return this.#group
+      .submit(() => {
+        written = this.#writeUnwritten(requestId);
+        const before = this.#getRequest.get(requestId)?.phase;
+        const row = this.movePhase(requestId, to, patch);
+        return { value: row, cutpoints: before !== undefined && before !== to ? [`after_phase_${to}`] : [] };
+      })
+      .then((row) => {
+        this.#written(requestId, written);
+        return row;
+      });
   }
 
   /** startAttempt in the next grouped transaction. */
   startAttemptGrouped(requestId: string): Promise<RequestRow> {
-    return this.#group.submit(() => ({ value: this.#startAttemptRow(requestId), cutpoints: ['after_attempt_started'] }));
+    let written: Unwritten | undefined;
+    return this.#group
+      .submit(() => {
+        written = this.#writeUnwritten(requestId);
+        return { value: this.#startAttemptRow(requestId), cutpoints: ['after_attempt_started'] };
+      })
+      .then((row) => {
+        this.#written(requestId, written);
+        return row;
+      });
   }
 
+  /** A request as this process knows it: its row with any move not yet written laid over it. */
   getRequest(requestId: string): RequestRow | undefined {
-    return this.#getRequest.get(requestId);
+    return this.#known(this.#getRequest.get(requestId));
   }
 
   getRequestByOperation(operationId: string): RequestRow | undefined {
-    return this.#getByOperation.get(operationId);
+    return this.#known(this.#getByOperation.get(operationId));
   }
 
   openRequests(): RequestRow[] {
-    return this.#openRequests.all();
+    return this.#openRequests.all().map((row) => this.#known(row)!);
   }
 
   quarantinedRequests(): RequestRow[] {
     return this.#quarantined.all();
+  }
+
+  #known(row: RequestRow | undefined): RequestRow | undefined {
+    const unwritten = row && this.#unwritten.get(row.request_id);
+    return unwritten ? { ...row, ...unwritten.patch, phase: unwritten.phase } : row;
+  }
+
+  /**
+   * Write a request's unwritten moves into the transaction under way, so that
+   * supervisor.db says what this process knows before anything else is
+   * written for it. Returns what was written (forget it once that commits).
+   */
+  #writeUnwritten(requestId: string): Unwritten | undefined {
+    const unwritten = this.#unwritten.get(requestId);
+    if (!unwritten) return undefined;
+    this.#setPhaseAny.run(unwritten.phase, nowMs(), requestId);
+    this.patchRequest(requestId, unwritten.patch);
+    return unwritten;
+  }
+
+  /** Forget moves that are now durable, unless a later move replaced them meanwhile. */
+  #written(requestId: string, unwritten: Unwritten | undefined): void {
+    if (unwritten && this.#unwritten.get(requestId) === unwritten) this.#unwritten.delete(requestId);
+  }
+
+  /**
+   * Move a request in memory only (ARCHITECTURE.md §6.6): the moves whose
+   * answer the kernel or the executor retains and gives again — reserved
+   * (reserve is idempotent by request id), authorized (a repeated reserve
+   * of a started operation leads to its authorization), reported (the
+   * executor replays its report byte for byte). supervisor.db gets them
+   * with the request's next durable write (its attempt, its end) or when a
+   * drive stops on them (persist). A supervisor that dies first resumes
+   * from the last durable phase and asks again. Its cutpoint passes at once:
+   * nothing durable is waited for.
+   */
+  movePhaseLater(requestId: string, to: RequestPhase, patch: RequestPatch = {}): RequestRow {
+    const current = this.getRequest(requestId);
+    if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
+    if (current.phase === 'quarantined') throw quarantinedError(current);
+    if (current.phase !== to) REQUEST_MACHINE.assertMove(current.phase, to, `request ${requestId}`);
+    const learned = Object.fromEntries(PATCHABLE.filter((key) => patch[key] !== undefined).map((key) => [key, patch[key]]));
+    this.#unwritten.set(requestId, { phase: to, patch: { ...this.#unwritten.get(requestId)?.patch, ...learned } });
+    const row = this.getRequest(requestId)!;
+    if (current.phase !== to) {
+      this.observer?.phase(current, row);
+      crashPoint('supervisor', `after_phase_${to}`);
+    }
+    return row;
+  }
+
+  /** Make a request's in-memory moves durable (grouped); resolves with the row once they are. */
+  persist(requestId: string): Promise<RequestRow> {
+    if (!this.#unwritten.has(requestId)) return Promise.resolve(this.getRequest(requestId)!);
+    let written: Unwritten | undefined;
+    return this.#group
+      .submit(() => {
+        written = this.#writeUnwritten(requestId);
+        return { value: this.#getRequest.get(requestId)!, cutpoints: [] };
+      })
+      .then((row) => {
+        this.#written(requestId, written);
+        return this.getRequest(requestId) ?? row;
+      });
   }
 
   // ------------------------------------------------------------- quarantine
@@ -460,7 +558,9 @@ export class SupervisorStore {
    * like any request write.
    */
   countCrash(requestId: string, child: string, why: string, limit: number): { crashes: number; quarantined: boolean } {
-    return this.db.transaction(() => {
+    let written: Unwritten | undefined;
+    const counted = this.db.transaction(() => {
+      written = this.#writeUnwritten(requestId);
       const row = this.#getRequest.get(requestId);
       if (!row || row.phase === 'quarantined' || row.phase === 'settled' || row.phase === 'refused') return { crashes: 0, quarantined: false };
       this.#incident.run({ at: nowMs(), child, kind: CRASH_INCIDENT, code: null, message: `${child} ended (${why}) while ${requestId} was in flight on it (phase ${row.phase})`, operation_id: row.operation_id });
@@ -482,6 +582,8 @@ export class SupervisorStore {
       this.observer?.phase(row, this.#getRequest.get(requestId)!);
       return { crashes, quarantined: true };
     }).immediate();
+    this.#written(requestId, written);
+    return counted;
   }
 
   /** Crashes counted against a request so far. */
@@ -494,7 +596,7 @@ export class SupervisorStore {
     return this.db.transaction(() => {
       const row = this.#getRequest.get(requestId);
       if (!row) throw new CustodyError('not_found', `no request ${requestId}`);
-      if (row.phase !== 'quarantined') return row;
+      if (row.phase !== 'quarantined') return this.#known(row)!;
       const to = releasePhaseOf(row);
       this.#setPhase.run(to, nowMs(), requestId, 'quarantined');
       this.#incident.run({ at: nowMs(), child: null, kind: 'quarantine_released', code: null, message: `an operator released ${requestId} from quarantine to phase ${to}; one more crash parks it again`, operation_id: row.operation_id });
@@ -520,7 +622,9 @@ export class SupervisorStore {
     let moved = false;
     let before: RequestRow | undefined;
     const nested = this.db.inTransaction;
+    let written: Unwritten | undefined;
     const row = this.#withPendingHeads(() => {
+      written = this.#writeUnwritten(requestId);
       const current = this.#getRequest.get(requestId);
       if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
       before = current;
@@ -534,6 +638,8 @@ export class SupervisorStore {
       this.patchRequest(requestId, patch);
       return this.#getRequest.get(requestId)!;
     });
+    // Inside a grouped transaction the group forgets them once it commits.
+    if (!nested) this.#written(requestId, written);
     if (moved) this.observer?.phase(before!, row);
     // A cutpoint per phase reached, once its move has committed (startAttempt's has its own).
     if (moved && !nested) crashPoint('supervisor', `after_phase_${to}`);
@@ -542,7 +648,12 @@ export class SupervisorStore {
 
   /** Move to `executing` and count the attempt, in one transaction: the row returned carries the new count. */
   startAttempt(requestId: string): RequestRow {
-    const started = this.#withPendingHeads(() => this.#startAttemptRow(requestId));
+    let written: Unwritten | undefined;
+    const started = this.#withPendingHeads(() => {
+      written = this.#writeUnwritten(requestId);
+      return this.#startAttemptRow(requestId);
+    });
+    this.#written(requestId, written);
     crashPoint('supervisor', 'after_attempt_started');
     return started;
   }
