@@ -62,8 +62,8 @@ export function assertRecoverable(name: string, state: string, failure: CustodyE
  * that follows its decision, before the supervisor acts on it; an executor
  * waits for head.witnessed, sent once it is durable.
  */
-export function recordHead(witness: HeadWitnessStore, name: string, head: number, log: Logger): Promise<void> {
-  const durable = witness.record(name, head);
+export function recordHead(witness: HeadWitnessStore, name: string, head: number, log: Logger, lingerMs = 0): Promise<void> {
+  const durable = witness.record(name, head, lingerMs);
   durable.catch((error: unknown) => log.error('witness_not_recorded', { head, ...errorFields(error) }));
   return durable;
 }

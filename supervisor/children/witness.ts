@@ -2,9 +2,11 @@
 // A head is kept in supervisor.db, outside the store it counts, and never
 // lowered. Heads are group-committed: written with the next request write of
 // supervisor.db (a kernel decision is always followed by one before the
-// supervisor acts on it) or, at the latest, in one transaction at the end of
-// the event-loop turn in which they arrived; an executor hears
-// head.witnessed only after that commit.
+// supervisor acts on it outside the kernel) or, at the latest, in one
+// transaction at the end of the event-loop turn in which they arrived (an
+// executor's) or after timing.kernel_head_linger_ms (a kernel's); an
+// executor hears head.witnessed only after that commit. A head not yet
+// written counts as witnessed for this process's own checks.
 import { CustodyError } from '../../shared/errors.js';
 import { type SupervisorStore } from '../store/supervisor-store.js';
 
@@ -26,9 +28,14 @@ export class HeadWitnessStore {
     this.#store.raiseWitness(new Map([[name, head]]));
   }
 
-  /** Record with the next write of supervisor.db or the turn's group commit; resolves once durable. */
-  record(name: string, head: number): Promise<void> {
-    return this.#store.witnessLater(name, head);
+  /**
+   * Record with the next write of supervisor.db; resolves once durable. An
+   * executor's head (an effect waits for it) is written at the end of this
+   * turn at the latest; a kernel's may linger up to `lingerMs` for a request
+   * write to carry it (docs/ROLLBACK.md, "Group commit").
+   */
+  record(name: string, head: number, lingerMs = 0): Promise<void> {
+    return this.#store.witnessLater(name, head, lingerMs);
   }
 }
 

@@ -82,6 +82,14 @@ export const timingSchema = z.strictObject({
   /** Backoff of reconciliation retries and re-polls of unknown operations. */
   retry_backoff_initial_ms: millis(600_000).default(500),
   retry_backoff_max_ms: millis(3_600_000).default(30_000),
+  /**
+   * How long a kernel's store head may wait in memory for a request write of
+   * supervisor.db to carry it before it is written alone (docs/ROLLBACK.md,
+   * "Group commit"). The start's head is always written before the execute
+   * frame leaves, the settle's before the client is answered. 0: at the end
+   * of the turn it arrived in.
+   */
+  kernel_head_linger_ms: z.number().int().min(0).max(1_000).default(50),
   /** How often committed starts are swept for operations nobody drives. */
   recovery_sweep_ms: millis(3_600_000).default(5_000),
   /** How long a graceful shutdown lets in-flight operations finish. */

@@ -145,6 +145,7 @@ export class SupervisorStore {
   readonly #pendingHeads = new Map<string, number>();
   #pendingWaiters: Array<{ resolve(): void; reject(reason: unknown): void }> = [];
   #flushScheduled = false;
+  #lingerTimer: NodeJS.Timeout | null = null;
   /** Told of incidents, children and phase moves once they are written. */
   observer: StoreObserver | null = null;
   /** One prepared UPDATE per set of patched columns, made on first use. */
@@ -228,7 +229,14 @@ export class SupervisorStore {
   }
 
   close(): void {
-    this.db.close();
+    if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
+    this.#lingerTimer = null;
+    // Heads seen and not written yet are written now, not lost with a graceful stop.
+    try {
+      if (this.db.open && !this.db.inTransaction) this.#flushHeads();
+    } finally {
+      this.db.close();
+    }
   }
 
   // ------------------------------------------------------------------- pins
@@ -303,9 +311,13 @@ export class SupervisorStore {
 
   // ---------------------------------------------------------------- witness
 
-  /** The highest head a child's store has presented (docs/ROLLBACK.md); 0 when none was seen yet. */
+  /**
+   * The highest head a child's store has presented (docs/ROLLBACK.md); 0 when
+   * none was seen yet. A head this process saw and has not written yet counts:
+   * it is no less true for being in memory.
+   */
   witnessedHead(name: string): number {
-    return this.#getWitness.get(name)?.head ?? 0;
+    return Math.max(this.#getWitness.get(name)?.head ?? 0, this.#pendingHeads.get(name) ?? 0);
   }
 
   /** Every request whose authorization was dispatched to this executor identity, settled or not. */
@@ -324,10 +336,11 @@ export class SupervisorStore {
    * followed by one, before the supervisor acts on it), or at the end of this
    * event-loop turn, whichever comes first. Resolves once it is durable.
    */
-  witnessLater(name: string, head: number): Promise<void> {
+  witnessLater(name: string, head: number, lingerMs = 0): Promise<void> {
     this.#pendingHeads.set(name, Math.max(head, this.#pendingHeads.get(name) ?? 0));
     const durable = new Promise<void>((resolve, reject) => this.#pendingWaiters.push({ resolve, reject }));
-    this.#scheduleFlush();
+    if (lingerMs === 0) this.#scheduleFlush();
+    else this.#scheduleLingeringFlush(lingerMs);
     return durable;
   }
 
@@ -336,16 +349,29 @@ export class SupervisorStore {
     this.#flushScheduled = true;
     setImmediate(() => {
       this.#flushScheduled = false;
-      if (this.#pendingHeads.size === 0 || !this.db.open) return;
-      const { heads, waiters } = this.#takePending();
-      try {
-        this.raiseWitness(heads);
-      } catch (error) {
-        for (const waiter of waiters) waiter.reject(error);
-        return;
-      }
-      for (const waiter of waiters) waiter.resolve();
+      this.#flushHeads();
     });
+  }
+
+  /** A head that may wait for a request write: written alone only if none carried it within `lingerMs`. */
+  #scheduleLingeringFlush(lingerMs: number): void {
+    if (this.#lingerTimer) return;
+    this.#lingerTimer = setTimeout(() => {
+      this.#lingerTimer = null;
+      this.#flushHeads();
+    }, lingerMs);
+  }
+
+  #flushHeads(): void {
+    if (this.#pendingHeads.size === 0 || !this.db.open) return;
+    const { heads, waiters } = this.#takePending();
+    try {
+      this.raiseWitness(heads);
+    } catch (error) {
+      for (const waiter of waiters) waiter.reject(error);
+      return;
+    }
+    for (const waiter of waiters) waiter.resolve();
   }
 
   #takePending(): { heads: Map<string, number>; waiters: Array<{ resolve(): void; reject(reason: unknown): void }> } {

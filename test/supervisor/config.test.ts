@@ -55,11 +55,16 @@ describe('custody.json', () => {
     expect(messageOf({ timing: { executor_wait_ms: 600_001 } })).to.match(/timing\.executor_wait_ms.*got 600001/);
     expect(parseConfig({ timing: { executor_wait_ms: 0 } }).timing.executor_wait_ms).to.equal(0);
     expect(messageOf({ timing: { executor_wait_ms: -1 } })).to.match(/timing\.executor_wait_ms.*got -1/);
+    expect(parseConfig({ timing: { kernel_head_linger_ms: 1_000 } }).timing.kernel_head_linger_ms).to.equal(1_000);
+    expect(messageOf({ timing: { kernel_head_linger_ms: 1_001 } })).to.match(/timing\.kernel_head_linger_ms.*got 1001/);
+    expect(parseConfig({ timing: { kernel_head_linger_ms: 0 } }).timing.kernel_head_linger_ms).to.equal(0);
+    expect(messageOf({ timing: { kernel_head_linger_ms: -1 } })).to.match(/timing\.kernel_head_linger_ms.*got -1/);
   });
 
   it('defaults the pool wait to 10 s and metrics to no token on loopback', () => {
     const config = parseConfig({});
     expect(config.timing.executor_wait_ms).to.equal(10_000);
+    expect(config.timing.kernel_head_linger_ms).to.equal(50);
     expect(config.metrics).to.deep.equal({ require_token: false });
     expect(messageOf({ metrics: { require_token: 'yes' } })).to.match(/metrics\.require_token/);
   });

@@ -1,9 +1,13 @@
 // The supervisor's witness of store heads (docs/ROLLBACK.md): durable in
-// supervisor.db, never lowered, executor heads group-committed per turn.
+// supervisor.db, never lowered, executor heads group-committed per turn,
+// kernel heads carried by the next request write or written alone after
+// timing.kernel_head_linger_ms.
 import { expect } from 'chai';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { operationIdFor } from '../../shared/protocol/binding.js';
 import { HeadWitnessStore } from '../../supervisor/children/witness.js';
 import { SupervisorStore } from '../../supervisor/store/supervisor-store.js';
 
@@ -21,6 +25,9 @@ describe('the head witness in supervisor.db', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  /** What supervisor.db holds, as the sqlite3 shell would read it. */
+  const durable = (name: string) => (store.db.prepare('SELECT head FROM witness WHERE name = ?').get(name) as { head: number } | undefined)?.head ?? 0;
+
   it('writes the heads announced in one turn in one transaction, keeping the highest per child, and resolves after it', async () => {
     const witness = new HeadWitnessStore(store);
     let commits = 0;
@@ -30,7 +37,8 @@ describe('the head witness in supervisor.db', () => {
       raise(heads);
     };
     const pending = [witness.record('a', 3), witness.record('a', 5), witness.record('a', 4), witness.record('b', 1)];
-    expect(witness.head('a'), 'nothing is durable before the batch commits').to.equal(0);
+    expect(durable('a'), 'nothing is durable before the batch commits').to.equal(0);
+    expect(witness.head('a'), 'a head seen counts for this process at once').to.equal(5);
     await Promise.all(pending);
     expect(commits).to.equal(1);
     expect([witness.head('a'), witness.head('b')]).to.deep.equal([5, 1]);
@@ -43,5 +51,34 @@ describe('the head witness in supervisor.db', () => {
     store.raiseWitness(new Map([['kernel', 1]]));
     expect(witness.head('kernel')).to.equal(7);
     expect(() => store.db.prepare("UPDATE witness SET head = 1 WHERE name = 'kernel'").run()).to.throw(/never goes back/);
+  });
+
+  it('lets a kernel head wait for the next request write, which carries it in its own transaction', async () => {
+    const witness = new HeadWitnessStore(store);
+    const recorded = witness.record('kernel', 9, 1_000);
+    await sleep(30);
+    expect(durable('kernel'), 'not written alone at the end of its turn').to.equal(0);
+    expect(witness.head('kernel'), 'yet a hello below it would be refused').to.equal(9);
+    await store.logRequestGrouped({ request_id: 'r-1', operation_id: operationIdFor('r-1'), kind: 'invoke', tool: 't/x', subject: 'agent', arguments: '{}', cost_units: 1, binding_hash: 'b'.repeat(64) });
+    expect(durable('kernel')).to.equal(9);
+    await recorded;
+  });
+
+  it('writes a lingering kernel head alone once its linger passes with no request write', async () => {
+    const witness = new HeadWitnessStore(store);
+    let settled = false;
+    const recorded = witness.record('kernel', 4, 60).then(() => (settled = true));
+    await sleep(20);
+    expect([durable('kernel'), settled]).to.deep.equal([0, false]);
+    await recorded;
+    expect(durable('kernel')).to.equal(4);
+  });
+
+  it('writes a head still lingering when the store closes', () => {
+    const witness = new HeadWitnessStore(store);
+    void witness.record('kernel', 12, 1_000);
+    store.close();
+    store = SupervisorStore.open(path.join(dir, 'supervisor'));
+    expect(durable('kernel')).to.equal(12);
   });
 });
