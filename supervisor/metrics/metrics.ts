@@ -86,7 +86,7 @@ export class ServiceMetrics implements StoreObserver {
     this.#holds = new Gauge({ name: 'custody_kernel_holds', help: "The kernel's budget holds by state, as of this scrape.", labelNames: ['state'], registers });
     this.#batches = new Histogram({
       name: 'custody_commit_batch_size',
-      help: 'Units per committed write transaction, by store (kernel: grouped decisions; <executor>/ledger: the claims and reports of operations in flight together).',
+      help: 'Units per committed write transaction, by store (kernel: grouped decisions; <executor>/ledger: the claims and reports of operations in flight together; supervisor: request writes, a witness-only commit counting one).',
       labelNames: ['store'],
       buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
       registers,
@@ -119,6 +119,10 @@ export class ServiceMetrics implements StoreObserver {
     if (seen === undefined || row.restarts <= seen) return;
     this.#restarts.inc({ child: row.name, reason: this.#restartReason.get(row.name) ?? 'exit' }, row.restarts - seen);
     this.#restartReason.delete(row.name);
+  }
+
+  committed(writes: number): void {
+    this.#batches.observe({ store: 'supervisor' }, writes);
   }
 
   phase(before: RequestRow, after: RequestRow): void {

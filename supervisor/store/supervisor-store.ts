@@ -84,6 +84,8 @@ export type RequestPatch = Partial<
 interface Unwritten {
   readonly phase: RequestPhase;
   readonly patch: RequestPatch;
+  /** When the last of them was made: the row's updated_at as this process knows it. */
+  readonly at: number;
 }
 
 const PATCHABLE = ['nonce_id', 'expected', 'executor', 'authorization', 'report', 'receipt', 'output', 'outcome', 'reason'] as const;
@@ -94,6 +96,8 @@ export interface StoreObserver {
   child(row: Omit<ChildRow, 'updated_at'>): void;
   /** A request moved from `before`'s phase to `after`'s. */
   phase(before: RequestRow, after: RequestRow): void;
+  /** A grouped transaction committed carrying this many request writes (a heads-only commit counts as one). */
+  committed(writes: number): void;
 }
 
 /** The incident kind that counts one crash against a request (see countCrash). */
@@ -171,7 +175,7 @@ export class SupervisorStore {
 
   private constructor(db: Database.Database) {
     this.db = db;
-    this.#group = new GroupCommit(db, GROUP_COMMIT_MAX_WRITES, 'supervisor', () => this.#headsRider());
+    this.#group = new GroupCommit(db, GROUP_COMMIT_MAX_WRITES, 'supervisor', () => this.#headsRider(), (writes) => this.observer?.committed(writes));
     this.#putPin = db.prepare(
       `INSERT INTO pins (name, role, identity_id, public_key, key_epoch, pinned_at) VALUES (@name, @role, @identity_id, @public_key, @key_epoch, @pinned_at)
        ON CONFLICT (name) DO UPDATE SET identity_id = excluded.identity_id, public_key = excluded.public_key, key_epoch = excluded.key_epoch, pinned_at = excluded.pinned_at`,
@@ -328,6 +332,7 @@ export class SupervisorStore {
   /** Raise the witnessed heads (never lowered), all in one durable transaction. */
   raiseWitness(heads: ReadonlyMap<string, number>): void {
     this.db.transaction(() => this.#writeHeads(heads)).immediate();
+    this.observer?.committed(1);
   }
 
   /**
@@ -512,7 +517,7 @@ export class SupervisorStore {
 
   #known(row: RequestRow | undefined): RequestRow | undefined {
     const unwritten = row && this.#unwritten.get(row.request_id);
-    return unwritten ? { ...row, ...unwritten.patch, phase: unwritten.phase } : row;
+    return unwritten ? { ...row, ...unwritten.patch, phase: unwritten.phase, updated_at: unwritten.at } : row;
   }
 
   /**
@@ -550,7 +555,7 @@ export class SupervisorStore {
     if (current.phase === 'quarantined') throw quarantinedError(current);
     if (current.phase !== to) REQUEST_MACHINE.assertMove(current.phase, to, `request ${requestId}`);
     const learned = Object.fromEntries(PATCHABLE.filter((key) => patch[key] !== undefined).map((key) => [key, patch[key]]));
-    this.#unwritten.set(requestId, { phase: to, patch: { ...this.#unwritten.get(requestId)?.patch, ...learned } });
+    this.#unwritten.set(requestId, { phase: to, patch: { ...this.#unwritten.get(requestId)?.patch, ...learned }, at: nowMs() });
     const row = this.getRequest(requestId)!;
     if (current.phase !== to) {
       this.observer?.phase(current, row);

@@ -51,4 +51,23 @@ describe('supervisor/metrics: what the store reports', () => {
     const families = parsePrometheusText(await metrics.scrape());
     expect(valueOf(families, 'custody_operation_duration_seconds_count', { phase: 'received' })).to.equal(0);
   });
+
+  it('counts the supervisor\'s own commits by the request writes each carried', async () => {
+    const before = valueOf(parsePrometheusText(await metrics.scrape()), 'custody_commit_batch_size_count', { store: 'supervisor' });
+    const logged = (id: string) => store.logRequestGrouped({ request_id: id, operation_id: operationIdFor(id), kind: 'invoke', tool: 't/x', subject: 'agent', arguments: '{}', cost_units: 1, binding_hash: 'b'.repeat(64) });
+    await Promise.all([logged('g-1'), logged('g-2'), logged('g-3')]);
+    const families = parsePrometheusText(await metrics.scrape());
+    expect(valueOf(families, 'custody_commit_batch_size_count', { store: 'supervisor' }) - before).to.equal(1);
+    expect(valueOf(families, 'custody_commit_batch_size_sum', { store: 'supervisor' })).to.equal(3);
+  });
+
+  it('times a phase held in memory from when this process moved it, not from the last durable write', async () => {
+    logRequest('slow');
+    store.movePhaseLater('slow', 'reserved', { nonce_id: 'n-1' });
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    store.movePhaseLater('slow', 'authorized', { authorization: '{}', executor: 'e' });
+    const families = parsePrometheusText(await metrics.scrape());
+    expect(valueOf(families, 'custody_operation_duration_seconds_sum', { phase: 'reserved' })).to.be.at.least(0.05);
+    expect(valueOf(families, 'custody_operation_duration_seconds_sum', { phase: 'received' })).to.be.below(0.05);
+  });
 });
