@@ -34,6 +34,13 @@ function isKernelKind(kind: MessageKind): kind is KernelKind {
 
 export class KernelService implements ChildService {
   readonly identity: ChildIdentity;
+  /**
+   * The kernel's only client is the supervisor, whose channel bounds what it
+   * sends (bounds.kernel_max_in_flight, 256 by default, at most 4096). A lower
+   * bound here (the runtime's 64) refused the 65th concurrent request with
+   * too_many_in_flight, which the supervisor retries only after a backoff.
+   */
+  readonly maxInFlight = 4096;
   readonly #kernel: Kernel;
   readonly #lock: DirLock;
   readonly #queue: CommitQueue;

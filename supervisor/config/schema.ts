@@ -39,7 +39,7 @@ export const executorSchema = z.strictObject({
   /** Watchdog deadline per tool (ms); `*` is the default for tools not listed. */
   deadlines_ms: z.record(z.string(), millis(86_400_000)).default({ '*': 30_000 }),
   /** Requests in flight on this executor's channel. */
-  max_in_flight: z.number().int().min(1).max(1024).default(16),
+  max_in_flight: z.number().int().min(1).max(1024).default(64),
   /** Claims the ledger holds (set at provisioning). */
   claim_capacity: z.number().int().min(16).max(10_000_000).default(50_000),
   key_epoch: z.number().int().min(1).default(1),

@@ -33,7 +33,7 @@ function runtimeValue(key: string, value: number): unknown {
 describe('executor-proc settings', () => {
   it('gives every runtime bound its default from an empty settings object', () => {
     expect(parseExecutorSettings({}).runtime).to.deep.equal({
-      maxInFlight: 16,
+      maxInFlight: 64,
       reconcilePerTool: 32,
       reconcilePerSession: 128,
       reconcileWindowMs: 60_000,

@@ -16,7 +16,7 @@ describe('custody.json', () => {
     const config = parseConfig({});
     expect(config.port).to.equal(8421);
     expect(config.executors).to.have.length(1);
-    expect(config.executors[0]).to.include({ name: 'default', max_in_flight: 16, claim_capacity: 50_000 });
+    expect(config.executors[0]).to.include({ name: 'default', max_in_flight: 64, claim_capacity: 50_000 });
     expect(config.executors[0]!.tools).to.deep.equal(['review-notes/*']);
     expect(config.restart).to.deep.equal({ max_restarts: 5, period_s: 60, backoff_initial_ms: 200, backoff_max_ms: 10_000, failed_cooldown_s: 300, quarantine_after_crashes: 2 });
     expect(config.bounds.max_frame_bytes).to.equal(1024 * 1024);
