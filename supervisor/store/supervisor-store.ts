@@ -554,9 +554,11 @@ export class SupervisorStore {
     if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
     if (current.phase === 'quarantined') throw quarantinedError(current);
     if (current.phase !== to) REQUEST_MACHINE.assertMove(current.phase, to, `request ${requestId}`);
-    const learned = Object.fromEntries(PATCHABLE.filter((key) => patch[key] !== undefined).map((key) => [key, patch[key]]));
-    this.#unwritten.set(requestId, { phase: to, patch: { ...this.#unwritten.get(requestId)?.patch, ...learned }, at: nowMs() });
-    const row = this.getRequest(requestId)!;
+    const learned = Object.fromEntries(PATCHABLE.filter((key) => patch[key] !== undefined).map((key) => [key, patch[key]])) as RequestPatch;
+    const at = nowMs();
+    this.#unwritten.set(requestId, { phase: to, patch: { ...this.#unwritten.get(requestId)?.patch, ...learned }, at });
+    // What getRequest would now read, without reading the row again.
+    const row: RequestRow = { ...current, ...learned, phase: to, updated_at: at };
     if (current.phase !== to) {
       this.observer?.phase(current, row);
       crashPoint('supervisor', `after_phase_${to}`);
