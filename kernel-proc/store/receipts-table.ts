@@ -1,7 +1,7 @@
 // Retained receipts: insert-once, numbered per operation, each with the
 // digest of the request it answers so a retried request finds its answer.
-// Since schema version 6 a row stores its key, that digest and the receipt's
-// bytes; the other columns are read from those bytes (schema.ts).
+// Since schema version 6 a row stores its number, that digest and the
+// receipt's bytes; the other columns are read from those bytes (schema.ts).
 import type Database from 'better-sqlite3';
 import { type HoldDisposition } from '../../shared/protocol/artifacts.js';
 import { type OperationState } from '../../shared/protocol/kernel-messages.js';
@@ -32,7 +32,7 @@ export class ReceiptsTable {
 
   constructor(db: Database.Database) {
     this.#insert = db.prepare(`
-      INSERT INTO receipts (operation_id, seq, request_digest, receipt) VALUES (@operation_id, @seq, @request_digest, @receipt)`);
+      INSERT INTO receipts (seq, request_digest, receipt) VALUES (@seq, @request_digest, @receipt)`);
     this.#count = db.prepare('SELECT count(*) AS n FROM receipts WHERE operation_id = ?');
     this.#forRequest = db.prepare('SELECT * FROM receipts WHERE operation_id = ? AND request_digest = ? ORDER BY seq LIMIT 1');
     this.#entering = db.prepare('SELECT * FROM receipts WHERE operation_id = ? AND state = ? ORDER BY seq LIMIT 1');

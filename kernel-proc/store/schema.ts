@@ -376,16 +376,17 @@ INSERT INTO kernel_epochs (epoch, public_key, statement, created_at) SELECT key_
  *   insert-once report rows pack four to a page. A trigger keeps the pair
  *   whole: an operation's report_digest is set only once its report is in
  *   `reports`.
- * - A receipt keeps what its signed bytes do not say (operation_id and seq,
- *   its key; request_digest, the request it answers) and its bytes. Its id,
- *   decision, verdict, reason, state, hold disposition and time are virtual
- *   columns read from those bytes — shown by the sqlite3 shell and
+ * - A receipt keeps what its signed bytes do not say (seq, its number within
+ *   the operation; request_digest, the request it answers) and its bytes. Its
+ *   operation, id, decision, verdict, reason, state, hold disposition and
+ *   time are virtual columns read from those bytes (the unique index on
+ *   (operation_id, seq) and the foreign key work on them as before) — shown by the sqlite3 shell and
  *   `SELECT *` as before, stored nowhere, so they can no longer disagree
  *   with the signed receipt. The stored digest (SHA-256 of the bytes, what
  *   `custody receipt verify` computes) and the index on receipt_id (no query
  *   finds a receipt by id; the id is `r:<operation_id>:<seq>`, the unique
- *   key) go. A receipt row drops from ~1.46 KB to ~1.3 KB: three per page,
- *   not two.
+ *   key) go. A receipt row drops from ~1.46 KB to ≤ ~1.32 KB: three per
+ *   page, not two.
  * - holds_by_grant goes: since version 4 the grant's counters answer reserve
  *   and no statement of the kernel reads holds by grant (EXPLAIN QUERY PLAN,
  *   test/kernel-proc/store-bytes.test.ts); only the operator's grants_view
@@ -396,7 +397,7 @@ INSERT INTO kernel_epochs (epoch, public_key, statement, created_at) SELECT key_
  * column it stops storing equals what the receipt's bytes say (a named
  * CHECK on a temporary table fails the migration otherwise).
  */
-const RECEIPT_KEPT_COLUMNS = ['operation_id', 'seq', 'request_digest', 'receipt'];
+const RECEIPT_KEPT_COLUMNS = ['seq', 'request_digest', 'receipt'];
 const fromReceipt = (path: string) => `json_extract(receipt, '$.body.${path}')`;
 const V6 = `
 DROP TRIGGER operations_fixed;
@@ -419,10 +420,10 @@ DROP VIEW operations_view;
 DROP VIEW receipts_view;
 ALTER TABLE receipts RENAME TO receipts_v5;
 CREATE TABLE receipts ( -- Every decision, kernel-signed, retained as its exact bytes; insert-once. request_digest names the request it answers.
-  operation_id TEXT NOT NULL REFERENCES operations (operation_id),
   seq INTEGER NOT NULL CHECK (seq > 0),
   request_digest TEXT,
   receipt TEXT NOT NULL,         -- the signed receipt, exact JCS bytes; the columns below are read from them
+  operation_id TEXT NOT NULL GENERATED ALWAYS AS (${fromReceipt('operation_id')}) VIRTUAL REFERENCES operations (operation_id),
   receipt_id TEXT GENERATED ALWAYS AS (${fromReceipt('receipt_id')}) VIRTUAL,
   decision TEXT GENERATED ALWAYS AS (${fromReceipt('decision')}) VIRTUAL,
   verdict TEXT GENERATED ALWAYS AS (${fromReceipt('verdict')}) VIRTUAL,
@@ -430,7 +431,7 @@ CREATE TABLE receipts ( -- Every decision, kernel-signed, retained as its exact 
   state TEXT GENERATED ALWAYS AS (${fromReceipt('state')}) VIRTUAL,
   hold_disposition TEXT GENERATED ALWAYS AS (${fromReceipt('hold.disposition')}) VIRTUAL,
   issued_at INTEGER GENERATED ALWAYS AS (${fromReceipt('issued_at')}) VIRTUAL,
-  CONSTRAINT receipt_names_its_key CHECK (receipt_id = 'r:' || operation_id || ':' || seq AND ${fromReceipt('operation_id')} = operation_id),
+  CONSTRAINT receipt_names_its_key CHECK (receipt_id = 'r:' || operation_id || ':' || seq),
   CHECK (decision IN ('reserve', 'start', 'completion', 'finalization', 'expiry', 'unknown')),
   CHECK (verdict IN ('allow', 'deny')),
   CHECK (hold_disposition IN ('reserved', 'released', 'consumed', 'release_unconfirmed', 'none')),

@@ -123,8 +123,12 @@ describe('kernel-proc: kernel.db for operators', function () {
     });
 
     it('refuse a receipt whose signed bytes name another key, and a report digest whose report is not kept', () => {
-      expect(refusal(`INSERT INTO receipts (operation_id, seq, request_digest, receipt)
-                      SELECT operation_id, 9, NULL, receipt FROM receipts WHERE operation_id = '${done}' AND seq = 1`)).to.equal('CHECK constraint failed: receipt_names_its_key');
+      expect(refusal(`INSERT INTO receipts (seq, request_digest, receipt)
+                      SELECT 9, NULL, receipt FROM receipts WHERE operation_id = '${done}' AND seq = 1`)).to.equal('CHECK constraint failed: receipt_names_its_key');
+      // Its operation is read from the bytes too, and must be one the store holds (as custody opens it, foreign keys on).
+      db.pragma('foreign_keys = ON');
+      expect(refusal(`INSERT INTO receipts (seq, request_digest, receipt)
+                      SELECT 1, NULL, replace(receipt, '${done}', 'f${done.slice(1)}') FROM receipts WHERE operation_id = '${done}' AND seq = 1`)).to.equal('FOREIGN KEY constraint failed');
       expect(refusal(`UPDATE operations SET report_digest = 'x' WHERE request_id = 'v-waiting'`)).to.equal(
         'store_corrupt: operations: report_digest is set only with the report kept in reports',
       );
