@@ -387,11 +387,11 @@ INSERT INTO kernel_epochs (epoch, public_key, statement, created_at) SELECT key_
  *   finds a receipt by id; the id is `r:<operation_id>:<seq>`, the unique
  *   key) go. A receipt row drops from ~1.46 KB to ≤ ~1.32 KB: three per
  *   page, not two.
- * - holds_by_grant goes: since version 4 the grant's counters answer reserve
- *   and no statement of the kernel reads holds by grant (EXPLAIN QUERY PLAN,
- *   test/kernel-proc/store-bytes.test.ts); only the operator's grants_view
- *   sums them, once, by a scan. Its entry moved with every hold's state, one
- *   more page written per settling commit.
+ * - Every other index stays: EXPLAIN QUERY PLAN of every statement the store
+ *   prepares (test/kernel-proc/store-bytes.test.ts) finds each one used.
+ *   holds_by_grant, which reserve no longer reads since the version-4
+ *   counters, is the covering index the holds-by-state gauge of GET /metrics
+ *   scans instead of the whole holds table.
  *
  * The migration checks, before the old receipts table goes, that every
  * column it stops storing equals what the receipt's bytes say (a named
@@ -453,8 +453,6 @@ CREATE TRIGGER receipts_insert_once BEFORE UPDATE ON receipts
 BEGIN SELECT RAISE(ABORT, 'store_corrupt: receipts are insert-once'); END;
 ${neverDeleted('receipts')}
 
-DROP INDEX holds_by_grant;
-
 CREATE VIEW operations_view AS
 SELECT o.operation_id, o.request_id, o.state, o.tool, o.subject, o.capability_id, o.executor_id,
        h.state AS hold, h.cost_units_held, h.cost_units_charged,
@@ -480,7 +478,7 @@ export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 3, description: 'executor pools: a reserved operation may be started on another executor of its tool', sql: V3 },
   { version: 4, description: 'grant usage counters kept by the hold triggers; grants_view shows counters and hold sums', sql: V4 },
   { version: 5, description: 'kernel_epochs: every kernel key epoch with the rotation statement that introduced it', sql: V5 },
-  { version: 6, description: 'reports out of the operations row, output read from the report; receipt columns read from the receipt bytes; holds_by_grant dropped', sql: V6 },
+  { version: 6, description: 'reports out of the operations row, output read from the report; receipt columns read from the receipt bytes', sql: V6 },
 ];
 
 export const KERNEL_DB_FILE = 'kernel.db';
