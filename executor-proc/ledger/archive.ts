@@ -9,6 +9,7 @@
 // archival finds the copy and finishes the move. Lookups read the archive
 // too, so an archived operation still replays its report.
 import type Database from 'better-sqlite3';
+import { artifactDigest } from '../../shared/artifacts/artifact.js';
 import { CustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
 import { type NOT_ARCHIVED_REASONS } from '../../shared/protocol/executor-messages.js';
@@ -43,7 +44,7 @@ export class Archiver {
   readonly #ledger: Ledger;
   readonly #archive: Database.Database;
   readonly #permits = new Set<string>();
-  readonly #readLive: Database.Statement<[string], LiveRow>;
+  readonly #readLive: Database.Statement<[string], Omit<LiveRow, 'report_digest'>>;
   readonly #copy: Database.Statement;
   readonly #readCopy: Database.Statement<[string], { claim_id: string; report_digest: string }>;
   readonly #deleteReport: Database.Statement<[string]>;
@@ -59,7 +60,7 @@ export class Archiver {
     );
     this.#readLive = db.prepare(
       `SELECT c.operation_id, c.claim_id, c.kind, c.tool, c.authorization_digest, c.authorization, c.not_before, c.expires_at,
-              c.claimed_at, c.recorded_at, r.status, r.report, r.report_digest, r.finished_at
+              c.claimed_at, c.recorded_at, r.status, r.report, r.finished_at
        FROM claims c JOIN reports r ON r.operation_id = c.operation_id WHERE c.operation_id = ?`,
     );
     this.#copy = archive.prepare(
@@ -89,7 +90,8 @@ export class Archiver {
         notArchived.push({ operation_id: operationId, reason: 'window_open' });
       } else {
         const row = this.#readLive.get(operationId);
-        if (row) eligible.push(row);
+        // The live ledger keeps the report's bytes, not its digest (schema.ts, version 5); the archive keeps both.
+        if (row) eligible.push({ ...row, report_digest: artifactDigest(row.report) });
       }
     }
     if (eligible.length > 0) {

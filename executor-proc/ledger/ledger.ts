@@ -123,8 +123,8 @@ export class Ledger {
        VALUES (@operationId, @claimId, @kind, @tool, @authorizationDigest, @authorizationText, @notBefore, @expiresAt, @claimedAt, @recordedAt)`,
     );
     this.#insertReport = this.#db.prepare(
-      `INSERT INTO reports (operation_id, claim_id, status, report, report_digest, finished_at, recorded_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO reports (operation_id, claim_id, status, report, finished_at, recorded_at)
+       VALUES (?, ?, ?, ?, ?, ?)`,
     );
   }
 
@@ -328,7 +328,7 @@ export class Ledger {
     // finished_at ≥ claimed_at even when the clock was stepped back meanwhile.
     const finishedAt = this.#advanceClock(claim.claimedAt ?? 0);
     const report = sign(claim, finishedAt);
-    this.#insertReport.run(operationId, claim.claimId, status, report.text, report.digest, finishedAt, finishedAt);
+    this.#insertReport.run(operationId, claim.claimId, status, report.text, finishedAt, finishedAt);
     this.#advanceHead();
     return { kind: 'retained', record: this.#mustFind(operationId) };
   }
@@ -353,7 +353,7 @@ export class Ledger {
         this.#insertClaim.run({ ...subject, claimId, kind: 'refusal', claimedAt: null, recordedAt: now });
         const refusal = this.#mustFind(subject.operationId);
         const report = sign(refusal, now);
-        this.#insertReport.run(subject.operationId, claimId, 'never_claimed', report.text, report.digest, now, now);
+        this.#insertReport.run(subject.operationId, claimId, 'never_claimed', report.text, now, now);
         // A refusal and its report: one event each, as for a claim and its report.
         this.#advanceHead();
         this.#advanceHead();

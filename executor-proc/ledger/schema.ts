@@ -183,11 +183,65 @@ ${epochTable('kernel_epochs', 'kernel key epochs')}
 INSERT INTO kernel_epochs (epoch, public_key, statement, created_at) SELECT 1, kernel_public_key, NULL, provisioned_at FROM config;
 `;
 
+/**
+ * Version 5: fewer bytes per report (docs/PERFORMANCE.md "Store bytes per
+ * operation"). A report row no longer stores report_digest: it is the
+ * SHA-256 of the report's bytes, which the row keeps exactly, and nothing
+ * looks a report up by it (archival recomputes it for its copy). Nor does
+ * claim_id keep a unique index and a foreign key of its own: the row's
+ * operation_id is unique and references its claim, and reports_match_kind
+ * refuses a report whose (operation_id, claim_id) is not a claim's — claims
+ * never change — so the claim_id is that claim's and unique with it. A
+ * report of ~0.9 KB then packs four to a 4 KiB page instead of three.
+ */
+const LEDGER_V5 = `
+DROP VIEW claims_view;
+ALTER TABLE reports RENAME TO reports_v4;
+CREATE TABLE reports (
+  seq           INTEGER PRIMARY KEY,
+  operation_id  TEXT    NOT NULL UNIQUE REFERENCES claims (operation_id),
+  claim_id      TEXT    NOT NULL,
+  status        TEXT    NOT NULL CHECK (status IN
+                  ('completed', 'failed_before_effect', 'reconciled_applied', 'reconciled_not_applied', 'never_claimed')),
+  report        TEXT    NOT NULL,
+  finished_at   INTEGER NOT NULL,
+  recorded_at   INTEGER NOT NULL
+);
+INSERT INTO reports (seq, operation_id, claim_id, status, report, finished_at, recorded_at)
+SELECT seq, operation_id, claim_id, status, report, finished_at, recorded_at FROM reports_v4 ORDER BY seq;
+DROP TABLE reports_v4;
+CREATE TRIGGER reports_no_update BEFORE UPDATE ON reports
+BEGIN SELECT RAISE(ABORT, 'reports are insert-once: a signed report is kept as signed'); END;
+CREATE TRIGGER reports_no_delete BEFORE DELETE ON reports WHEN custody_archive_permit(OLD.operation_id) IS NOT 1
+BEGIN SELECT RAISE(ABORT, 'reports are insert-once: only archival removes a report, after copying it'); END;
+CREATE TRIGGER reports_match_kind BEFORE INSERT ON reports
+WHEN (SELECT kind FROM claims WHERE operation_id = NEW.operation_id AND claim_id = NEW.claim_id)
+     IS NOT (CASE WHEN NEW.status = 'never_claimed' THEN 'refusal' ELSE 'claim' END)
+BEGIN SELECT RAISE(ABORT, 'a report must match its claim: never_claimed for a refusal, any other status for a claim'); END;
+
+CREATE VIEW claims_view AS
+SELECT c.seq,
+       c.operation_id,
+       c.kind,
+       c.tool,
+       c.claim_id,
+       c.claimed_at,
+       ${ISO('c.claimed_at')} AS claimed_at_iso,
+       c.expires_at,
+       ${ISO('c.expires_at')} AS expires_at_iso,
+       r.status AS report_status,
+       r.finished_at,
+       ${ISO('r.finished_at')} AS finished_at_iso,
+       CASE WHEN r.status IS NOT NULL THEN r.status ELSE 'outcome_unknown' END AS state
+FROM claims c LEFT JOIN reports r ON r.operation_id = c.operation_id;
+`;
+
 export const LEDGER_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'config, clock, claims and refusals, reports, guards, claims_view', sql: LEDGER_V1 },
   { version: 2, description: 'head: a forward-only sequence over claims, refusals and reports', sql: LEDGER_V2 },
   { version: 3, description: 'claims_count: the live ledger\'s size kept by triggers, read in O(1)', sql: LEDGER_V3 },
   { version: 4, description: 'key_epochs and kernel_epochs: every executor and kernel key epoch, each with its rotation statement', sql: LEDGER_V4 },
+  { version: 5, description: 'reports without the stored report_digest and the claim_id index: four reports to a page', sql: LEDGER_V5 },
 ];
 
 /**

@@ -82,7 +82,6 @@ export function recordReceipt(kernel: Kernel, operation: OperationRow, slot: Rec
     hold_disposition: body.hold.disposition,
     request_digest: input.requestDigest,
     issued_at: now,
-    digest: signed.digest,
     receipt: signed.text,
   };
   kernel.store.receipts.insert(row);

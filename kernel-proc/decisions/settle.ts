@@ -102,8 +102,7 @@ function recordSettlement(
   const { operation } = authentic;
   const outcome = judge(kernel, authentic, report);
   const slot = nextReceiptSlot(kernel, operation.operation_id);
-  const output = outcome.state === 'completed' && report.body.output !== null ? JSON.stringify(report.body.output) : null;
-  store.operations.settle(operation, outcome.state, { report: report.text, report_digest: report.digest, output, flag: outcome.flag }, now);
+  store.operations.settle(operation, outcome.state, { report: report.text, report_digest: report.digest, flag: outcome.flag }, now);
   const hold = store.holds.forOperation(operation.operation_id)!;
   store.holds.settle(hold, outcome.hold, outcome.charged, now, slot.id);
   const receipt = recordReceipt(

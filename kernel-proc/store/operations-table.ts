@@ -26,8 +26,10 @@ export interface OperationRow {
   readonly authorization_digest: string | null;
   readonly window_not_before: number | null;
   readonly window_expires_at: number | null;
+  /** The settling report's exact bytes, kept in `reports` since schema version 6 (schema.ts). */
   readonly report: string | null;
   readonly report_digest: string | null;
+  /** JSON text of the report's output for a completed operation, read from the report (not stored since version 6). */
   readonly output: string | null;
   readonly flag: string | null;
 }
@@ -61,10 +63,18 @@ export interface DispatchCommit {
 export interface Settlement {
   readonly report: string;
   readonly report_digest: string;
-  /** JSON text of the report's output, kept only for a completed operation. */
-  readonly output: string | null;
   readonly flag: string | null;
 }
+
+/** The output a completed operation hands out: its report's, as JSON text; null for any other state or a null output. */
+function outputOf(state: OperationState, report: string | null): string | null {
+  if (state !== 'completed' || report === null) return null;
+  const output = (JSON.parse(report) as { body: { output?: unknown } }).body.output;
+  return output === null || output === undefined ? null : JSON.stringify(output);
+}
+
+/** The operations columns, and the two an operation row carries from elsewhere (filled by `withReport`). */
+const ROW = 'operations.*, NULL AS report, NULL AS output';
 
 /** The states `recover` hands to the supervisor: committed starts it must drive to a signed end. */
 const IN_DOUBT: readonly OperationState[] = ['dispatch_committed', 'awaiting_report', 'unknown'];
@@ -78,9 +88,11 @@ export class OperationsTable {
   readonly #list: Database.Statement<[{ states: string | null; limit: number; offset: number }], OperationRow>;
   readonly #inDoubt: Database.Statement<[{ states: string; limit: number; offset: number }], OperationRow>;
   readonly #awaitAll: Database.Statement<[{ now: number }]>;
+  readonly #report: Database.Statement<[string], { report: string }>;
+  readonly #keepReport: Database.Statement<[{ id: string; report: string }]>;
 
   constructor(db: Database.Database) {
-    this.#get = db.prepare('SELECT * FROM operations WHERE operation_id = ?');
+    this.#get = db.prepare(`SELECT ${ROW} FROM operations WHERE operation_id = ?`);
     this.#insert = db.prepare(`
       INSERT INTO operations (operation_id, request_id, request_binding_hash, subject, tool, parameters_digest, cost_units,
                               capability_id, capability_digest, executor_id, state, created_at, updated_at)
@@ -95,21 +107,32 @@ export class OperationsTable {
              window_not_before = @window_not_before, window_expires_at = @window_expires_at
       WHERE operation_id = @id AND state = 'reserved'`);
     this.#settle = db.prepare(`
-      UPDATE operations SET state = @to, updated_at = @now, report = @report, report_digest = @report_digest,
-             output = @output, flag = coalesce(@flag, flag)
+      UPDATE operations SET state = @to, updated_at = @now, report_digest = @report_digest, flag = coalesce(@flag, flag)
       WHERE operation_id = @id AND state = @from`);
     this.#list = db.prepare(`
-      SELECT * FROM operations WHERE @states IS NULL OR state IN (SELECT value FROM json_each(@states))
+      SELECT ${ROW} FROM operations WHERE @states IS NULL OR state IN (SELECT value FROM json_each(@states))
       ORDER BY created_at DESC, operation_id LIMIT @limit OFFSET @offset`);
     this.#inDoubt = db.prepare(`
-      SELECT * FROM operations WHERE state IN (SELECT value FROM json_each(@states))
+      SELECT ${ROW} FROM operations WHERE state IN (SELECT value FROM json_each(@states))
       ORDER BY created_at, operation_id LIMIT @limit OFFSET @offset`);
     this.#awaitAll = db.prepare(`
       UPDATE operations SET state = 'awaiting_report', updated_at = @now WHERE state = 'dispatch_committed'`);
+    this.#report = db.prepare('SELECT report FROM reports WHERE operation_id = ?');
+    this.#keepReport = db.prepare('INSERT INTO reports (operation_id, report) VALUES (@id, @report)');
+  }
+
+  /** A settled row gets its report (one lookup) and, when completed, the output the report carries. */
+  #withReport(row: OperationRow | undefined): OperationRow | undefined {
+    if (row === undefined || row.report_digest === null) return row;
+    const report = this.#report.get(row.operation_id)?.report ?? null;
+    const filled = row as { report: string | null; output: string | null };
+    filled.report = report;
+    filled.output = outputOf(row.state, report);
+    return row;
   }
 
   get(operationId: string): OperationRow | undefined {
-    return this.#get.get(operationId);
+    return this.#withReport(this.#get.get(operationId));
   }
 
   insert(row: NewOperation): void {
@@ -128,16 +151,18 @@ export class OperationsTable {
 
   settle(row: OperationRow, to: OperationState, settlement: Settlement, now: number): void {
     OPERATION_MACHINE.assertMove(row.state, to, `operation ${row.operation_id}`);
+    // The report first: the store sets report_digest only once the report is kept (schema.ts, version 6).
+    this.#keepReport.run({ id: row.operation_id, report: settlement.report });
     expectOne(this.#settle.run({ ...settlement, id: row.operation_id, from: row.state, to, now }).changes, row, to);
   }
 
   /** One page, newest first; operation_id breaks ties of created_at, so the order is total and pages do not overlap. */
   list(states: readonly OperationState[] | null, limit: number, offset: number): OperationRow[] {
-    return this.#list.all({ states: states === null ? null : JSON.stringify(states), limit, offset });
+    return this.#list.all({ states: states === null ? null : JSON.stringify(states), limit, offset }).map((row) => this.#withReport(row)!);
   }
 
   inDoubt(limit: number, offset: number): OperationRow[] {
-    return this.#inDoubt.all({ states: JSON.stringify(IN_DOUBT), limit, offset });
+    return this.#inDoubt.all({ states: JSON.stringify(IN_DOUBT), limit, offset }).map((row) => this.#withReport(row)!);
   }
 
   /** Startup recovery: every committed start becomes awaiting_report (ARCHITECTURE.md §6.3). Returns how many. */

@@ -1,5 +1,7 @@
 // Retained receipts: insert-once, numbered per operation, each with the
 // digest of the request it answers so a retried request finds its answer.
+// Since schema version 6 a row stores its number, that digest and the
+// receipt's bytes; the other columns are read from those bytes (schema.ts).
 import type Database from 'better-sqlite3';
 import { type HoldDisposition } from '../../shared/protocol/artifacts.js';
 import { type OperationState } from '../../shared/protocol/kernel-messages.js';
@@ -17,7 +19,6 @@ export interface ReceiptRow {
   readonly hold_disposition: HoldDisposition;
   readonly request_digest: string | null;
   readonly issued_at: number;
-  readonly digest: string;
   readonly receipt: string;
 }
 
@@ -31,10 +32,7 @@ export class ReceiptsTable {
 
   constructor(db: Database.Database) {
     this.#insert = db.prepare(`
-      INSERT INTO receipts (receipt_id, operation_id, seq, decision, verdict, reason, state, hold_disposition,
-                            request_digest, issued_at, digest, receipt)
-      VALUES (@receipt_id, @operation_id, @seq, @decision, @verdict, @reason, @state, @hold_disposition,
-              @request_digest, @issued_at, @digest, @receipt)`);
+      INSERT INTO receipts (seq, request_digest, receipt) VALUES (@seq, @request_digest, @receipt)`);
     this.#count = db.prepare('SELECT count(*) AS n FROM receipts WHERE operation_id = ?');
     this.#forRequest = db.prepare('SELECT * FROM receipts WHERE operation_id = ? AND request_digest = ? ORDER BY seq LIMIT 1');
     this.#entering = db.prepare('SELECT * FROM receipts WHERE operation_id = ? AND state = ? ORDER BY seq LIMIT 1');
@@ -42,6 +40,7 @@ export class ReceiptsTable {
     this.#last = db.prepare('SELECT * FROM receipts WHERE operation_id = ? ORDER BY seq DESC LIMIT 1');
   }
 
+  /** The row's other columns are what its receipt says; the store's CHECKs hold the key, and the receipt, to them. */
   insert(row: ReceiptRow): void {
     this.#insert.run(row);
   }

@@ -363,12 +363,122 @@ BEGIN SELECT RAISE(ABORT, 'store_corrupt: kernel key epochs move forward by one,
 INSERT INTO kernel_epochs (epoch, public_key, statement, created_at) SELECT key_epoch, public_key, NULL, created_at FROM kernel_identity;
 `;
 
+/**
+ * Version 6: fewer bytes per operation (docs/PERFORMANCE.md "Store bytes per
+ * operation"), every signed artifact still kept as its exact bytes.
+ *
+ * - The executor's report moves out of the operations row into `reports`,
+ *   written once when the operation settles; `output` is no longer kept,
+ *   since the report carries it (its body's `output`) and the kernel reads
+ *   it from there. The operations row was updated three or four times per
+ *   operation and grew to ~2.8 KB by the end: one row per 4 KiB page. Without
+ *   the report (~0.9 KB) and the output it is ~1.7 KB, two per page, and the
+ *   insert-once report rows pack four to a page. A trigger keeps the pair
+ *   whole: an operation's report_digest is set only once its report is in
+ *   `reports`.
+ * - A receipt keeps what its signed bytes do not say (seq, its number within
+ *   the operation; request_digest, the request it answers) and its bytes. Its
+ *   operation, id, decision, verdict, reason, state, hold disposition and
+ *   time are virtual columns read from those bytes (the unique index on
+ *   (operation_id, seq) and the foreign key work on them as before) — shown by the sqlite3 shell and
+ *   `SELECT *` as before, stored nowhere, so they can no longer disagree
+ *   with the signed receipt. The stored digest (SHA-256 of the bytes, what
+ *   `custody receipt verify` computes) and the index on receipt_id (no query
+ *   finds a receipt by id; the id is `r:<operation_id>:<seq>`, the unique
+ *   key) go. A receipt row drops from ~1.46 KB to ≤ ~1.32 KB: three per
+ *   page, not two.
+ * - Every other index stays: EXPLAIN QUERY PLAN of every statement the store
+ *   prepares (test/kernel-proc/store-bytes.test.ts) finds each one used.
+ *   holds_by_grant, which reserve no longer reads since the version-4
+ *   counters, is the covering index the holds-by-state gauge of GET /metrics
+ *   scans instead of the whole holds table.
+ *
+ * The migration checks, before the old receipts table goes, that every
+ * column it stops storing equals what the receipt's bytes say (a named
+ * CHECK on a temporary table fails the migration otherwise).
+ */
+const RECEIPT_KEPT_COLUMNS = ['seq', 'request_digest', 'receipt'];
+const fromReceipt = (path: string) => `json_extract(receipt, '$.body.${path}')`;
+const V6 = `
+DROP TRIGGER operations_fixed;
+CREATE TABLE reports ( -- The executor's signed report that settled an operation, exact bytes; insert-once. operations.report_digest names it.
+  operation_id TEXT PRIMARY KEY REFERENCES operations (operation_id),
+  report TEXT NOT NULL
+) STRICT;
+INSERT INTO reports (operation_id, report) SELECT operation_id, report FROM operations WHERE report IS NOT NULL ORDER BY rowid;
+ALTER TABLE operations DROP COLUMN output;
+ALTER TABLE operations DROP COLUMN report;
+${fixedColumns('operations', 'fixed', ['operation_id', 'request_id', 'request_binding_hash', 'subject', 'tool', 'parameters_digest', 'cost_units', 'capability_id', 'capability_digest', 'created_at'], ['start_request_digest', 'authorization', 'authorization_digest', 'window_not_before', 'window_expires_at', 'report_digest'])}
+CREATE TRIGGER operations_report_kept BEFORE UPDATE OF report_digest ON operations
+WHEN NEW.report_digest IS NOT NULL AND NOT EXISTS (SELECT 1 FROM reports WHERE operation_id = NEW.operation_id)
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: operations: report_digest is set only with the report kept in reports'); END;
+CREATE TRIGGER reports_insert_once BEFORE UPDATE ON reports
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: reports are insert-once'); END;
+${neverDeleted('reports')}
+
+DROP VIEW operations_view;
+DROP VIEW receipts_view;
+ALTER TABLE receipts RENAME TO receipts_v5;
+CREATE TABLE receipts ( -- Every decision, kernel-signed, retained as its exact bytes; insert-once. request_digest names the request it answers.
+  seq INTEGER NOT NULL CHECK (seq > 0),
+  request_digest TEXT,
+  receipt TEXT NOT NULL,         -- the signed receipt, exact JCS bytes; the columns below are read from them
+  operation_id TEXT NOT NULL GENERATED ALWAYS AS (${fromReceipt('operation_id')}) VIRTUAL REFERENCES operations (operation_id),
+  receipt_id TEXT GENERATED ALWAYS AS (${fromReceipt('receipt_id')}) VIRTUAL,
+  decision TEXT GENERATED ALWAYS AS (${fromReceipt('decision')}) VIRTUAL,
+  verdict TEXT GENERATED ALWAYS AS (${fromReceipt('verdict')}) VIRTUAL,
+  reason TEXT GENERATED ALWAYS AS (${fromReceipt('reason')}) VIRTUAL,
+  state TEXT GENERATED ALWAYS AS (${fromReceipt('state')}) VIRTUAL,
+  hold_disposition TEXT GENERATED ALWAYS AS (${fromReceipt('hold.disposition')}) VIRTUAL,
+  issued_at INTEGER GENERATED ALWAYS AS (${fromReceipt('issued_at')}) VIRTUAL,
+  CONSTRAINT receipt_names_its_key CHECK (receipt_id = 'r:' || operation_id || ':' || seq),
+  CHECK (decision IN ('reserve', 'start', 'completion', 'finalization', 'expiry', 'unknown')),
+  CHECK (verdict IN ('allow', 'deny')),
+  CHECK (hold_disposition IN ('reserved', 'released', 'consumed', 'release_unconfirmed', 'none')),
+  UNIQUE (operation_id, seq)
+) STRICT;
+INSERT INTO receipts (${RECEIPT_KEPT_COLUMNS.join(', ')}) SELECT ${RECEIPT_KEPT_COLUMNS.join(', ')} FROM receipts_v5 ORDER BY rowid;
+CREATE TEMP TABLE receipts_v6_check (
+  differing INTEGER NOT NULL,
+  CONSTRAINT v6_receipt_columns_equal_the_receipt_bytes CHECK (differing = 0)
+);
+INSERT INTO receipts_v6_check (differing)
+SELECT count(*) FROM receipts_v5 o LEFT JOIN receipts n ON n.operation_id = o.operation_id AND n.seq = o.seq
+WHERE n.receipt IS NOT o.receipt OR n.request_digest IS NOT o.request_digest OR n.receipt_id IS NOT o.receipt_id
+   OR n.decision IS NOT o.decision OR n.verdict IS NOT o.verdict OR n.reason IS NOT o.reason OR n.state IS NOT o.state
+   OR n.hold_disposition IS NOT o.hold_disposition OR n.issued_at IS NOT o.issued_at;
+DROP TABLE receipts_v6_check;
+DROP TABLE receipts_v5;
+CREATE TRIGGER receipts_insert_once BEFORE UPDATE ON receipts
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: receipts are insert-once'); END;
+${neverDeleted('receipts')}
+
+CREATE VIEW operations_view AS
+SELECT o.operation_id, o.request_id, o.state, o.tool, o.subject, o.capability_id, o.executor_id,
+       h.state AS hold, h.cost_units_held, h.cost_units_charged,
+       ${iso('o.created_at')} AS created, ${iso('o.updated_at')} AS updated,
+       ${iso('n.expires_at')} AS nonce_expires, n.state AS nonce,
+       ${iso('o.window_not_before')} AS window_opens, ${iso('o.window_expires_at')} AS window_closes,
+       (SELECT count(*) FROM receipts r WHERE r.operation_id = o.operation_id) AS receipts,
+       (SELECT r.reason FROM receipts r WHERE r.operation_id = o.operation_id ORDER BY r.seq DESC LIMIT 1) AS last_reason,
+       o.flag
+FROM operations o
+LEFT JOIN holds h ON h.operation_id = o.operation_id
+LEFT JOIN nonces n ON n.operation_id = o.operation_id;
+
+CREATE VIEW receipts_view AS
+SELECT r.receipt_id, o.request_id, r.operation_id, r.seq, r.decision, r.verdict, r.reason, r.state, r.hold_disposition,
+       ${iso('r.issued_at')} AS issued
+FROM receipts r JOIN operations o ON o.operation_id = r.operation_id;
+`;
+
 export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'identity, grants, executor pins, operations, holds, nonces, receipts, views', sql: V1 },
   { version: 2, description: 'head: a forward-only count of committed write batches', sql: V2 },
   { version: 3, description: 'executor pools: a reserved operation may be started on another executor of its tool', sql: V3 },
   { version: 4, description: 'grant usage counters kept by the hold triggers; grants_view shows counters and hold sums', sql: V4 },
   { version: 5, description: 'kernel_epochs: every kernel key epoch with the rotation statement that introduced it', sql: V5 },
+  { version: 6, description: 'reports out of the operations row, output read from the report; receipt columns read from the receipt bytes', sql: V6 },
 ];
 
 export const KERNEL_DB_FILE = 'kernel.db';

@@ -18,7 +18,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, 
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { cpuBetween, sampleTree, storeBytes } from './procfs.js';
+import { cpuBetween, sampleTree, storeBytes, writtenBetween } from './procfs.js';
 
 interface Build {
   readonly name: string;
@@ -120,9 +120,12 @@ async function load(service: Running, total: number, concurrency: number) {
     }),
   );
   const seconds = (performance.now() - started) / 1000;
-  const cpu = cpuBetween(before, sampleTree(service.process.pid!, children));
+  const after = sampleTree(service.process.pid!, children);
+  const cpu = cpuBetween(before, after);
   const perOp = Object.fromEntries(Object.entries(cpu).map(([role, ms]) => [role, ms / Math.max(1, completed)]));
-  return { concurrency, completed, ops_per_s: completed / seconds, cpu_ms_per_op: perOp, cpu_ms_per_op_total: Object.values(perOp).reduce((a, b) => a + b, 0) };
+  // What each process wrote toward the disk per operation: its stores' WAL frames and checkpoints (write amplification).
+  const written = Object.fromEntries(Object.entries(writtenBetween(before, after)).map(([role, bytes]) => [role, bytes / Math.max(1, completed)]));
+  return { concurrency, completed, ops_per_s: completed / seconds, cpu_ms_per_op: perOp, cpu_ms_per_op_total: Object.values(perOp).reduce((a, b) => a + b, 0), written_bytes_per_op: written };
 }
 
 /** Mean units per committed transaction of each store since the service started (GET /metrics, custody_commit_batch_size). */
@@ -236,6 +239,8 @@ for (const build of builds) {
     const roles = [...new Set(at.flatMap((l) => Object.keys(l.cpu_ms_per_op)))].sort();
     const cpu = roles.map((role) => `${role} ${mean(at.map((l) => l.cpu_ms_per_op[role] ?? 0)).toFixed(2)}`).join(', ');
     out(`  ${build.name} ${c} in flight: ${mean(at.map((l) => l.ops_per_s)).toFixed(1)} ops/s, CPU ${mean(at.map((l) => l.cpu_ms_per_op_total)).toFixed(2)} ms/op (${cpu})`);
+    const written = roles.map((role) => `${role} ${mean(at.map((l) => l.written_bytes_per_op[role] ?? 0)).toFixed(0)}`).join(', ');
+    out(`    written toward the disk, bytes/op: ${written}`);
   }
   const files = [...new Set(mine.flatMap((r) => Object.keys(r.store_bytes_per_op)))].filter((f) => f.endsWith('.db')).sort();
   out(`  ${build.name} store bytes/op (file, WAL checkpointed): ${files.map((f) => `${f} ${mean(mine.map((r) => r.store_bytes_per_op[f] ?? 0)).toFixed(0)}`).join(', ')}`);

@@ -12,6 +12,8 @@ export interface ProcessSample {
   readonly pid: number;
   readonly cpu_ms: number;
   readonly rss_bytes: number;
+  /** /proc/<pid>/io write_bytes: what the process sent toward the disk (pages it dirtied: WAL frames, checkpoints, journals). */
+  readonly write_bytes: number;
 }
 
 function statFields(pid: number): string[] | null {
@@ -45,6 +47,15 @@ function rssOf(pid: number): number {
   }
 }
 
+function writeBytesOf(pid: number): number {
+  try {
+    const line = readFileSync(`/proc/${pid}/io`, 'utf8').split('\n').find((l) => l.startsWith('write_bytes:'));
+    return line ? Number(line.split(/\s+/)[1]) : 0;
+  } catch {
+    return 0;
+  }
+}
+
 /**
  * Every process under `supervisorPid`, named by role: the supervisor, the
  * children it reports in /v1/status (kernel, executor:<name>), and their
@@ -68,7 +79,7 @@ export function sampleTree(supervisorPid: number, children: ReadonlyArray<{ role
   const samples: ProcessSample[] = [];
   for (const pid of pids) {
     const role = roleOf(pid);
-    if (role !== null) samples.push({ role, pid, cpu_ms: cpuMsOf(pid), rss_bytes: rssOf(pid) });
+    if (role !== null) samples.push({ role, pid, cpu_ms: cpuMsOf(pid), rss_bytes: rssOf(pid), write_bytes: writeBytesOf(pid) });
   }
   return samples;
 }
@@ -78,6 +89,14 @@ export function cpuBetween(before: readonly ProcessSample[], after: readonly Pro
   const start = new Map(before.map((s) => [s.pid, s.cpu_ms]));
   const byRole: Record<string, number> = {};
   for (const s of after) byRole[s.role] = (byRole[s.role] ?? 0) + s.cpu_ms - (start.get(s.pid) ?? 0);
+  return byRole;
+}
+
+/** Bytes each role sent toward the disk between two samples (/proc/<pid>/io write_bytes). */
+export function writtenBetween(before: readonly ProcessSample[], after: readonly ProcessSample[]): Record<string, number> {
+  const start = new Map(before.map((s) => [s.pid, s.write_bytes]));
+  const byRole: Record<string, number> = {};
+  for (const s of after) byRole[s.role] = (byRole[s.role] ?? 0) + s.write_bytes - (start.get(s.pid) ?? 0);
   return byRole;
 }
 

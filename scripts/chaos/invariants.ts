@@ -111,8 +111,9 @@ function readKernel(root: string): { operations: KernelOperation[]; receipts: Ma
   try {
     const operations = db
       .prepare(
-        `SELECT o.operation_id, o.request_id, o.state, o.tool, o.capability_id, o.flag, o.report, h.state AS hold_state, h.invocations AS hold_invocations
-         FROM operations o LEFT JOIN holds h ON h.operation_id = o.operation_id`,
+        // The settling report is in reports since kernel schema version 6 (kernel-proc/store/schema.ts).
+        `SELECT o.operation_id, o.request_id, o.state, o.tool, o.capability_id, o.flag, r.report, h.state AS hold_state, h.invocations AS hold_invocations
+         FROM operations o LEFT JOIN holds h ON h.operation_id = o.operation_id LEFT JOIN reports r ON r.operation_id = o.operation_id`,
       )
       .all() as KernelOperation[];
     const receipts = new Map<string, string[]>();

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
-import { signArtifact } from '../../shared/artifacts/artifact.js';
+import { artifactDigest, signArtifact } from '../../shared/artifacts/artifact.js';
 import { Signer } from '../../shared/crypto/ed25519.js';
 import { isCustodyError } from '../../shared/errors.js';
 import { Archiver } from '../../executor-proc/ledger/archive.js';
@@ -179,9 +179,12 @@ describe('executor-proc ledger', () => {
     const refused = subject();
     ledger.refuse(refused, signerFor(ledger, 'never_claimed'));
     const insert = stores.ledger.prepare(
-      'INSERT INTO reports (operation_id, claim_id, status, report, report_digest, finished_at, recorded_at) SELECT operation_id, claim_id, ?, ?, ?, 1, 1 FROM claims WHERE operation_id = ?',
+      'INSERT INTO reports (operation_id, claim_id, status, report, finished_at, recorded_at) SELECT operation_id, claim_id, ?, ?, 1, 1 FROM claims WHERE operation_id = ?',
     );
-    expect(() => insert.run('never_claimed', 'x', 'x', claimed.operationId)).to.throw(/must match its claim/);
+    expect(() => insert.run('never_claimed', 'x', claimed.operationId)).to.throw(/must match its claim/);
+    // The claim_id is held to the operation's claim by the same trigger (no index of its own since version 5).
+    const otherClaim = stores.ledger.prepare('INSERT INTO reports (operation_id, claim_id, status, report, finished_at, recorded_at) VALUES (?, ?, ?, ?, 1, 1)');
+    expect(() => otherClaim.run(claimed.operationId, 'c-not-its-claim', 'completed', 'x')).to.throw(/must match its claim/);
     expect(ledger.records.live(claimed.operationId)?.report).to.equal(null);
   });
 
@@ -197,8 +200,8 @@ describe('executor-proc ledger', () => {
       authorization_digest: 'a'.repeat(64), operation_id: expired.operationId, executor_id: 'unit', key_epoch: 1, claim_id: 'c-expired',
       claimed_at: past.notBefore, finished_at: past.notBefore + 1, status: 'completed', output: null, output_digest: null, realized_cost_units: null,
     }, EXECUTOR);
-    stores.ledger.prepare('INSERT INTO reports (operation_id, claim_id, status, report, report_digest, finished_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)')
-      .run(expired.operationId, 'c-expired', 'completed', report.text, report.digest, past.notBefore + 1, past.notBefore + 1);
+    stores.ledger.prepare('INSERT INTO reports (operation_id, claim_id, status, report, finished_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?)')
+      .run(expired.operationId, 'c-expired', 'completed', report.text, past.notBefore + 1, past.notBefore + 1);
     ledger.claim(open);
     ledger.retainReport(open.operationId, 'completed', signerFor(ledger, 'completed'));
     stores.ledger.prepare('INSERT INTO claims (operation_id, claim_id, kind, tool, authorization_digest, authorization, not_before, expires_at, claimed_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)')
@@ -234,8 +237,9 @@ describe('executor-proc ledger', () => {
     ledger.claim(past);
     ledger.retainReport(past.operationId, 'completed', signerFor(ledger, 'completed'));
     stores.ledger.prepare('UPDATE clock SET hwm_ms = ?').run(Date.now() + 1000);
-    const live = stores.ledger.prepare('SELECT c.*, r.status, r.report, r.report_digest, r.finished_at FROM claims c JOIN reports r USING (operation_id)').get() as Record<string, unknown>;
+    const live = stores.ledger.prepare('SELECT c.*, r.status, r.report, r.finished_at FROM claims c JOIN reports r USING (operation_id)').get() as Record<string, unknown>;
     delete live.seq;
+    live.report_digest = artifactDigest(String(live.report));
     stores.archive.prepare(`INSERT INTO archived_claims (${Object.keys(live).join(', ')}, archived_at) VALUES (${Object.keys(live).map(() => '?').join(', ')}, 1)`).run(...Object.values(live));
     expect(archiver.archive([past.operationId]).archived).to.equal(1);
     expect(ledger.records.live(past.operationId)).to.equal(null);

@@ -111,11 +111,27 @@ describe('kernel-proc: kernel.db for operators', function () {
       expect(refusal(`UPDATE holds SET state = 'released' WHERE operation_id = '${done}'`)).to.equal('illegal_transition: holds: a state change the hold machine does not allow');
     });
 
-    it('keep receipts insert-once and every record undeleted', () => {
-      expect(refusal(`UPDATE receipts SET reason = 'ok'`)).to.equal('store_corrupt: receipts are insert-once');
-      for (const table of ['receipts', 'operations', 'holds', 'nonces', 'grants', 'executor_pins', 'kernel_identity']) {
+    it('keep receipts and reports insert-once and every record undeleted', () => {
+      expect(refusal(`UPDATE receipts SET request_digest = 'x'`)).to.equal('store_corrupt: receipts are insert-once');
+      expect(refusal(`UPDATE receipts SET receipt = receipt`)).to.equal('store_corrupt: receipts are insert-once');
+      // A receipt's decision, verdict, reason, … are read from its signed bytes (schema version 6): there is nothing to change.
+      expect(refusal(`UPDATE receipts SET reason = 'ok'`)).to.equal('cannot UPDATE generated column "reason"');
+      expect(refusal(`UPDATE reports SET report = 'x'`)).to.equal('store_corrupt: reports are insert-once');
+      for (const table of ['receipts', 'reports', 'operations', 'holds', 'nonces', 'grants', 'executor_pins', 'kernel_identity']) {
         expect(refusal(`DELETE FROM ${table}`)).to.equal(`store_corrupt: ${table} rows are never deleted`);
       }
+    });
+
+    it('refuse a receipt whose signed bytes name another key, and a report digest whose report is not kept', () => {
+      expect(refusal(`INSERT INTO receipts (seq, request_digest, receipt)
+                      SELECT 9, NULL, receipt FROM receipts WHERE operation_id = '${done}' AND seq = 1`)).to.equal('CHECK constraint failed: receipt_names_its_key');
+      // Its operation is read from the bytes too, and must be one the store holds (as custody opens it, foreign keys on).
+      db.pragma('foreign_keys = ON');
+      expect(refusal(`INSERT INTO receipts (seq, request_digest, receipt)
+                      SELECT 1, NULL, replace(receipt, '${done}', 'f${done.slice(1)}') FROM receipts WHERE operation_id = '${done}' AND seq = 1`)).to.equal('FOREIGN KEY constraint failed');
+      expect(refusal(`UPDATE operations SET report_digest = 'x' WHERE request_id = 'v-waiting'`)).to.equal(
+        'store_corrupt: operations: report_digest is set only with the report kept in reports',
+      );
     });
 
     it('keep what identifies an operation, a grant and the kernel fixed', () => {

@@ -60,7 +60,7 @@ const CASES: readonly Case[] = [
     corrupt: (root) =>
       withoutGuards(
         kernelDb(root),
-        `UPDATE operations SET report = substr(report, 1, instr(report, '"signature":"') + 12)
+        `UPDATE reports SET report = substr(report, 1, instr(report, '"signature":"') + 12)
            || CASE substr(report, instr(report, '"signature":"') + 13, 1) WHEN '0' THEN '1' ELSE '0' END
            || substr(report, instr(report, '"signature":"') + 14) WHERE operation_id = '${A}'`,
       ),
