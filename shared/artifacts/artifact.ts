@@ -148,7 +148,7 @@ export function decodeArtifact<K extends ArtifactKind>(kind: K, text: string | B
     throw new CustodyError('artifact_malformed', `expected a ${kind}, got a ${read.kind}`);
   }
   const { envelope } = read;
-  const trusted = new Set(options.trustedSigners);
+  const trusted = options.trustedSigners instanceof Set ? (options.trustedSigners as ReadonlySet<string>) : new Set(options.trustedSigners);
   if (!trusted.has(envelope.signer)) {
     throw new CustodyError('signer_untrusted', `${kind} is signed by ${envelope.signer.slice(0, 16)}…, which is not a trusted key`);
   }
