@@ -21,8 +21,6 @@ import {
   type HostMessage,
   type HostReconcileResult,
   type HostRequest,
-  type HostRequestBatch,
-  Outbox,
   executeResultSchema,
   hostMessageSchema,
   reconcileResultSchema,
@@ -46,7 +44,6 @@ export class AdapterHost {
   #starting: Promise<ChildProcess> | null = null;
   #descriptors = new Map<string, AdapterDescriptor>();
   #nextId = 0;
-  readonly #outboxes = new WeakMap<ChildProcess, Outbox<HostRequest>>();
   #closing = false;
 
   private constructor(config: HostConfig, log: Logger) {
@@ -123,7 +120,13 @@ export class AdapterHost {
         child.kill('SIGKILL');
         reject(new CustodyError('config_invalid', `adapter host sent no ready within ${START_TIMEOUT_MS} ms`));
       }, START_TIMEOUT_MS);
-      const onOne = (message: HostMessage) => {
+      child.on('message', (raw: unknown) => {
+        const parsed = hostMessageSchema.safeParse(raw);
+        if (!parsed.success) {
+          this.#log.error('adapter_host_message_refused', { message: 'the adapter host sent a message outside its protocol' });
+          return;
+        }
+        const message = parsed.data;
         if (message.type === 'ready') {
           clearTimeout(timer);
           this.#descriptors = new Map(message.adapters.map((descriptor) => [descriptor.tool, descriptor]));
@@ -136,16 +139,6 @@ export class AdapterHost {
         } else {
           this.#onMessage(message);
         }
-      };
-      child.on('message', (raw: unknown) => {
-        const parsed = hostMessageSchema.safeParse(raw);
-        if (!parsed.success) {
-          this.#log.error('adapter_host_message_refused', { message: 'the adapter host sent a message outside its protocol' });
-          return;
-        }
-        const message = parsed.data;
-        if (message.type === 'batch') message.messages.forEach(onOne);
-        else onOne(message);
       });
       child.once('error', (error) => {
         clearTimeout(timer);
@@ -194,22 +187,10 @@ export class AdapterHost {
   }
 
   #send(child: ChildProcess, request: HostRequest): void {
-    let outbox = this.#outboxes.get(child);
-    if (outbox === undefined) {
-      outbox = new Outbox<HostRequest>((requests) => this.#write(child, requests));
-      this.#outboxes.set(child, outbox);
-    }
-    outbox.push(request);
-  }
-
-  #write(child: ChildProcess, requests: HostRequest[]): void {
     try {
-      const message: HostRequest | HostRequestBatch = requests.length === 1 ? requests[0]! : { type: 'batch', requests };
-      child.send(message);
+      child.send(request);
     } catch (error) {
-      for (const request of requests) {
-        this.#settle(request.id, { ok: false, error: hostFailure(`cannot reach the adapter host: ${(error as Error).message}`) });
-      }
+      this.#settle(request.id, { ok: false, error: hostFailure(`cannot reach the adapter host: ${(error as Error).message}`) });
     }
   }
 

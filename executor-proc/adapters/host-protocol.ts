@@ -25,12 +25,6 @@ export type HostRequest =
   | { readonly type: 'reconcile'; readonly id: number; readonly tool: string; readonly operation_key: string }
   | { readonly type: 'cancel'; readonly id: number };
 
-/** The requests of one turn of the executor's event loop, in order (Outbox). */
-export interface HostRequestBatch {
-  readonly type: 'batch';
-  readonly requests: readonly HostRequest[];
-}
-
 // ------------------------------------------------------------ host → executor
 
 export const adapterDescriptorSchema = z.strictObject({
@@ -60,7 +54,7 @@ export const reconcileResultSchema = z.discriminatedUnion('outcome', [
 ]);
 export type HostReconcileResult = z.infer<typeof reconcileResultSchema>;
 
-const hostSingleMessageSchema = z.discriminatedUnion('type', [
+export const hostMessageSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('ready'), adapters: z.array(adapterDescriptorSchema) }),
   z.strictObject({ type: z.literal('load_failed'), message: z.string() }),
   z.strictObject({ type: z.literal('result'), id: z.number().int(), value: jsonValue }),
@@ -73,40 +67,4 @@ const hostSingleMessageSchema = z.discriminatedUnion('type', [
     fields: jsonObject,
   }),
 ]);
-export type HostMessage = z.infer<typeof hostSingleMessageSchema>;
-
-/** One message from the host, or the messages of one turn of its event loop, in order (Outbox). */
-export const hostMessageSchema = z.union([
-  hostSingleMessageSchema,
-  z.strictObject({ type: z.literal('batch'), messages: z.array(hostSingleMessageSchema) }),
-]);
-
-/**
- * The messages one side sends in one turn of its event loop leave together,
- * as one IPC write, when there are several: at 64 operations in flight the
- * executor sent two writes per operation to its host (validate, execute),
- * each a system call that wakes the other process, and the host as many
- * back (docs/PERFORMANCE.md "Hot-path CPU"). Order is kept; nothing waits
- * longer than the turn it was sent in.
- */
-export class Outbox<M> {
-  readonly #deliver: (messages: M[]) => void;
-  #queued: M[] = [];
-
-  constructor(deliver: (messages: M[]) => void) {
-    this.#deliver = deliver;
-  }
-
-  push(message: M): void {
-    this.#queued.push(message);
-    if (this.#queued.length === 1) setImmediate(() => this.flush());
-  }
-
-  /** Send what is queued now. */
-  flush(): void {
-    const messages = this.#queued;
-    if (messages.length === 0) return;
-    this.#queued = [];
-    this.#deliver(messages);
-  }
-}
+export type HostMessage = z.infer<typeof hostMessageSchema>;

@@ -5,17 +5,13 @@
 // channel. It talks to the executor only over Node's IPC channel.
 import { CustodyError, toCustodyError } from '../../../shared/errors.js';
 import { CHILD_EXIT } from '../../../shared/exit-codes.js';
-import { HOST_ARGS_FLAG, type HostRequest, type HostRequestBatch, Outbox, hostConfigSchema } from '../host-protocol.js';
+import { HOST_ARGS_FLAG, type HostRequest, hostConfigSchema } from '../host-protocol.js';
 import { loadAdapters } from '../load.js';
 import { HostServer } from './serve.js';
 
 
-const outbox = new Outbox<Record<string, unknown>>((messages) => {
-  if (process.connected) process.send?.(messages.length === 1 ? messages[0] : { type: 'batch', messages });
-});
-
 function send(message: Record<string, unknown>): void {
-  outbox.push(message);
+  if (process.connected) process.send?.(message);
 }
 
 function readConfig() {
@@ -42,9 +38,7 @@ try {
   const loaded = await loadAdapters(config, warn);
   server = new HostServer(loaded.adapters, send);
   const ready = server;
-  process.on('message', (message: HostRequest | HostRequestBatch) => {
-    for (const request of message.type === 'batch' ? message.requests : [message]) ready.handle(request);
-  });
+  process.on('message', (message: HostRequest) => ready.handle(message));
   send({ type: 'ready', adapters: [...loaded.adapters.values()].map((entry) => entry.descriptor) });
 } catch (error) {
   process.exitCode = CHILD_EXIT.config;
