@@ -8,7 +8,7 @@
 // and a router on the pipe must not be able to fill its history or end it.
 import { type SignedArtifact, decodeArtifact, readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, isErrorCode, toCustodyError } from '../../shared/errors.js';
-import { type AuthorizationBody, type Envelope, type ReportBody } from '../../shared/protocol/artifacts.js';
+import { ARTIFACT_MAX_BYTES, type AuthorizationBody, type Envelope, type ReportBody } from '../../shared/protocol/artifacts.js';
 import { type Kernel } from '../kernel.js';
 import { type OperationRow } from '../store/operations-table.js';
 
@@ -32,6 +32,8 @@ export function checkAuthorization(kernel: Kernel, text: string): AuthenticAutho
  * verifiedAuthorization decides it as before.
  */
 function retainedAuthorization(kernel: Kernel, text: string): AuthenticAuthorization | undefined {
+  // Longer than any authorization can be (UTF-16 units never outnumber UTF-8 bytes): not parsed here at all.
+  if (text.length > ARTIFACT_MAX_BYTES.authorization) return undefined;
   let envelope: Envelope;
   try {
     envelope = JSON.parse(text) as Envelope;
