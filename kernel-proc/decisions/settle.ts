@@ -18,7 +18,6 @@ import { type UnitContext } from '../commit-queue.js';
 import { type Kernel } from '../kernel.js';
 import { type HoldState, OPERATION_MACHINE, SETTLEABLE_STATES } from '../machines.js';
 import { type HoldRow } from '../store/holds-table.js';
-import { type OperationRow } from '../store/operations-table.js';
 import { type ReceiptRow } from '../store/receipts-table.js';
 import { nextReceiptSlot, recordReceipt, retainedDecision } from './receipts.js';
 import { type AuthenticAuthorization, checkAuthorization, checkReport } from './report-check.js';
@@ -46,7 +45,7 @@ export function settle(kernel: Kernel, request: RequestOf<'settle'>, context: Un
   });
   // A repeated settle is recognised by its bytes first: the retained receipt, even if a pin moved on since.
   const answered = kernel.store.receipts.forRequest(operation.operation_id, requestDigest);
-  if (answered) return settleReply(operation, answered);
+  if (answered) return settleReply(operation.operation_id, operation.output, answered);
   if (OPERATION_MACHINE.isTerminal(operation.state)) {
     throw new CustodyError(
       'operation_terminal',
@@ -129,13 +128,15 @@ function recordSettlement(
   );
   kernel.log[outcome.verdict === 'allow' ? 'info' : 'warn']('operation_settled', { operation_id: operation.operation_id, status: report.body.status, state: outcome.state, reason: outcome.reason, flag: outcome.flag });
   context.afterCommit('after_settle_commit');
-  return settleReply(store.operations.get(operation.operation_id)!, receipt);
+  // The output as just written to the operation row: what a repeated settle reads back from it.
+  return settleReply(operation.operation_id, output, receipt);
 }
 
-function settleReply(operation: OperationRow, receipt: ReceiptRow): SettleResult {
+/** The settle answer from the retained receipt and the operation's stored output (its JSON text). */
+function settleReply(operationId: string, storedOutput: string | null, receipt: ReceiptRow): SettleResult {
   return {
-    ...retainedDecision(operation.operation_id, receipt),
+    ...retainedDecision(operationId, receipt),
     // The guarded value is handed out only with an allowed, completed settlement.
-    output: receipt.state === 'completed' && operation.output !== null ? (JSON.parse(operation.output) as JsonValue) : null,
+    output: receipt.state === 'completed' && storedOutput !== null ? (JSON.parse(storedOutput) as JsonValue) : null,
   };
 }

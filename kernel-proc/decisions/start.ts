@@ -54,7 +54,7 @@ export function start(kernel: Kernel, request: StartRequest, context: UnitContex
   const requestDigest = startRequestDigest(request, parameters);
 
   // 1. A retry: the retained authorization or the retained refusal, byte for byte.
-  if (operation.start_request_digest === requestDigest) return authorizedReply(operation);
+  if (operation.start_request_digest === requestDigest) return authorizedReply(operation, operation.authorization);
   const answered = store.receipts.forRequest(operation.operation_id, requestDigest);
   if (answered) return refusalReply(operation, answered);
 
@@ -211,18 +211,19 @@ function commitStart(kernel: Kernel, operation: OperationRow, { nonce, pin, gran
   );
   kernel.log.info('dispatch_committed', { operation_id: operation.operation_id, executor_id: pin.executor_id, key_epoch: pin.key_epoch, reserved_for: operation.executor_id });
   context.afterCommit('after_start_commit');
-  return authorizedReply(store.operations.get(operation.operation_id)!);
+  // The invocation does not change at commit, and the authorization is the text just stored: no read back.
+  return authorizedReply(operation, authorization.text);
 }
 
 /** The allowed start, as first answered: same authorization bytes on every retry, in every later state. */
-function authorizedReply(operation: OperationRow): StartResult {
+function authorizedReply(operation: OperationRow, authorization: string | null): StartResult {
   return {
     operation_id: operation.operation_id,
     verdict: 'allow',
     reason: 'ok',
     state: 'dispatch_committed',
     receipt: null,
-    authorization: operation.authorization,
+    authorization,
     expected: expectedOf(operation),
   };
 }
