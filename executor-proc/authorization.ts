@@ -10,6 +10,7 @@ import { type Invocation } from '../shared/protocol/artifacts.js';
 import { parametersDigest } from '../shared/protocol/binding.js';
 import { type JsonObject } from '../shared/protocol/common.js';
 import { type ClaimSubject, type Ledger } from './ledger/ledger.js';
+import { type LedgerConfig } from './ledger/stores.js';
 
 export interface VerifiedAuthorization {
   readonly artifact: SignedArtifact<'authorization'>;
@@ -27,20 +28,49 @@ const INVOCATION_FIELDS = [
   'parameters_digest',
 ] as const satisfies ReadonlyArray<keyof Invocation>;
 
+/** The keys an authorization is checked against: every kernel key pinned, and this executor's key of each epoch. */
+interface PinnedKeys {
+  readonly kernel: ReadonlySet<string>;
+  readonly executor: ReadonlyMap<number, string>;
+}
+
+/**
+ * The pinned keys of each identity the ledger has been in. Its `config` is a
+ * new object after every recordEpoch (the only way an epoch is added while
+ * the process runs), so keying on it drops the keys with the rotation that
+ * changes them; without it, two queries ran for every execute
+ * (docs/PERFORMANCE.md "Hot-path CPU"). test/executor-proc/rotation.test.ts
+ * executes before and after both rotations in one process.
+ */
+const pinnedByConfig = new WeakMap<LedgerConfig, PinnedKeys>();
+
+function pinnedKeys(ledger: Ledger): PinnedKeys {
+  const config = ledger.config;
+  let keys = pinnedByConfig.get(config);
+  if (keys === undefined) {
+    keys = {
+      kernel: new Set(ledger.epochs.all('kernel_epochs').map((row) => row.public_key)),
+      executor: new Map(ledger.epochs.all('key_epochs').map((row) => [row.epoch, row.public_key])),
+    };
+    pinnedByConfig.set(config, keys);
+  }
+  return keys;
+}
+
 export function verifyAuthorization(text: string, expected: Invocation, ledger: Ledger): VerifiedAuthorization {
   const config = ledger.config;
-  const kernelKeys = ledger.epochs.all('kernel_epochs');
+  const pinned = pinnedKeys(ledger);
   let artifact: SignedArtifact<'authorization'>;
   try {
     // Any kernel key this executor has pinned: one signed before a kernel rotation is still the kernel's (and retired, below).
-    artifact = decodeArtifact('authorization', text, { trustedSigners: kernelKeys.map((row) => row.public_key) });
+    artifact = decodeArtifact('authorization', text, { trustedSigners: pinned.kernel });
   } catch (error) {
     const cause = toCustodyError(error);
     throw new CustodyError('authorization_invalid', `authorization refused (${cause.code}): ${cause.message}`, { cause });
   }
   const { executor, invocation } = artifact.body;
   // Addressed to this executor at one of its epochs, with that epoch's key: an older one is retired, not someone else's.
-  const addressedKey = ledger.epochs.all('key_epochs').find((row) => row.epoch === executor.key_epoch)?.public_key;
+  const addressedKey = pinned.executor.get(executor.key_epoch);
   const misaddressed: string[] = [];
   if (executor.id !== config.executorId) misaddressed.push(`id ${executor.id} (this is ${config.executorId})`);
   if (addressedKey === undefined) misaddressed.push(`key epoch ${executor.key_epoch} (this executor is at epoch ${config.keyEpoch})`);

@@ -57,7 +57,13 @@ export type HostReconcileResult = z.infer<typeof reconcileResultSchema>;
 export const hostMessageSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('ready'), adapters: z.array(adapterDescriptorSchema) }),
   z.strictObject({ type: z.literal('load_failed'), message: z.string() }),
-  z.strictObject({ type: z.literal('result'), id: z.number().int(), value: jsonValue }),
+  /**
+   * A call's answer. The IPC channel's JSON.parse made `value` JSON already, and the executor checks it with
+   * the closed schema of the call (executeResultSchema, reconcileResultSchema) before using it, so it is not
+   * walked a second time here: that second walk of every output was most of the executor's schema time
+   * (docs/PERFORMANCE.md "Hot-path CPU").
+   */
+  z.strictObject({ type: z.literal('result'), id: z.number().int(), value: z.unknown() }),
   /** A call that failed: the code says how (arguments_invalid, adapter_unknown, indeterminate for a thrown effect). */
   z.strictObject({ type: z.literal('failure'), id: z.number().int(), code: z.string().max(64), message: z.string().max(4096) }),
   z.strictObject({

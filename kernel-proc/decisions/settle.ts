@@ -17,7 +17,7 @@ import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js
 import { type UnitContext } from '../commit-queue.js';
 import { type Kernel } from '../kernel.js';
 import { type HoldState, OPERATION_MACHINE, SETTLEABLE_STATES } from '../machines.js';
-import { type OperationRow } from '../store/operations-table.js';
+import { type HoldRow } from '../store/holds-table.js';
 import { type ReceiptRow } from '../store/receipts-table.js';
 import { nextReceiptSlot, recordReceipt, retainedDecision } from './receipts.js';
 import { type AuthenticAuthorization, checkAuthorization, checkReport } from './report-check.js';
@@ -25,6 +25,8 @@ import { type AuthenticAuthorization, checkAuthorization, checkReport } from './
 type SettleResult = ResultOf<'settle'>;
 
 interface Outcome {
+  /** The operation's hold as judged, before the settlement moves it. */
+  readonly held: HoldRow;
   readonly state: OperationState;
   readonly verdict: 'allow' | 'deny';
   readonly reason: 'ok' | ErrorCode;
@@ -43,7 +45,7 @@ export function settle(kernel: Kernel, request: RequestOf<'settle'>, context: Un
   });
   // A repeated settle is recognised by its bytes first: the retained receipt, even if a pin moved on since.
   const answered = kernel.store.receipts.forRequest(operation.operation_id, requestDigest);
-  if (answered) return settleReply(operation, answered);
+  if (answered) return settleReply(operation.operation_id, operation.output, answered);
   if (OPERATION_MACHINE.isTerminal(operation.state)) {
     throw new CustodyError(
       'operation_terminal',
@@ -60,34 +62,36 @@ export function settle(kernel: Kernel, request: RequestOf<'settle'>, context: Un
 function judge(kernel: Kernel, authentic: AuthenticAuthorization, report: SignedArtifact<'report'>): Outcome {
   const { not_before: opens, expires_at: closes } = authentic.authorization.body;
   const body = report.body;
-  const hold = kernel.store.holds.forOperation(authentic.operation.operation_id)!;
+  const held = kernel.store.holds.forOperation(authentic.operation.operation_id)!;
   const applied = EFFECT_APPLIED.has(body.status);
   if (body.claimed_at !== null && (body.claimed_at < opens || body.claimed_at >= closes)) {
     // The executor claimed outside its window: whatever it did was not authorized. An effect still uses the budget.
     return {
+      held,
       state: 'finalization_denied',
       verdict: 'deny',
       reason: 'report_outside_window',
       hold: applied ? 'consumed' : 'released',
-      charged: applied ? hold.cost_units_held : 0,
+      charged: applied ? held.cost_units_held : 0,
       flag: `report_outside_window: claimed at ${body.claimed_at}, window [${opens}, ${closes}); status ${body.status}`,
     };
   }
   // Arguments the executor refused before any claim: the receipt's reason is the refusal's code (checked in report-check).
-  if (!applied) return { state: 'released', verdict: 'allow', reason: (body.refusal?.code as ErrorCode | undefined) ?? 'ok', hold: 'released', charged: 0, flag: null };
+  if (!applied) return { held, state: 'released', verdict: 'allow', reason: (body.refusal?.code as ErrorCode | undefined) ?? 'ok', hold: 'released', charged: 0, flag: null };
   // A report without a realized cost is charged the whole hold: the executor did not say it cost less.
-  const realized = body.realized_cost_units ?? hold.cost_units_held;
-  if (realized > hold.cost_units_held) {
+  const realized = body.realized_cost_units ?? held.cost_units_held;
+  if (realized > held.cost_units_held) {
     return {
+      held,
       state: 'finalization_denied',
       verdict: 'deny',
       reason: 'cost_exceeded',
       hold: 'consumed',
-      charged: hold.cost_units_held,
-      flag: `cost_exceeded: realized ${realized} cost units, hold ${hold.cost_units_held}; ${realized - hold.cost_units_held} not charged`,
+      charged: held.cost_units_held,
+      flag: `cost_exceeded: realized ${realized} cost units, hold ${held.cost_units_held}; ${realized - held.cost_units_held} not charged`,
     };
   }
-  return { state: 'completed', verdict: 'allow', reason: 'ok', hold: 'consumed', charged: realized, flag: null };
+  return { held, state: 'completed', verdict: 'allow', reason: 'ok', hold: 'consumed', charged: realized, flag: null };
 }
 
 function recordSettlement(
@@ -102,9 +106,9 @@ function recordSettlement(
   const { operation } = authentic;
   const outcome = judge(kernel, authentic, report);
   const slot = nextReceiptSlot(kernel, operation.operation_id);
+  const output = outcome.state === 'completed' && report.body.output !== null ? JSON.stringify(report.body.output) : null;
   store.operations.settle(operation, outcome.state, { report: report.text, report_digest: report.digest, flag: outcome.flag }, now);
-  const hold = store.holds.forOperation(operation.operation_id)!;
-  store.holds.settle(hold, outcome.hold, outcome.charged, now, slot.id);
+  store.holds.settle(outcome.held, outcome.hold, outcome.charged, now, slot.id);
   const receipt = recordReceipt(
     kernel,
     operation,
@@ -124,13 +128,15 @@ function recordSettlement(
   );
   kernel.log[outcome.verdict === 'allow' ? 'info' : 'warn']('operation_settled', { operation_id: operation.operation_id, status: report.body.status, state: outcome.state, reason: outcome.reason, flag: outcome.flag });
   context.afterCommit('after_settle_commit');
-  return settleReply(store.operations.get(operation.operation_id)!, receipt);
+  // The output as a repeated settle reads it back from the stored report.
+  return settleReply(operation.operation_id, output, receipt);
 }
 
-function settleReply(operation: OperationRow, receipt: ReceiptRow): SettleResult {
+/** The settle answer from the retained receipt and the operation's output (JSON text, read from its report). */
+function settleReply(operationId: string, storedOutput: string | null, receipt: ReceiptRow): SettleResult {
   return {
-    ...retainedDecision(operation.operation_id, receipt),
+    ...retainedDecision(operationId, receipt),
     // The guarded value is handed out only with an allowed, completed settlement.
-    output: receipt.state === 'completed' && operation.output !== null ? (JSON.parse(operation.output) as JsonValue) : null,
+    output: receipt.state === 'completed' && storedOutput !== null ? (JSON.parse(storedOutput) as JsonValue) : null,
   };
 }

@@ -22,6 +22,7 @@ import { type UnitContext } from '../commit-queue.js';
 import { type Kernel } from '../kernel.js';
 import { OPERATION_MACHINE } from '../machines.js';
 import { servesTool } from '../pins.js';
+import { type GrantRow } from '../store/grants-table.js';
 import { holdIdFor } from '../store/holds-table.js';
 import { type NonceRow } from '../store/nonces-table.js';
 import { type PinRow } from '../store/pins-table.js';
@@ -35,12 +36,12 @@ type StartRequest = RequestOf<'start'>;
 type StartResult = ResultOf<'start'>;
 
 /** What "the same start request" means: the request id, the nonce presented and the arguments' digest. */
-export function startRequestDigest(request: StartRequest): string {
+export function startRequestDigest(request: StartRequest, parameters = parametersDigest(request.arguments)): string {
   return canonicalDigest({
     custody: 'custody.start.v1',
     request_id: request.request_id,
     nonce_id: request.nonce_id,
-    parameters_digest: parametersDigest(request.arguments),
+    parameters_digest: parameters,
   });
 }
 
@@ -48,10 +49,12 @@ export function start(kernel: Kernel, request: StartRequest, context: UnitContex
   const { store } = kernel;
   const operation = store.operations.get(operationIdFor(request.request_id));
   if (!operation) throw new CustodyError('operation_unknown', `no reservation for request id ${request.request_id}; reserve first`);
-  const requestDigest = startRequestDigest(request);
+  // The arguments are canonicalized and hashed once: for the request digest and for the reservation's check.
+  const parameters = parametersDigest(request.arguments);
+  const requestDigest = startRequestDigest(request, parameters);
 
   // 1. A retry: the retained authorization or the retained refusal, byte for byte.
-  if (operation.start_request_digest === requestDigest) return authorizedReply(operation);
+  if (operation.start_request_digest === requestDigest) return authorizedReply(operation, operation.authorization);
   const answered = store.receipts.forRequest(operation.operation_id, requestDigest);
   if (answered) return refusalReply(operation, answered);
 
@@ -70,9 +73,9 @@ export function start(kernel: Kernel, request: StartRequest, context: UnitContex
 
   // 3. The nonce and the arguments.
   if (operation.state !== 'reserved') return refuseSecondStart(kernel, operation, nonce, request, requestDigest, now);
-  const judged = judgeStart(kernel, operation, nonce, request, now);
+  const judged = judgeStart(kernel, operation, nonce, request, parameters, now);
   if ('code' in judged) return refuseReservation(kernel, operation, nonce, judged, requestDigest, context);
-  return commitStart(kernel, operation, judged.nonce, judged.pin, requestDigest, context);
+  return commitStart(kernel, operation, judged, requestDigest, context);
 }
 
 /**
@@ -103,22 +106,29 @@ interface StartRefusal {
   readonly message: string;
 }
 
+/** What a start that may commit was judged with: its live nonce, the executor's pin and the live grant. */
+interface StartAdmission {
+  readonly nonce: NonceRow;
+  readonly pin: PinRow;
+  readonly grant: GrantRow;
+}
+
 function judgeStart(
   kernel: Kernel,
   operation: OperationRow,
   nonce: NonceRow | undefined,
   request: StartRequest,
+  parameters: string,
   now: number,
-): StartRefusal | { readonly nonce: NonceRow; readonly pin: PinRow } {
+): StartRefusal | StartAdmission {
   if (!nonce || request.nonce_id !== nonce.nonce_id) {
     return { code: 'nonce_unknown', message: `nonce ${request.nonce_id.slice(0, 20)} is not the nonce of operation ${operation.request_id}` };
   }
   if (nonce.state !== 'live') return { code: 'nonce_reused', message: `nonce of ${operation.request_id} is ${nonce.state}` };
-  const digest = parametersDigest(request.arguments);
-  if (digest !== operation.parameters_digest) {
+  if (parameters !== operation.parameters_digest) {
     return {
       code: 'arguments_changed',
-      message: `arguments of ${operation.request_id} hash to ${digest.slice(0, 16)}…, reserved ${operation.parameters_digest.slice(0, 16)}…`,
+      message: `arguments of ${operation.request_id} hash to ${parameters.slice(0, 16)}…, reserved ${operation.parameters_digest.slice(0, 16)}…`,
     };
   }
   const grant = operation.capability_id === null ? undefined : kernel.store.grants.get(operation.capability_id);
@@ -130,7 +140,7 @@ function judgeStart(
   if (!pin || !servesTool(pin, operation.tool)) {
     return { code: 'tool_unknown', message: `executor ${executorId ?? '(none)'} ${pin ? 'does not serve' : 'is not pinned for'} ${operation.tool}; start it on an executor whose pin serves the tool` };
   }
-  return { nonce, pin };
+  return { nonce, pin, grant };
 }
 
 function refuseReservation(
@@ -168,10 +178,9 @@ function refuseReservation(
   return refusalReply(operation, receipt);
 }
 
-function commitStart(kernel: Kernel, operation: OperationRow, nonce: NonceRow, pin: PinRow, requestDigest: string, context: UnitContext): StartResult {
+function commitStart(kernel: Kernel, operation: OperationRow, { nonce, pin, grant }: StartAdmission, requestDigest: string, context: UnitContext): StartResult {
   const { store, settings } = kernel;
   const { now } = context;
-  const grant = store.grants.get(operation.capability_id!)!;
   const expected = expectedOf(operation)!;
   // The window opens now and lasts execution_window_ms, never past the grant's expiry.
   const expiresAt = Math.min(now + settings.execution_window_ms, grant.expires_at);
@@ -202,18 +211,19 @@ function commitStart(kernel: Kernel, operation: OperationRow, nonce: NonceRow, p
   );
   kernel.log.info('dispatch_committed', { operation_id: operation.operation_id, executor_id: pin.executor_id, key_epoch: pin.key_epoch, reserved_for: operation.executor_id });
   context.afterCommit('after_start_commit');
-  return authorizedReply(store.operations.get(operation.operation_id)!);
+  // The invocation does not change at commit, and the authorization is the text just stored: no read back.
+  return authorizedReply(operation, authorization.text);
 }
 
 /** The allowed start, as first answered: same authorization bytes on every retry, in every later state. */
-function authorizedReply(operation: OperationRow): StartResult {
+function authorizedReply(operation: OperationRow, authorization: string | null): StartResult {
   return {
     operation_id: operation.operation_id,
     verdict: 'allow',
     reason: 'ok',
     state: 'dispatch_committed',
     receipt: null,
-    authorization: operation.authorization,
+    authorization,
     expected: expectedOf(operation),
   };
 }

@@ -4,7 +4,7 @@
 // refuses anything that is not exactly such bytes: over its cap, not
 // canonical, another kind, an untrusted signer, a bad signature, a body
 // outside its closed schema, or timestamps out of order.
-import { canonicalBytes, canonicalize } from '../canonical/jcs.js';
+import { canonicalize } from '../canonical/jcs.js';
 import { sha256Hex } from '../canonical/digest.js';
 import {
   type Ed25519Backend,
@@ -64,14 +64,46 @@ function checkSize(kind: ArtifactKind, bytes: number): void {
   if (bytes > cap) throw new CustodyError('artifact_too_large', `${kind} of ${bytes} bytes exceeds its cap of ${cap} bytes`);
 }
 
+/*
+ * RFC 8785 orders the envelope's members body, schema, signature, signer,
+ * and the signature and the signer are hex, which JSON never escapes. So the
+ * bytes signed ({body, schema, signer}) and the bytes kept and sent (the same
+ * with the signature) are one canonical head plus a fixed tail each: the body
+ * is canonicalized once, not twice, when signing, and not at all to find the
+ * signed bytes of canonical text when verifying (docs/PERFORMANCE.md
+ * "Hot-path CPU"). test/shared/artifacts checks both against canonicalize.
+ */
+function envelopeHead(schema: string, bodyText: string): string {
+  return `{"body":${bodyText},"schema":${canonicalize(schema)}`;
+}
+
+function unsignedText(head: string, signer: string): string {
+  return `${head},"signer":"${signer}"}`;
+}
+
+function signatureTail(signature: string, signer: string): string {
+  return `,"signature":"${signature}","signer":"${signer}"}`;
+}
+
 export function signArtifact<K extends ArtifactKind>(kind: K, body: ArtifactBody<K>, signer: Signer): SignedArtifact<K> {
   const checked = checkBody(kind, body);
-  const unsigned = { schema: ARTIFACT_SCHEMAS[kind], signer: signer.publicKeyHex, body: checked as Record<string, unknown> };
-  const signature = signer.signHex(canonicalBytes(unsigned));
-  const envelope: Envelope = { ...unsigned, signature };
-  const text = canonicalize(envelope);
+  const schema = ARTIFACT_SCHEMAS[kind];
+  const head = envelopeHead(schema, canonicalize(checked));
+  const signature = signer.signHex(Buffer.from(unsignedText(head, signer.publicKeyHex), 'utf8'));
+  const envelope: Envelope = { schema, signer: signer.publicKeyHex, body: checked, signature };
+  const text = head + signatureTail(signature, signer.publicKeyHex);
   checkSize(kind, Buffer.byteLength(text, 'utf8'));
   return { kind, text, envelope, body: checked, digest: artifactDigest(text) };
+}
+
+/** The bytes the signature of canonical envelope text covers: the text without its signature member. */
+function signedBytes(text: string, envelope: Envelope): Buffer {
+  const tail = signatureTail(envelope.signature, envelope.signer);
+  // Canonical text always ends so (readEnvelope checked it); the canonical form is the answer either way.
+  const unsigned = text.endsWith(tail)
+    ? unsignedText(text.slice(0, text.length - tail.length), envelope.signer)
+    : canonicalize({ schema: envelope.schema, signer: envelope.signer, body: envelope.body });
+  return Buffer.from(unsigned, 'utf8');
 }
 
 export interface DecodeOptions {
@@ -116,14 +148,13 @@ export function decodeArtifact<K extends ArtifactKind>(kind: K, text: string | B
     throw new CustodyError('artifact_malformed', `expected a ${kind}, got a ${read.kind}`);
   }
   const { envelope } = read;
-  const trusted = new Set(options.trustedSigners);
+  const trusted = options.trustedSigners instanceof Set ? (options.trustedSigners as ReadonlySet<string>) : new Set(options.trustedSigners);
   if (!trusted.has(envelope.signer)) {
     throw new CustodyError('signer_untrusted', `${kind} is signed by ${envelope.signer.slice(0, 16)}…, which is not a trusted key`);
   }
-  const unsigned = { schema: envelope.schema, signer: envelope.signer, body: envelope.body };
   const valid = verifyStrict(
     publicKeyFromHex(envelope.signer),
-    canonicalBytes(unsigned),
+    signedBytes(read.text, envelope),
     signatureFromHex(envelope.signature),
     options.backend ?? defaultBackend(),
   );

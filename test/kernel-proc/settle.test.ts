@@ -1,5 +1,9 @@
 import { expect } from 'chai';
+import path from 'node:path';
 import { decodeArtifact, signArtifact } from '../../shared/artifacts/artifact.js';
+import { type Signer } from '../../shared/crypto/ed25519.js';
+import { loadSigner } from '../../shared/crypto/key-files.js';
+import { type AuthorizationBody, type Envelope } from '../../shared/protocol/artifacts.js';
 import { type RequestOf } from '../../shared/protocol/messages.js';
 import {
   KernelProcess,
@@ -109,6 +113,40 @@ describe('kernel-proc: settle', function () {
     const { authorization } = await dispatch('r-auth');
     const tampered = authorization.replace('"request_id":"r-auth"', '"request_id":"r-autH"');
     expect((await refused(kernel.request('settle', { authorization: tampered, report: report(executor, authorization) }))).code).to.equal('authorization_invalid');
+  });
+
+  // settle trusts an authorization byte-equal to the one retained without checking its signature again
+  // (report-check.ts retainedAuthorization); every other text must still be refused, whoever signed it.
+  describe('an authorization that is not byte for byte the retained one is refused: authorization_invalid', () => {
+    const kernelSigner = () => loadSigner(path.join(root.dir, 'kernel.key'));
+    const reEncoded = (text: string, change: (envelope: Envelope) => Envelope) => JSON.stringify(change(JSON.parse(text) as Envelope));
+    const withBody = (text: string, change: (body: AuthorizationBody) => AuthorizationBody, signer: Signer) =>
+      signArtifact('authorization', change(decodeArtifact('authorization', text, { trustedSigners: [root.publicKey] }).body), signer).text;
+    const cases: Array<{ name: string; tamper: (authorization: string) => string }> = [
+      { name: 'one body byte changed, signature kept', tamper: (a) => a.replace(/"expires_at":(\d+)/, (_m, n: string) => `"expires_at":${Number(n) + 1}`) },
+      { name: 'another signature of valid form', tamper: (a) => a.replace(/"signature":"[0-9a-f]{128}"/, `"signature":"${'ab'.repeat(64)}"`) },
+      { name: 'the same members, not canonical (spaces)', tamper: (a) => JSON.stringify(JSON.parse(a), null, 1) },
+      { name: 'a member repeated with the retained value last', tamper: (a) => a.replace('{"body":{', '{"body":{"issued_at":0,') },
+      { name: 'a trailing newline', tamper: (a) => `${a}\n` },
+      { name: 'the same body signed by another key', tamper: (a) => withBody(a, (body) => body, stranger.signer) },
+      { name: 'signed by this kernel, not the one committed (another window)', tamper: (a) => withBody(a, (body) => ({ ...body, expires_at: body.expires_at + 1 }), kernelSigner()) },
+      { name: 'signed by this kernel, naming the operation under another executor key', tamper: (a) => withBody(a, (body) => ({ ...body, executor: { ...body.executor, public_key: stranger.publicKey } }), kernelSigner()) },
+      { name: 'the envelope with its signer swapped', tamper: (a) => reEncoded(a, (envelope) => ({ ...envelope, signer: stranger.publicKey })) },
+    ];
+    for (const { name, tamper } of cases) {
+      it(name, async () => {
+        const id = `r-tamper-${cases.findIndex((c) => c.name === name)}`;
+        const { operationId, authorization } = await dispatch(id);
+        const tampered = tamper(authorization);
+        expect(tampered).to.not.equal(authorization);
+        const refusal = await refused(kernel.request('settle', { authorization: tampered, report: report(executor, authorization) }));
+        expect(refusal.code).to.equal('authorization_invalid');
+        expect(await stateOf(operationId)).to.equal('dispatch_committed');
+        expect(holdOf(root, operationId)!.state).to.equal('reserved');
+        // The retained bytes still settle it.
+        expect((await kernel.request('settle', { authorization, report: report(executor, authorization) })).state).to.equal('completed');
+      });
+    }
   });
 
   it('denies finalization of a report whose claim fell outside the window: report_outside_window, flagged, hold consumed', async () => {

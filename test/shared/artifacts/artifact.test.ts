@@ -1,6 +1,7 @@
 import { expect } from 'chai';
+import fc from 'fast-check';
 import { canonicalize } from '../../../shared/canonical/jcs.js';
-import { BACKENDS, Signer, generateSeed } from '../../../shared/crypto/ed25519.js';
+import { BACKENDS, Signer, generateSeed, verifyStrict } from '../../../shared/crypto/ed25519.js';
 import { decodeArtifact, readEnvelope, signArtifact } from '../../../shared/artifacts/artifact.js';
 import { ARTIFACT_MAX_BYTES, type CapabilityBody, type ReportBody } from '../../../shared/protocol/artifacts.js';
 import { codeOf } from '../../helpers/codes.js';
@@ -106,6 +107,24 @@ describe('signed artifacts', () => {
     expect(codeOf(() => signArtifact('report', report('x'.repeat(cap - base + 1)), kernel))).to.equal('artifact_too_large');
     const forged = atCap.text.replace('"output":"', '"output":"x');
     expect(codeOf(() => decodeArtifact('report', forged, trusted))).to.equal('artifact_too_large');
+  });
+
+  // signArtifact builds its texts from one canonical body and decodeArtifact cuts the signed bytes out of the text
+  // (artifact.ts envelopeHead); both must stay exactly what RFC 8785 makes of the whole envelope.
+  it('sign over, keep and verify exactly the RFC 8785 bytes of the envelope, for any output', () => {
+    const tricky = fc.constantFrom('signature', 'signer', '","signature":"', `,"signature":"${'0'.repeat(128)}","signer":"${'1'.repeat(64)}"}`, '\u2028é😀', '\\"');
+    const output = fc.oneof(fc.jsonValue({ maxDepth: 4 }), fc.dictionary(fc.oneof(tricky, fc.string({ unit: 'grapheme' })), fc.oneof(tricky, fc.jsonValue({ maxDepth: 2 }))));
+    fc.assert(
+      fc.property(output, (value) => {
+        const body = report(JSON.parse(JSON.stringify(value)) as unknown);
+        const signed = signArtifact('report', body, kernel);
+        const unsigned = { schema: 'custody.report.v1', signer: kernel.publicKeyHex, body: signed.body };
+        expect(signed.text).to.equal(canonicalize({ ...unsigned, signature: signed.envelope.signature }));
+        expect(verifyStrict(kernel.publicKey, Buffer.from(canonicalize(unsigned)), Buffer.from(signed.envelope.signature, 'hex'))).to.equal(true);
+        expect(decodeArtifact('report', signed.text, trusted).digest).to.equal(signed.digest);
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it('let a tool read an envelope without trusting its signer', () => {
