@@ -1,6 +1,6 @@
 // How the CLI talks to people and scripts: human text by default, one JSON
 // document with --json, and a progress line on stderr for anything that
-// waits more than a second (only on a terminal). The spinner library is
+// waits more than a second (only on a terminal that reports its width). The spinner library is
 // loaded only then: `custody start` after a crash should not pay for it.
 
 export interface Output {
@@ -18,7 +18,9 @@ export function createOutput(json: boolean): Output {
       process.stdout.write(json ? JSON.stringify(document, null, 2) + '\n' : human().replace(/\n?$/, '\n'));
     },
     async progress(label, work) {
-      if (json || !process.stderr.isTTY) return work;
+      // A terminal that reports no width (a pty nobody sized: 0 columns) would make the
+      // spinner clear lines without end as it redraws (35 MB for one custody init).
+      if (json || !process.stderr.isTTY || !(process.stderr.columns > 0)) return work;
       const started = Date.now();
       const { default: ora } = await import('ora');
       const spinner = ora({ text: label, stream: process.stderr });

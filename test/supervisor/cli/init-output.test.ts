@@ -63,19 +63,25 @@ describe('custody init output', function () {
     }
   })();
 
-  it('is quiet on a terminal too, and --verbose shows the info lines there (util-linux script)', async function () {
+  it('is quiet on a terminal too, and --verbose shows the info lines there (util-linux script), on a sized terminal and on one of no width', async function () {
     if (!hasScript) this.skip();
-    const onTty = async (extra: string) => {
-      const command = [process.execPath, CLI, 'init', '--state', path.join(dir, `state${extra ? '-v' : ''}`), extra].filter(Boolean).map((a) => `'${a}'`).join(' ');
-      const { stdout } = await run('script', ['-qec', command, '/dev/null'], { env: { ...process.env, ...env } });
+    // `stty` sizes the pty script makes: 80 columns, or none at all (what a pty nobody sized reports).
+    const onTty = async (extra: string, columns: number) => {
+      const state = path.join(dir, `state-${columns}${extra ? '-v' : ''}`);
+      const command = [process.execPath, CLI, 'init', '--state', state, extra].filter(Boolean).map((a) => `'${a}'`).join(' ');
+      const { stdout } = await run('script', ['-qec', `stty cols ${columns} rows ${columns === 0 ? 0 : 24}; ${command}`, '/dev/null'], { env: { ...process.env, ...env } });
+      // Provisioning takes over a second, so a spinner may run; it draws a few lines, never megabytes.
+      expect(stdout.length, `output at ${columns} columns`).to.be.below(64 * 1024);
       return stdout;
     };
-    const quiet = await onTty('');
-    expect(quiet).to.match(/Initialized /);
-    expect(quiet).not.to.match(INFO_LINE);
-    const verbose = await onTty('--verbose');
-    expect(verbose).to.match(/Initialized /);
-    expect(verbose).to.match(INFO_LINE);
+    for (const columns of [80, 0]) {
+      const quiet = await onTty('', columns);
+      expect(quiet).to.match(/Initialized /);
+      expect(quiet).not.to.match(INFO_LINE);
+      const verbose = await onTty('--verbose', columns);
+      expect(verbose).to.match(/Initialized /);
+      expect(verbose).to.match(INFO_LINE);
+    }
   });
 
   const lines: Array<{ line: string; level: 'info' | 'warn'; shown: boolean }> = [
