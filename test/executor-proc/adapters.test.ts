@@ -1,6 +1,8 @@
 // Adapters as an operator adds them (--adapter module): contained output,
 // cooperative cancel, deadlines, and reconciliation bounded per tool.
 import { expect } from 'chai';
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Executor, type Home, authorize, executeBody, makeHome, provisioned, removeHome, sqlite, startExecutor, stopExecutor } from './helpers.js';
 import { codeOfAnswer as codeOf, refusalOf } from '../helpers/codes.js';
@@ -83,12 +85,17 @@ describe('executor-proc adapters', function () {
   });
 
   it('refuses to cancel an adapter that is not cancellable, and lets it finish', async () => {
-    const auth = authorize(executor, { tool: 'fixture/sleep', args: { ms: 100 } });
-    const pending = executor.channel.request('execute', executeBody(auth), { id: 'sleep-1' });
-    await claimed(executor, auth.operationId);
-    expect(await codeOf(executor.channel.request('cancel', { target: 'sleep-1' }))).to.equal('not_cancellable');
-    expect((await pending).status).to.equal('completed');
-    expect(await executor.channel.request('cancel', { target: 'sleep-1' })).to.deep.equal({ cancelled: false });
+    const latch = path.join(home.dir, 'latch.open');
+    const auth = authorize(executor, { tool: 'fixture/latch', args: { path: latch } });
+    const pending = executor.channel.request('execute', executeBody(auth), { id: 'latch-1' });
+    await eventually(() => adapterOutput(executor).some((event) => event.line === 'fixture/latch started'), 20_000, 'the latch adapter running');
+    // The effect is running and cannot end before the latch opens: the refusal is about a running call.
+    expect(await codeOf(executor.channel.request('cancel', { target: 'latch-1' }))).to.equal('not_cancellable');
+    writeFileSync(latch, '');
+    const result = await pending;
+    expect(result.status).to.equal('completed');
+    expect((JSON.parse(result.report) as { body: { output: unknown } }).body.output).to.deep.equal({ opened: latch });
+    expect(await executor.channel.request('cancel', { target: 'latch-1' })).to.deep.equal({ cancelled: false });
   });
 
   it('answers adapter_still_running at the adapter deadline, then outcome_unknown, and retains the report when the effect ends later', async () => {
