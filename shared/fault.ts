@@ -56,3 +56,17 @@ export async function pausePoint(role: string, cutpoint: string): Promise<void> 
   const release = path.join(dir, `${role}.${cutpoint}.release`);
   while (!existsSync(release)) await sleep(PAUSE_POLL_MS);
 }
+
+/**
+ * pausePoint for code that cannot yield (a migration inside one synchronous
+ * transaction): the same files, but the thread itself waits, so the process
+ * serves nothing meanwhile, as it would while that work ran.
+ */
+export function holdPoint(role: string, cutpoint: string): void {
+  const dir = process.env.CUSTODY_FAULT_DIR;
+  if (!dir || !faultArmed(role, cutpoint)) return;
+  writeFileSync(path.join(dir, `${role}.${cutpoint}.reached`), `${process.pid}\n`);
+  const release = path.join(dir, `${role}.${cutpoint}.release`);
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  while (!existsSync(release)) Atomics.wait(cell, 0, 0, PAUSE_POLL_MS);
+}

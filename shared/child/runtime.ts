@@ -14,6 +14,7 @@ import { type Signer } from '../crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../errors.js';
 import { CHILD_EXIT } from '../exit-codes.js';
 import { type Logger, createLogger, errorFields } from '../log.js';
+import { announceMigrationsTo } from '../store/migrations.js';
 import { type ChildRole } from '../protocol/common.js';
 import { FATAL_KIND, HEAD_KIND, type MessageKind } from '../protocol/messages.js';
 import { type Preamble } from '../protocol/preamble.js';
@@ -131,6 +132,9 @@ export async function runChild(program: ChildProgram): Promise<number> {
   const output = takeFrameOutput();
   const opened = await openSession(program, createLogger({ role: program.role, pid: process.pid }));
   if (typeof opened === 'number') return opened;
+  const { name, sid } = opened.preamble;
+  // A host waits longer for the hello once it reads store_migrating (docs/PROTOCOL.md §5), so the line never depends on the threshold.
+  announceMigrationsTo(createLogger({ role: program.role, pid: process.pid, name, sid }, { level: 'debug' }));
   const service = await setUpService(program, opened, output);
   if (typeof service === 'number') return service;
   return new Serving(program.role, opened, service, output).finished;

@@ -16,6 +16,7 @@ import { type PinnedIdentity, verifyHello } from '../wire/hello.js';
 import { encodePreamble } from '../wire/preamble.js';
 import { SessionEndpoint } from '../wire/session.js';
 import { withTimeout } from '../timeout.js';
+import { MIGRATING_EVENT } from '../store/migrations.js';
 import { type SessionSecrets, createSessionSecrets } from '../wire/session-keys.js';
 
 export interface ChildExit {
@@ -39,6 +40,12 @@ export interface SpawnChildOptions {
   readonly maxInFlight: number;
   /** How long the child may take to send its hello. */
   readonly helloTimeoutMs: number;
+  /**
+   * How long it may take once it announced a store migration (the
+   * `store_migrating` line on stderr, docs/PROTOCOL.md §5), counted from
+   * that line. Default: no more than the hello timeout.
+   */
+  readonly migrateTimeoutMs?: number;
   readonly log: Logger;
   /** Each line the child writes on stderr (its JSON log). Default: forwarded to this process's stderr. */
   readonly onStderrLine?: (line: string) => void;
@@ -89,11 +96,29 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
   const challenge = randomBytes(32).toString('hex');
   const log = options.log.child({ child: options.name, sid: secrets.sid });
   const started = startProcess(command, args, options);
-  relayStderr(started.child, options, log);
+  const migrating = relayStderr(started.child, options, log);
   const channel = openChannel(started.child, secrets, options, log);
   started.child.stdin.write(preambleFor(secrets, challenge, options));
   channel.start();
-  return awaitHello(started, channel, { sid: secrets.sid, challenge }, options, log);
+  return awaitHello(started, channel, { sid: secrets.sid, challenge, migrating }, options, log);
+}
+
+/** What a child said of the store migration it runs before its hello. */
+interface MigrationNotice {
+  readonly store?: unknown;
+  readonly from?: unknown;
+  readonly to?: unknown;
+}
+
+/** The notice in one stderr line, or null: a JSON object whose event is store_migrating (shared/store/migrations.ts). */
+function migrationNotice(line: string): MigrationNotice | null {
+  if (!line.includes(MIGRATING_EVENT)) return null;
+  try {
+    const record: unknown = JSON.parse(line);
+    return typeof record === 'object' && record !== null && (record as { event?: unknown }).event === MIGRATING_EVENT ? record : null;
+  } catch {
+    return null;
+  }
 }
 
 /** A spawned process, before its hello. */
@@ -130,12 +155,23 @@ function startProcess(command: string, args: readonly string[], options: SpawnCh
   return { child, pid, exited, drained, spawnFailure, kill };
 }
 
-/** The child's stderr is its JSON log, one line at a time; stdin errors are only the echo of an early exit. */
-function relayStderr(child: ChildProcessWithoutNullStreams, options: SpawnChildOptions, log: Logger): void {
+/**
+ * The child's stderr is its JSON log, one line at a time; stdin errors are
+ * only the echo of an early exit. Resolves with the first store migration
+ * notice, if the child writes one.
+ */
+function relayStderr(child: ChildProcessWithoutNullStreams, options: SpawnChildOptions, log: Logger): Promise<MigrationNotice> {
   const onLine = options.onStderrLine ?? ((line: string) => process.stderr.write(line + '\n'));
-  createInterface({ input: child.stderr, crlfDelay: Infinity }).on('line', onLine);
+  let noticed: (notice: MigrationNotice) => void = () => undefined;
+  const migrating = new Promise<MigrationNotice>((resolve) => (noticed = resolve));
+  createInterface({ input: child.stderr, crlfDelay: Infinity }).on('line', (line) => {
+    const notice = migrationNotice(line);
+    if (notice) noticed(notice);
+    onLine(line);
+  });
   // A child that dies early closes its stdin; the write error is the exit's echo.
   child.stdin.on('error', (error) => log.debug('child_stdin_error', errorFields(error)));
+  return migrating;
 }
 
 /** The supervisor's end of the session; an executor's heads are acknowledged once recorded (docs/ROLLBACK.md). */
@@ -211,13 +247,15 @@ function preambleFor(secrets: SessionSecrets, challenge: string, options: SpawnC
 
 /**
  * The first frame must be a hello proving the expected identity within the
- * hello timeout; anything else (silence, an early exit, a start that failed,
- * a wrong proof) poisons the channel, kills the group and waits for the exit.
+ * hello timeout, or, once the child announced a store migration, within the
+ * migration bound from that announcement; anything else (silence, an early
+ * exit, a start that failed, a wrong proof) poisons the channel, kills the
+ * group and waits for the exit.
  */
 async function awaitHello(
   started: StartedProcess,
   channel: ClientChannel,
-  proof: { readonly sid: string; readonly challenge: string },
+  proof: { readonly sid: string; readonly challenge: string; readonly migrating: Promise<MigrationNotice> },
   options: SpawnChildOptions,
   log: Logger,
 ): Promise<ChildSession> {
@@ -226,9 +264,24 @@ async function awaitHello(
     throw channel.termination ?? new CustodyError('peer_exited', `${options.name} exited (code ${exit.code}, signal ${exit.signal}) before its hello`);
   });
   try {
-    const hello = await withTimeout(Promise.race([channel.hello, started.spawnFailure, exitedEarly]), options.helloTimeoutMs, () => {
+    const answered = Promise.race([channel.hello, started.spawnFailure, exitedEarly]);
+    const first = await withTimeout(Promise.race([answered.then((body) => ({ hello: body })), proof.migrating.then((notice) => ({ notice }))]), options.helloTimeoutMs, () => {
       throw new CustodyError('deadline_exceeded', `${options.name} sent no hello within ${options.helloTimeoutMs} ms`);
     });
+    let hello: HelloBody;
+    if ('hello' in first) {
+      hello = first.hello;
+    } else {
+      const migrateMs = Math.max(options.migrateTimeoutMs ?? 0, options.helloTimeoutMs);
+      const { store, from, to } = first.notice;
+      log.warn('child_migrating', { store, from, to, wait_ms: migrateMs });
+      hello = await withTimeout(answered, migrateMs, () => {
+        throw new CustodyError(
+          'deadline_exceeded',
+          `${options.name} sent no hello within ${migrateMs} ms of starting its store migration (timing.migrate_timeout_ms); the migration rolls back — raise the bound and start again`,
+        );
+      });
+    }
     verifyHello(hello, { ...proof, role: options.role }, options.expect);
     if (pid === undefined) throw new CustodyError('peer_exited', `${options.name} has no pid`);
     return { process: child, pid, sid: proof.sid, channel, hello, exited, drained, kill };

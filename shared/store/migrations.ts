@@ -4,6 +4,25 @@
 // store at a version it really has.
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../errors.js';
+import { holdPoint } from '../fault.js';
+import { type Logger, createLogger } from '../log.js';
+
+/**
+ * The event a store's opener writes on stderr before it migrates an existing
+ * store. A child migrates before its hello, which may take far longer than
+ * the hello timeout (one transaction over every row); its host, seeing this
+ * line, waits for the hello up to its migration bound instead
+ * (docs/PROTOCOL.md §5, `timing.migrate_timeout_ms`).
+ */
+export const MIGRATING_EVENT = 'store_migrating';
+
+/** Where the migration events go; a child names itself (shared/child/runtime.ts). Whatever the log level: a host acts on them. */
+let notices: Logger = createLogger({ pid: process.pid }, { level: 'debug' });
+
+/** Send the migration events to `log`, which must not filter them out by level. */
+export function announceMigrationsTo(log: Logger): void {
+  notices = log;
+}
 
 export interface Migration {
   readonly version: number;
@@ -38,7 +57,7 @@ export function applyMigrations(
   db: Database.Database,
   where: string,
   migrations: readonly Migration[],
-  mode: { readonly provisioning: boolean },
+  mode: { readonly provisioning: boolean; /** Names the store's fault cutpoints (shared/fault.ts): `<label>:during_migration`. */ readonly label?: string },
 ): void {
   const latest = migrations.length;
   const current = readUserVersion(db);
@@ -53,6 +72,12 @@ export function applyMigrations(
       'store_schema',
       `${where} has no schema (user_version 0): its provisioning never completed or it is not a custody store; inspect it, move it aside and provision again`,
     );
+  }
+  const migrating = current > 0 && current < latest;
+  const startedAt = performance.now();
+  if (migrating) {
+    notices.warn(MIGRATING_EVENT, { store: where, from: current, to: latest });
+    if (mode.label) holdPoint(mode.label, 'during_migration');
   }
   for (const migration of migrations.slice(current)) {
     const step = `${where}: migration ${migration.version} (${migration.description})`;
@@ -77,6 +102,7 @@ export function applyMigrations(
       throw new CustodyError('store_schema', `${step} failed and was rolled back: ${message}`, { cause: error });
     }
   }
+  if (migrating) notices.warn('store_migrated', { store: where, from: current, to: latest, ms: Math.round(performance.now() - startedAt) });
 }
 
 export function readUserVersion(db: Database.Database): number {

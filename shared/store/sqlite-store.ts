@@ -162,7 +162,7 @@ function openVerified(spec: StoreSpec, file: string, expected: FileIdentity): Da
 function finishOpen(spec: StoreSpec, file: string, db: Database.Database, mode: { provisioning: boolean }): Database.Database {
   try {
     applyPragmas(spec, file, db);
-    applyMigrations(db, `${spec.label} store ${file}`, spec.migrations, mode);
+    applyMigrations(db, `${spec.label} store ${file}`, spec.migrations, { ...mode, label: spec.label });
     // The first read above created -wal and -shm; SQLite gives them the database's mode, which we verify rather than trust.
     checkSidecars(file);
     OPEN_STORES.add({ label: spec.label, file, db });

@@ -23,6 +23,7 @@ export function spawnOptionsFor(child: ChildHandle, deps: ChildDeps, onChannelEn
     expect: deps.pin(),
     maxInFlight: spec.maxInFlight + CONTROL_ROOM,
     helloTimeoutMs: deps.timing.hello_timeout_ms,
+    migrateTimeoutMs: deps.timing.migrate_timeout_ms,
     log: deps.log,
     onStderrLine: (line) => relayStderr(child, deps, line),
     onChannelEnd,

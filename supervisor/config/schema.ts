@@ -73,6 +73,12 @@ export const timingSchema = z.strictObject({
   /** A ping not answered within this long means the child hung. */
   heartbeat_timeout_ms: millis(600_000).default(10_000),
   hello_timeout_ms: millis(600_000).default(15_000),
+  /**
+   * How long a child that announced a store migration (an upgrade's first
+   * start) may take to say hello, from that announcement (docs/PROTOCOL.md
+   * §5). ~66 µs per kernel operation here: 1 h is ~50 million operations.
+   */
+  migrate_timeout_ms: millis(86_400_000).default(3_600_000),
   /** Deadline of each kernel request. */
   kernel_request_ms: millis(600_000).default(30_000),
   /** Least deadline of one reconciliation exchange with an executor (the tool's deadline + 10 s when larger). */

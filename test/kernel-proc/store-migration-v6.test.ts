@@ -2,55 +2,16 @@
 // version 5 — reports and outputs on the operations row, receipt columns and
 // digests stored beside the receipt — is migrated when this build opens it,
 // and every answer the kernel gave before is given again byte for byte.
-import { createHash } from 'node:crypto';
-import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import { KERNEL_MIGRATIONS } from '../../kernel-proc/store/schema.js';
 import { applyMigrations } from '../../shared/store/migrations.js';
 import { isCustodyError } from '../../shared/errors.js';
-import { buildOlderStore } from '../helpers/older-store.js';
+import { downgradeToV5, sha256 } from '../helpers/kernel-v5.js';
 import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, reserveBody, signReport, testExecutor } from './helpers.js';
 
 const V5 = KERNEL_MIGRATIONS.slice(0, 5);
-const sha256 = (text: string) => createHash('sha256').update(text, 'utf8').digest('hex');
-
-/** What version 5 kept in operations.output: the completed report's output as JSON text (decisions/settle.ts before version 6). */
-function v5Output(state: string, report: string | null): string | null {
-  if (state !== 'completed' || report === null) return null;
-  const output = (JSON.parse(report) as { body: { output: unknown } }).body.output;
-  return output === null ? null : JSON.stringify(output);
-}
-
-/** Rewrite `dir`/kernel.db as the version-5 store holding the same operations, receipts and reports. */
-function downgradeToV5(dir: string, scratch: string): void {
-  const file = path.join(dir, 'kernel.db');
-  const source = path.join(scratch, 'kernel-v6.db');
-  const current = new Database(file);
-  current.prepare('VACUUM INTO ?').run(source);
-  current.close();
-  for (const suffix of ['', '-wal', '-shm']) fs.rmSync(file + suffix, { force: true });
-  buildOlderStore({
-    target: file,
-    source,
-    migrations: V5,
-    functions: { sha256: (text: string) => sha256(text), v5_output: (state: string, report: string | null) => v5Output(state, report) },
-    rows: [
-      ['kernel_identity', 'SELECT * FROM src.kernel_identity'],
-      ['state_transitions', 'SELECT * FROM src.state_transitions'],
-      ['grants', 'SELECT * FROM src.grants'],
-      ['executor_pins', 'SELECT * FROM src.executor_pins'],
-      ['operations', 'SELECT o.*, r.report, v5_output(o.state, r.report) AS output FROM src.operations o LEFT JOIN src.reports r ON r.operation_id = o.operation_id ORDER BY o.rowid'],
-      ['holds', 'SELECT * FROM src.holds ORDER BY rowid'],
-      ['nonces', 'SELECT * FROM src.nonces ORDER BY rowid'],
-      ['receipts', 'SELECT *, sha256(receipt) AS digest FROM src.receipts ORDER BY rowid'],
-      ['head', 'SELECT * FROM src.head'],
-      ['kernel_epochs', 'SELECT * FROM src.kernel_epochs'],
-    ],
-  });
-  fs.chmodSync(file, 0o600);
-}
 
 function schemaOf(db: Database.Database): string[] {
   return db.prepare<[], { sql: string }>("SELECT type || ' ' || name || ': ' || sql AS sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY type, name").all().map((row) => row.sql);

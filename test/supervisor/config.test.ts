@@ -59,12 +59,17 @@ describe('custody.json', () => {
     expect(messageOf({ timing: { kernel_head_linger_ms: 1_001 } })).to.match(/timing\.kernel_head_linger_ms.*got 1001/);
     expect(parseConfig({ timing: { kernel_head_linger_ms: 0 } }).timing.kernel_head_linger_ms).to.equal(0);
     expect(messageOf({ timing: { kernel_head_linger_ms: -1 } })).to.match(/timing\.kernel_head_linger_ms.*got -1/);
+    expect(parseConfig({ timing: { migrate_timeout_ms: 86_400_000 } }).timing.migrate_timeout_ms).to.equal(86_400_000);
+    expect(messageOf({ timing: { migrate_timeout_ms: 86_400_001 } })).to.match(/timing\.migrate_timeout_ms.*got 86400001/);
+    expect(parseConfig({ timing: { migrate_timeout_ms: 1 } }).timing.migrate_timeout_ms).to.equal(1);
+    expect(messageOf({ timing: { migrate_timeout_ms: 0 } })).to.match(/timing\.migrate_timeout_ms.*got 0/);
   });
 
   it('defaults the pool wait to 10 s and metrics to no token on loopback', () => {
     const config = parseConfig({});
     expect(config.timing.executor_wait_ms).to.equal(10_000);
     expect(config.timing.kernel_head_linger_ms).to.equal(50);
+    expect(config.timing.migrate_timeout_ms).to.equal(3_600_000);
     expect(config.metrics).to.deep.equal({ require_token: false });
     expect(messageOf({ metrics: { require_token: 'yes' } })).to.match(/metrics\.require_token/);
   });

@@ -1,0 +1,120 @@
+// The first start after an upgrade migrates kernel.db before the kernel's
+// hello, one transaction over every row: longer than the hello timeout on a
+// large store. The kernel announces it (store_migrating, docs/PROTOCOL.md §5)
+// and the supervisor waits up to timing.migrate_timeout_ms instead; past that
+// bound the kernel is killed, the migration rolls back and the next start
+// runs it again. The migration is held at a fault point
+// (kernel:during_migration) for as long as the test needs, instead of
+// building a store big enough to be slow.
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { expect } from 'chai';
+import { downgradeToV5 } from '../helpers/kernel-v5.js';
+import { eventually } from '../helpers/eventually.js';
+import { type TestService, sqlite, startService } from '../helpers/service.js';
+
+const HELLO_TIMEOUT_MS = 2_000;
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function invoke(service: TestService, id: string): Promise<Record<string, unknown>> {
+  const answer = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', request_id: id, arguments: { note: `note ${id}` }, wait_ms: 30_000 }, 'agent');
+  expect(answer.status, JSON.stringify(answer.body)).to.equal(200);
+  return answer.body;
+}
+
+function kernelRefusals(service: TestService): string[] {
+  return service.stderr.filter((line) => line.includes('"child_refused"') && line.includes('"child":"kernel"'));
+}
+
+/** The operation settled before the upgrade, as the migrated kernel.db answers for it. */
+async function expectKept(service: TestService): Promise<void> {
+  const before = await service.http('GET', '/v1/operations/before-upgrade', undefined, 'agent');
+  expect(before.status, JSON.stringify(before.body)).to.equal(200);
+  expect((before.body.kernel as { state: string }).state).to.equal('completed');
+  expect(before.body.receipts).to.have.length(2);
+}
+
+/** Set timing keys in the state's custody.json, as an operator would before a start. */
+function setTiming(service: TestService, timing: Record<string, number>): void {
+  const config = JSON.parse(readFileSync(service.paths.config, 'utf8')) as { timing?: Record<string, number> };
+  writeFileSync(service.paths.config, JSON.stringify({ ...config, timing: { ...config.timing, ...timing } }, null, 2));
+}
+
+describe('supervisor: a kernel that migrates its store before its hello', function () {
+  this.timeout(90_000);
+  let service: TestService;
+  let scratch: string;
+  let faults: string;
+  const kernelDb = () => path.join(service.paths.kernelDir, 'kernel.db');
+  const reached = () => path.join(faults, 'kernel.during_migration.reached');
+  const env = () => ({ CUSTODY_FAULT: 'kernel:during_migration', CUSTODY_FAULT_DIR: faults });
+
+  beforeEach(async () => {
+    scratch = mkdtempSync(path.join(os.tmpdir(), 'custody-migrate-'));
+    faults = path.join(scratch, 'faults');
+    mkdirSync(faults);
+    service = await startService();
+    await invoke(service, 'before-upgrade');
+    expect(await service.stop()).to.equal(0);
+    setTiming(service, { hello_timeout_ms: HELLO_TIMEOUT_MS });
+    downgradeToV5(service.paths.kernelDir, scratch);
+    expect(await sqlite(kernelDb(), 'PRAGMA user_version')).to.deep.equal([{ user_version: 5 }]);
+  });
+
+  afterEach(() => {
+    (service as TestService | undefined)?.cleanup();
+    rmSync(scratch, { recursive: true, force: true });
+  });
+
+  it('waits past the hello timeout for a kernel that announced its migration, then serves the old and new operations', async () => {
+    const starting = startService({ dir: service.dir, env: env() });
+    void starting.catch(() => undefined);
+    await eventually(() => existsSync(reached()), 20_000, 'the kernel inside its migration');
+    const pid = Number(readFileSync(reached(), 'utf8'));
+    // Hold the migration well past the hello timeout: without the announcement the supervisor kills this pid.
+    const heldAt = performance.now();
+    while (performance.now() - heldAt < HELLO_TIMEOUT_MS * 3) {
+      expect(alive(pid), 'the migrating kernel is still alive').to.equal(true);
+      await sleep(100);
+    }
+    writeFileSync(path.join(faults, 'kernel.during_migration.release'), '');
+    service = await starting;
+    expect(await sqlite(kernelDb(), 'PRAGMA user_version')).to.deep.equal([{ user_version: 6 }]);
+    const migrating = service.stderr.filter((line) => line.includes('"child_migrating"'));
+    expect(migrating, 'the supervisor logged the wait').to.have.length(1);
+    expect(JSON.parse(migrating[0]!)).to.include({ from: 5, to: 6, wait_ms: 3_600_000 });
+    expect(service.stderr.some((line) => line.includes('"store_migrated"')), 'the kernel logged the end of its migration').to.equal(true);
+    expect(kernelRefusals(service), 'no kernel was refused').to.deep.equal([]);
+    await expectKept(service);
+    expect((await invoke(service, 'after-upgrade')).outcome).to.equal('completed');
+    expect(alive(pid), 'the kernel that migrated serves').to.equal(true);
+  });
+
+  it('kills a kernel whose migration outlasts timing.migrate_timeout_ms; the store stays at its version and the next start migrates it', async () => {
+    setTiming(service, { migrate_timeout_ms: 3_000 });
+    const starting = startService({ dir: service.dir, env: env() });
+    void starting.catch(() => undefined);
+    await eventually(() => existsSync(reached()), 20_000, 'the kernel inside its migration');
+    const pid = Number(readFileSync(reached(), 'utf8'));
+    // Never released: past the bound the supervisor kills it, inside the migration's transaction.
+    await eventually(() => !alive(pid), 20_000, 'the held kernel killed');
+    // The fault fires once: the restarted kernel migrates without a hold and the service comes up.
+    service = await starting;
+    const refused = kernelRefusals(service);
+    expect(refused, 'the held kernel was refused for the migration bound').to.have.length(1);
+    expect(refused[0]).to.match(/within 3000 ms of starting its store migration \(timing\.migrate_timeout_ms\)/);
+    expect(await sqlite(kernelDb(), 'PRAGMA user_version')).to.deep.equal([{ user_version: 6 }]);
+    await expectKept(service);
+    expect((await invoke(service, 'after-upgrade')).outcome).to.equal('completed');
+  });
+});
