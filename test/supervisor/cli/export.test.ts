@@ -3,6 +3,7 @@
 import { expect } from 'chai';
 import ndjson from 'ndjson';
 import { Readable } from 'node:stream';
+import { until } from '../../helpers/eventually.js';
 import { type TestService, startService } from '../../helpers/service.js';
 
 /** Parse stdout as NDJSON, strictly: a line that is not one JSON object fails the test. */
@@ -22,6 +23,11 @@ describe('custody export', function () {
     expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=exported', '--request-id', 'export-1'])).code).to.equal(0);
     await service.cli(['authorize', 'review-notes/append', '--arg', 'note=dropped', '--operation', 'export-2']);
     expect((await service.cli(['execute', 'export-2', '--drop-reply'])).code, 'the drill records an incident').to.equal(75);
+    // The dropped reply is reconciled in the background; the export is compared with the API once both read the same end.
+    await until('export-2 reconciled and settled', async () => {
+      const { body } = await service.http('GET', '/v1/operations/export-2', undefined, 'agent');
+      return (body.request as { phase?: string } | null)?.phase === 'settled' ? true : undefined;
+    });
   });
 
   after(async () => {
