@@ -109,7 +109,7 @@ export class OperationDriver {
    */
   async #run(requestId: string, goal: Goal, dropReply: boolean): Promise<RequestRow> {
     const row = await this.#walk(requestId, goal, dropReply);
-    return this.#ctx.signal.aborted ? row : this.#ctx.store.persist(row.request_id);
+    return this.#ctx.signal.aborted ? row : this.#ctx.store.persist(row);
   }
 
   async #walk(requestId: string, goal: Goal, dropReply: boolean): Promise<RequestRow> {

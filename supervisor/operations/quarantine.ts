@@ -49,6 +49,5 @@ export function attributeCrash(store: SupervisorStore, log: Logger, child: strin
 
 /** The admission check before a request is sent to a child: a quarantined request is refused. */
 export function admitRequest(store: SupervisorStore, requestId: string): void {
-  const row = store.getRequest(requestId);
-  if (row?.phase === 'quarantined') throw quarantinedError(row);
+  if (store.phaseOf(requestId) === 'quarantined') throw quarantinedError(store.getRequest(requestId)!);
 }

@@ -133,6 +133,7 @@ export class SupervisorStore {
   readonly #recentIncidents: Database.Statement<[number], IncidentRow>;
   readonly #insertRequest: Database.Statement;
   readonly #getRequest: Database.Statement<[string], RequestRow>;
+  readonly #getPhase: Database.Statement<[string], { phase: RequestPhase }>;
   readonly #getByOperation: Database.Statement<[string], RequestRow>;
   readonly #setPhase: Database.Statement;
   readonly #setPhaseAny: Database.Statement;
@@ -201,6 +202,7 @@ export class SupervisorStore {
        ON CONFLICT (request_id) DO NOTHING`,
     );
     this.#getRequest = db.prepare('SELECT * FROM requests WHERE request_id = ?');
+    this.#getPhase = db.prepare('SELECT phase FROM requests WHERE request_id = ?');
     this.#getByOperation = db.prepare('SELECT * FROM requests WHERE operation_id = ?');
     this.#setPhase = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ? AND phase = ?');
     // Writing moves already checked in memory, one step at a time (movePhaseLater).
@@ -503,6 +505,11 @@ export class SupervisorStore {
     return this.#known(this.#getRequest.get(requestId));
   }
 
+  /** A request's phase as this process knows it, without reading its artifacts (the admission check before every send). */
+  phaseOf(requestId: string): RequestPhase | undefined {
+    return this.#unwritten.get(requestId)?.phase ?? this.#getPhase.get(requestId)?.phase;
+  }
+
   getRequestByOperation(operationId: string): RequestRow | undefined {
     return this.#known(this.#getByOperation.get(operationId));
   }
@@ -566,9 +573,10 @@ export class SupervisorStore {
     return row;
   }
 
-  /** Make a request's in-memory moves durable (grouped); resolves with the row once they are. */
-  persist(requestId: string): Promise<RequestRow> {
-    if (!this.#unwritten.has(requestId)) return Promise.resolve(this.getRequest(requestId)!);
+  /** Make a request's in-memory moves durable (grouped); resolves with the row once they are (`known`, as this process knows it, when there were none). */
+  persist(known: RequestRow): Promise<RequestRow> {
+    const requestId = known.request_id;
+    if (!this.#unwritten.has(requestId)) return Promise.resolve(known);
     let written: Unwritten | undefined;
     return this.#group
       .submit(() => {

@@ -67,12 +67,21 @@ describe('supervisor/store: moves kept in memory until the next durable write', 
     await logged('r4');
     store.movePhaseLater('r4', 'reserved', { nonce_id: 'n-4' });
     store.movePhaseLater('r4', 'authorized', { authorization: 'auth-4', executor: 'e-1' });
-    const persisted = await store.persist('r4');
+    const persisted = await store.persist(store.getRequest('r4')!);
     expect(persisted.phase).to.equal('authorized');
     expect(onDisk('r4')).to.include({ phase: 'authorized', nonce_id: 'n-4', authorization: 'auth-4' });
     const before = (shell.prepare('SELECT updated_at FROM requests WHERE request_id = ?').get('r4') as { updated_at: number }).updated_at;
-    expect((await store.persist('r4')).phase).to.equal('authorized');
+    expect((await store.persist(store.getRequest('r4')!)).phase).to.equal('authorized');
     expect((shell.prepare('SELECT updated_at FROM requests WHERE request_id = ?').get('r4') as { updated_at: number }).updated_at).to.equal(before);
+  });
+
+  it('phaseOf answers the phase held in memory over the written one, without reading the row', async () => {
+    await logged('r8');
+    expect(store.phaseOf('r8')).to.equal('received');
+    store.movePhaseLater('r8', 'reserved', { nonce_id: 'n-8' });
+    expect(onDisk('r8')).to.include({ phase: 'received' });
+    expect(store.phaseOf('r8')).to.equal('reserved');
+    expect(store.phaseOf('nobody')).to.equal(undefined);
   });
 
   it('refuses a move the request machine does not allow from the phase held in memory', async () => {
