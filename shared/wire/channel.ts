@@ -30,6 +30,9 @@ export interface ChannelHandlers {
 export interface FrameOutput {
   write(chunk: Buffer): unknown;
   on(event: 'error', listener: (error: Error) => void): unknown;
+  /** A stream that can hold writes (a child's stdin pipe): the frames of one turn leave in one write. */
+  cork?(): void;
+  uncork?(): void;
 }
 
 export interface FrameChannelOptions {
@@ -49,6 +52,7 @@ export class FrameChannel {
   #handlers: ChannelHandlers | null = null;
   #termination: CustodyError | null = null;
   #outputFailure: CustodyError | null = null;
+  #corked = false;
 
   constructor(options: FrameChannelOptions) {
     this.endpoint = options.endpoint;
@@ -89,15 +93,33 @@ export class FrameChannel {
   send(kind: string, id: string, body: Record<string, unknown>): void {
     if (this.#machine.state === 'poisoned' && this.#termination) throw this.#termination;
     if (this.#outputFailure) throw this.#outputFailure;
-    const line = this.endpoint.seal(kind, id, body);
-    this.#output.write(line);
+    this.#write(this.endpoint.seal(kind, id, body));
+  }
+
+  /**
+   * The frames written in one turn (its microtasks included) leave together
+   * in one writev when the output can hold them: one system call and one
+   * wake-up of the reader instead of one per frame (docs/PERFORMANCE.md).
+   * Nothing leaves earlier than it would have; the order is kept.
+   */
+  #write(line: Buffer): void {
+    const output = this.#output;
+    if (!this.#corked && output.cork && output.uncork) {
+      output.cork();
+      this.#corked = true;
+      process.nextTick(() => {
+        this.#corked = false;
+        output.uncork!();
+      });
+    }
+    output.write(line);
   }
 
   /** Write an already sealed frame line (conformance tooling). */
   writeRaw(line: Buffer): void {
     if (this.#machine.state === 'poisoned' && this.#termination) throw this.#termination;
     if (this.#outputFailure) throw this.#outputFailure;
-    this.#output.write(line);
+    this.#write(line);
   }
 
   /** A protocol fault: stop reading, record the reason (first one wins). */
