@@ -3,59 +3,32 @@
 // call it gets, in front of a real server channel that must still read every
 // frame, in order.
 import { expect } from 'chai';
-import { PassThrough, Writable } from 'node:stream';
-import { Signer, generateSeed } from '../../../shared/crypto/ed25519.js';
-import { createLogger } from '../../../shared/log.js';
-import { ClientChannel } from '../../../shared/wire/client.js';
-import { DEFAULT_FRAME_LIMITS } from '../../../shared/wire/frame-reader.js';
-import { signHello } from '../../../shared/wire/hello.js';
-import { ServerChannel } from '../../../shared/wire/server.js';
-import { SessionEndpoint } from '../../../shared/wire/session.js';
-import { createSessionSecrets } from '../../../shared/wire/session-keys.js';
-
-const quiet = createLogger({}, { write: () => undefined });
+import { Writable } from 'node:stream';
+import { channelPair } from '../../helpers/channel-pair.js';
 
 /** A client whose output records how many frames each write call carried, passing them on to an echoing server. */
 async function recordedPair() {
-  const secrets = createSessionSecrets();
-  const toServer = new PassThrough();
-  const toClient = new PassThrough();
   const writes: number[] = [];
   const seen: unknown[] = [];
-  const recorder = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      writes.push(1);
-      toServer.write(chunk, done);
-    },
-    writev(chunks, done) {
-      writes.push(chunks.length);
-      toServer.write(Buffer.concat(chunks.map((c) => c.chunk as Buffer)), done);
-    },
-  });
-  const server = new ServerChannel({
-    input: toServer,
-    output: toClient,
-    endpoint: new SessionEndpoint({ secrets, side: 'child', self: 'kernel', peer: 'supervisor', limits: DEFAULT_FRAME_LIMITS }),
-    log: quiet,
-    role: 'kernel',
-    maxInFlight: 100,
-    onTerminated: () => undefined,
+  const { client } = await channelPair({
+    serverBound: 100,
+    clientBound: 100,
     handler: (_kind, body) => {
       seen.push(body);
       return Promise.resolve(body);
     },
+    clientOutput: (toServer) =>
+      new Writable({
+        write(chunk: Buffer, _encoding, done) {
+          writes.push(1);
+          toServer.write(chunk, done);
+        },
+        writev(chunks, done) {
+          writes.push(chunks.length);
+          toServer.write(Buffer.concat(chunks.map((c) => c.chunk as Buffer)), done);
+        },
+      }),
   });
-  const client = new ClientChannel({
-    input: toClient,
-    output: recorder,
-    endpoint: new SessionEndpoint({ secrets, side: 'supervisor', self: 'supervisor', peer: 'kernel', limits: DEFAULT_FRAME_LIMITS }),
-    log: quiet,
-    peerRole: 'kernel',
-    maxInFlight: 100,
-  });
-  client.start();
-  server.start(signHello(Signer.fromSeed(generateSeed()), secrets.sid, 'c'.repeat(64), { role: 'kernel', id: 'kernel', keyEpoch: 1 }));
-  await client.hello;
   return { client, writes, seen };
 }
 

@@ -3,50 +3,21 @@
 // (answered too_many_in_flight, control messages still answered), and the
 // supervisor's per-executor slots.
 import { expect } from 'chai';
-import { PassThrough } from 'node:stream';
-import { Signer, generateSeed } from '../../../shared/crypto/ed25519.js';
-import { createLogger } from '../../../shared/log.js';
-import { ClientChannel } from '../../../shared/wire/client.js';
-import { DEFAULT_FRAME_LIMITS } from '../../../shared/wire/frame-reader.js';
-import { signHello } from '../../../shared/wire/hello.js';
-import { ServerChannel } from '../../../shared/wire/server.js';
-import { SessionEndpoint } from '../../../shared/wire/session.js';
-import { createSessionSecrets } from '../../../shared/wire/session-keys.js';
 import { Slots } from '../../../supervisor/children/slots.js';
+import { channelPair } from '../../helpers/channel-pair.js';
 import { codeOfAnswer } from '../../helpers/codes.js';
-
-const quiet = createLogger({}, { write: () => undefined });
 
 /** A client and a server channel joined in memory; the server's echo waits until `release` is called. */
 async function pair(clientBound: number, serverBound: number) {
-  const secrets = createSessionSecrets();
-  const toServer = new PassThrough();
-  const toClient = new PassThrough();
   const held: Array<() => void> = [];
-  const server = new ServerChannel({
-    input: toServer,
-    output: toClient,
-    endpoint: new SessionEndpoint({ secrets, side: 'child', self: 'kernel', peer: 'supervisor', limits: DEFAULT_FRAME_LIMITS }),
-    log: quiet,
-    role: 'kernel',
-    maxInFlight: serverBound,
-    onTerminated: () => undefined,
+  const { client, server } = await channelPair({
+    clientBound,
+    serverBound,
     handler: (kind, body) => {
       if (kind === 'ping') return Promise.resolve({ now: Date.now() });
       return new Promise((resolve) => held.push(() => resolve(body)));
     },
   });
-  const client = new ClientChannel({
-    input: toClient,
-    output: toServer,
-    endpoint: new SessionEndpoint({ secrets, side: 'supervisor', self: 'supervisor', peer: 'kernel', limits: DEFAULT_FRAME_LIMITS }),
-    log: quiet,
-    peerRole: 'kernel',
-    maxInFlight: clientBound,
-  });
-  client.start();
-  server.start(signHello(Signer.fromSeed(generateSeed()), secrets.sid, 'c'.repeat(64), { role: 'kernel', id: 'kernel', keyEpoch: 1 }));
-  await client.hello;
   return { client, server, release: () => held.splice(0).forEach((go) => go()) };
 }
 

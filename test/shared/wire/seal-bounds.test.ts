@@ -3,21 +3,15 @@
 // number not consumed), and the arguments' depth budget the API applies is
 // exactly what fits the frame bound in every message that carries arguments.
 import { expect } from 'chai';
-import { PassThrough } from 'node:stream';
-import { Signer, generateSeed } from '../../../shared/crypto/ed25519.js';
-import { createLogger } from '../../../shared/log.js';
 import { type ARGUMENTS_ENVELOPE_DEPTH, argumentsDepthBudget } from '../../../shared/protocol/bounds.js';
 import { MESSAGES } from '../../../shared/protocol/messages.js';
-import { ClientChannel } from '../../../shared/wire/client.js';
 import { measureDepth } from '../../../shared/wire/decode.js';
 import { DEFAULT_FRAME_LIMITS } from '../../../shared/wire/frame-reader.js';
-import { signHello } from '../../../shared/wire/hello.js';
-import { ServerChannel } from '../../../shared/wire/server.js';
 import { SessionEndpoint } from '../../../shared/wire/session.js';
 import { createSessionSecrets } from '../../../shared/wire/session-keys.js';
+import { channelPair } from '../../helpers/channel-pair.js';
 import { codeOfAnswer } from '../../helpers/codes.js';
 
-const quiet = createLogger({}, { write: () => undefined });
 const HEX = 'a'.repeat(64);
 
 /** An object nested `depth` levels (the object itself is level 1): {"x":[[…1…]]}. */
@@ -63,35 +57,15 @@ describe('the frame depth bound at the sender', () => {
   }
 
   it('on a live channel: a too-deep request is refused locally, the child never sees it and the channel goes on', async () => {
-    const secrets = createSessionSecrets();
-    const toServer = new PassThrough();
-    const toClient = new PassThrough();
     const seen: unknown[] = [];
     let serverEnd: string | null = null;
-    const server = new ServerChannel({
-      input: toServer,
-      output: toClient,
-      endpoint: new SessionEndpoint({ secrets, side: 'child', self: 'kernel', peer: 'supervisor', limits: DEFAULT_FRAME_LIMITS }),
-      log: quiet,
-      role: 'kernel',
-      maxInFlight: 16,
-      onTerminated: (reason) => (serverEnd = reason.code),
+    const { client } = await channelPair({
+      onServerEnd: (reason) => (serverEnd = reason.code),
       handler: (_kind, body) => {
         seen.push(body);
         return Promise.resolve(body);
       },
     });
-    const client = new ClientChannel({
-      input: toClient,
-      output: toServer,
-      endpoint: new SessionEndpoint({ secrets, side: 'supervisor', self: 'supervisor', peer: 'kernel', limits: DEFAULT_FRAME_LIMITS }),
-      log: quiet,
-      peerRole: 'kernel',
-      maxInFlight: 16,
-    });
-    client.start();
-    server.start(signHello(Signer.fromSeed(generateSeed()), secrets.sid, 'c'.repeat(64), { role: 'kernel', id: 'kernel', keyEpoch: 1 }));
-    await client.hello;
     // echo's body is the frame's body (level 2): a body nested 31 levels makes a 32-level frame.
     expect(await codeOfAnswer(client.request('echo', nested(DEFAULT_FRAME_LIMITS.maxDepth - 1)))).to.equal('answered');
     expect(await codeOfAnswer(client.request('echo', nested(DEFAULT_FRAME_LIMITS.maxDepth)))).to.equal('frame_too_deep');
