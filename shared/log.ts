@@ -42,6 +42,9 @@ export function createLogger(base: Record<string, unknown> = {}, options: Logger
   const emit = (level: LogLevel, event: string, fields?: Record<string, unknown>) => {
     if (LEVELS[level] < threshold) return;
     const record = { ts: new Date().toISOString(), level, ...base, event, ...fields };
+    // Fields never rename the event (a relayed adapter's log included): a host acts on some events (docs/PROTOCOL.md §11.7).
+    record.event = event;
+    record.level = level;
     let line: string;
     try {
       line = JSON.stringify(record, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value));

@@ -39,6 +39,8 @@ export interface ServiceOptions {
   /** Overrides custody.json's port (0: any free port). */
   readonly port?: number;
   readonly log: Logger;
+  /** Stops a boot in progress (SIGTERM before the service runs): every child stopped, its start abandoned; start rejects with shutting_down. */
+  readonly signal?: AbortSignal;
 }
 
 export type ServiceState = 'booting' | 'running' | 'stopping' | 'stopped';
@@ -88,7 +90,7 @@ export class Service {
       store = SupervisorStore.open(paths.supervisorDir);
       await killPredecessorChildren(store, log);
       const service = new Service(paths, config, log, store, lock);
-      await service.#boot(options.port ?? config.port);
+      await service.#boot(options.port ?? config.port, options.signal);
       return service;
     } catch (error) {
       store?.close();
@@ -227,8 +229,10 @@ export class Service {
    * boot before any work was resumed), and only then the requests the log
    * holds open. Any failure stops and reaps everything started so far.
    */
-  async #boot(port: number): Promise<void> {
-    const bootWait = this.config.timing.hello_timeout_ms * (this.config.restart.max_restarts + 1) + this.config.restart.backoff_max_ms * this.config.restart.max_restarts;
+  async #boot(port: number, signal?: AbortSignal): Promise<void> {
+    // A child that fails its first start may migrate its store again in the next (docs/PROTOCOL.md §5).
+    const { timing, restart } = this.config;
+    const bootWait = timing.hello_timeout_ms * (restart.max_restarts + 1) + restart.backoff_max_ms * restart.max_restarts + timing.migrate_timeout_ms;
     const up = (child: ChildHandle) => child.start().catch(() => child.waitForSession(bootWait)).then(() => undefined);
     // An executor refused for a rolled-back ledger stays failed while the
     // service serves the rest, so its operator can see it and take the way back.
@@ -237,7 +241,12 @@ export class Service {
         if (child.failure?.code !== 'store_rolled_back') throw error;
         process.stderr.write(`custody: executor ${child.name} is refused and stays failed: ${child.failure.message}\n`);
       });
+    const children = () => [this.kernel, ...this.executors.values()];
+    // A stop during the boot stops the children now: a start waiting for a hello (a store migration may take an hour) is abandoned.
+    const stopBoot = () => void Promise.all(children().map((child) => child.stop(2000)));
+    signal?.addEventListener('abort', stopBoot, { once: true });
     try {
+      if (signal?.aborted) throw new CustodyError('shutting_down', 'the service was asked to stop while it booted');
       const kernelUp = up(this.kernel).catch((error: unknown) => {
         if (this.kernel.failure?.code === 'store_rolled_back') process.stderr.write(`custody: the kernel is refused; the service does not start: ${this.kernel.failure.message}
 `);
@@ -250,8 +259,10 @@ export class Service {
       this.#api = await startApiServer(this, port);
     } catch (error) {
       await this.#api?.close();
-      await Promise.all([this.kernel, ...this.executors.values()].map((child) => child.stop(2000)));
-      throw error;
+      await Promise.all(children().map((child) => child.stop(2000)));
+      throw signal?.aborted ? new CustodyError('shutting_down', 'the service was asked to stop while it booted; its children are stopped', { cause: error }) : error;
+    } finally {
+      signal?.removeEventListener('abort', stopBoot);
     }
     this.#lifecycle.moveTo('running', `port ${this.#api.port}`);
     this.driver.resumeAll();

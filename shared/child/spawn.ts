@@ -47,6 +47,8 @@ export interface SpawnChildOptions {
    */
   readonly migrateTimeoutMs?: number;
   readonly log: Logger;
+  /** Abandons the start: before the hello, the process group is killed and awaited and the spawn rejects with shutting_down. */
+  readonly signal?: AbortSignal;
   /** Each line the child writes on stderr (its JSON log). Default: forwarded to this process's stderr. */
   readonly onStderrLine?: (line: string) => void;
   /** The channel stopped (poisoned or closed), first reason. */
@@ -101,6 +103,19 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
   started.child.stdin.write(preambleFor(secrets, challenge, options));
   channel.start();
   return awaitHello(started, channel, { sid: secrets.sid, challenge, migrating }, options, log);
+}
+
+/** Rejects (shutting_down) once `options.signal` aborts; never settles without one. */
+function abandoned(options: SpawnChildOptions): Promise<never> {
+  const { signal } = options;
+  if (!signal) return new Promise<never>(() => undefined);
+  const refusal = new Promise<never>((_, reject) => {
+    const abandon = () => reject(new CustodyError('shutting_down', `${options.name}: its start was abandoned before its hello; the service is stopping`));
+    if (signal.aborted) abandon();
+    else signal.addEventListener('abort', abandon, { once: true });
+  });
+  refusal.catch(() => undefined);
+  return refusal;
 }
 
 /** What a child said of the store migration it runs before its hello. */
@@ -264,7 +279,7 @@ async function awaitHello(
     throw channel.termination ?? new CustodyError('peer_exited', `${options.name} exited (code ${exit.code}, signal ${exit.signal}) before its hello`);
   });
   try {
-    const answered = Promise.race([channel.hello, started.spawnFailure, exitedEarly]);
+    const answered = Promise.race([channel.hello, started.spawnFailure, exitedEarly, abandoned(options)]);
     const first = await withTimeout(Promise.race([answered.then((body) => ({ hello: body })), proof.migrating.then((notice) => ({ notice }))]), options.helloTimeoutMs, () => {
       throw new CustodyError('deadline_exceeded', `${options.name} sent no hello within ${options.helloTimeoutMs} ms`);
     });
@@ -278,7 +293,7 @@ async function awaitHello(
       hello = await withTimeout(answered, migrateMs, () => {
         throw new CustodyError(
           'deadline_exceeded',
-          `${options.name} sent no hello within ${migrateMs} ms of starting its store migration (timing.migrate_timeout_ms); the migration rolls back — raise the bound and start again`,
+          `${options.name} sent no hello within ${migrateMs} ms of starting its store migration (timing.migrate_timeout_ms); killed, its migration rolls back — raise the bound and start again (a child on another host may go on migrating there until its launcher's end reaches it)`,
         );
       });
     }

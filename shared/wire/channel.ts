@@ -97,10 +97,12 @@ export class FrameChannel {
   }
 
   /**
-   * The frames written in one turn (its microtasks included) leave together
-   * in one writev when the output can hold them: one system call and one
-   * wake-up of the reader instead of one per frame (docs/PERFORMANCE.md).
-   * Nothing leaves earlier than it would have; the order is kept.
+   * The frames written until the next tick leave together in one writev
+   * when the output can hold them: one system call and one wake-up of the
+   * reader instead of one per frame (docs/PERFORMANCE.md). From a promise
+   * continuation that is the rest of the turn's microtasks; from a plain
+   * callback (a stream's data handler), only what that callback writes.
+   * The order is kept; a frame waits at most for the rest of its turn.
    */
   #write(line: Buffer): void {
     const output = this.#output;

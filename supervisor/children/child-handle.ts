@@ -109,6 +109,8 @@ export class ChildHandle {
   readonly #requests: InFlightRequests;
   #run: Run | null = null;
   #spawning: Promise<void> | null = null;
+  /** Abandons the start in progress: a stop does not wait out a hello (a store migration may take an hour). */
+  #spawnAbort: AbortController | null = null;
 
   constructor(spec: ChildSpec, deps: ChildDeps) {
     this.spec = spec;
@@ -219,7 +221,8 @@ export class ChildHandle {
     this.#run?.stopHeartbeat();
     this.#book.clearTimers();
     if (!this.#machine.is('stopping')) this.#machine.moveTo('stopping', 'service stopping');
-    // A spawn in progress finishes first; it sees `stopping` and kills what it started.
+    // A spawn in progress is abandoned (killed before its hello) or, past its hello, sees `stopping` and kills what it started.
+    this.#spawnAbort?.abort();
     await this.#spawning?.catch(() => undefined);
     const run = this.#run;
     if (run) {
@@ -248,7 +251,8 @@ export class ChildHandle {
   /** A process whose hello proved the pinned identity at a head not below the witness (docs/ROLLBACK.md); a failure goes to the restart book. */
   async #startProcess(recovery: RollbackRecovery | null): Promise<ChildSession> {
     try {
-      const session = await spawnChild(spawnOptionsFor(this, this.#deps, (reason, state) => this.#onChannelEnd(reason, state)));
+      const abort = (this.#spawnAbort = new AbortController());
+      const session = await spawnChild(spawnOptionsFor(this, this.#deps, (reason, state) => this.#onChannelEnd(reason, state), abort.signal));
       await checkHead(this.spec, this.#deps.witness, session, recovery, this.#deps.log);
       await this.#afterHello(session);
       return session;

@@ -8,8 +8,8 @@ import { recordHead } from './head-check.js';
 /** Room for control messages (ping, cancel, shutdown) above the operations' slots. */
 const CONTROL_ROOM = 8;
 
-/** `onChannelEnd`: the session's channel stopped (poisoned or closed), first reason. */
-export function spawnOptionsFor(child: ChildHandle, deps: ChildDeps, onChannelEnd: (reason: CustodyError, state: string) => void): SpawnChildOptions {
+/** `onChannelEnd`: the session's channel stopped (poisoned or closed), first reason; `signal`: abandons the start (a stop). */
+export function spawnOptionsFor(child: ChildHandle, deps: ChildDeps, onChannelEnd: (reason: CustodyError, state: string) => void, signal?: AbortSignal): SpawnChildOptions {
   const { spec } = child;
   return {
     argv: spec.argv,
@@ -24,6 +24,7 @@ export function spawnOptionsFor(child: ChildHandle, deps: ChildDeps, onChannelEn
     maxInFlight: spec.maxInFlight + CONTROL_ROOM,
     helloTimeoutMs: deps.timing.hello_timeout_ms,
     migrateTimeoutMs: deps.timing.migrate_timeout_ms,
+    ...(signal ? { signal } : {}),
     log: deps.log,
     onStderrLine: (line) => relayStderr(child, deps, line),
     onChannelEnd,

@@ -1,5 +1,5 @@
 // custody init and custody start.
-import { LOG_LEVELS, type LogLevel, createLogger } from '../../../shared/log.js';
+import { LOG_LEVELS, type LogLevel, createLogger, errorFields } from '../../../shared/log.js';
 import { initState } from '../../init.js';
 import { needsInit } from '../../paths.js';
 import { Service } from '../../service.js';
@@ -55,16 +55,28 @@ export async function startCommand(stateDir: string, port: number | undefined): 
     log.info('state_initializing', { state: stateDir });
     await initState(stateDir, { log });
   }
-  const service = await Service.start({ stateDir, log, ...(port === undefined ? {} : { port }) });
-  process.stdout.write(`custody is running: http://127.0.0.1:${service.port} (state ${service.paths.root}, pid ${process.pid}); Ctrl-C stops it\n`);
+  // A signal during the boot stops it (a child may be migrating its store for a long while): its children are stopped, none is left behind.
   // A second signal during the graceful stop is noted, not obeyed: the stop is
   // already bounded by timing.shutdown_grace_ms, and SIGKILL remains for an
   // operator who cannot wait.
+  const booting = new AbortController();
+  let service: Service | null = null;
   const onSignal = (signal: NodeJS.Signals) => {
-    log.info('signal', { signal, already_stopping: service.stopping });
-    void service.stop(signal);
+    log.info('signal', { signal, already_stopping: service ? service.stopping : booting.signal.aborted });
+    if (service) void service.stop(signal);
+    else booting.abort();
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
+  try {
+    service = await Service.start({ stateDir, log, signal: booting.signal, ...(port === undefined ? {} : { port }) });
+  } catch (error) {
+    if (!booting.signal.aborted) throw error;
+    log.info('service_stopped', { reason: 'a signal during the boot', ...errorFields(error) });
+    return 0;
+  }
+  process.stdout.write(`custody is running: http://127.0.0.1:${service.port} (state ${service.paths.root}, pid ${process.pid}); Ctrl-C stops it\n`);
+  // A signal that came as the boot ended.
+  if (booting.signal.aborted) void service.stop('SIGTERM');
   return service.done;
 }
