@@ -15,22 +15,13 @@ import path from 'node:path';
 import { checkInvariants } from '../../scripts/chaos/invariants.js';
 import { reviewNotesAdapter } from '../../executor-proc/adapters/review-notes.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
-import { isGone } from '../../supervisor/children/proc-stat.js';
 import { distPath } from '../helpers/children.js';
 import { eventually } from '../helpers/eventually.js';
+import { alive, parentOf } from '../helpers/procs.js';
 import { type TestService, startService } from '../helpers/service.js';
 
 const RELAY = distPath('test', 'fixtures', 'remote-relay.js');
 const EXECUTOR = distPath('executor-proc', 'main.js');
-
-function parentOf(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-}
-
-function alive(pid: number): boolean {
-  return !isGone(pid, null);
-}
 
 interface Incident {
   kind: string;

@@ -13,18 +13,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { expect } from 'chai';
 import { downgradeToV5 } from '../helpers/kernel-v5.js';
 import { eventually } from '../helpers/eventually.js';
+import { alive, parentOf } from '../helpers/procs.js';
 import { type TestService, sqlite, startService } from '../helpers/service.js';
 
 const HELLO_TIMEOUT_MS = 4_000;
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 async function invoke(service: TestService, id: string): Promise<Record<string, unknown>> {
   const answer = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', request_id: id, arguments: { note: `note ${id}` }, wait_ms: 30_000 }, 'agent');
@@ -59,6 +51,14 @@ describe('supervisor: a kernel that migrates its store before its hello', functi
   const reached = () => path.join(faults, 'kernel.during_migration.reached');
   const env = () => ({ CUSTODY_FAULT: 'kernel:during_migration', CUSTODY_FAULT_DIR: faults });
 
+  /** Start the service with the kernel's migration held inside its transaction; the start resolves once the service serves. */
+  async function startHeld(): Promise<{ starting: Promise<TestService>; pid: number }> {
+    const starting = startService({ dir: service.dir, env: env() });
+    void starting.catch(() => undefined);
+    await eventually(() => existsSync(reached()), 20_000, 'the kernel inside its migration');
+    return { starting, pid: Number(readFileSync(reached(), 'utf8')) };
+  }
+
   beforeEach(async () => {
     scratch = mkdtempSync(path.join(os.tmpdir(), 'custody-migrate-'));
     faults = path.join(scratch, 'faults');
@@ -77,10 +77,7 @@ describe('supervisor: a kernel that migrates its store before its hello', functi
   });
 
   it('waits past the hello timeout for a kernel that announced its migration, then serves the old and new operations', async () => {
-    const starting = startService({ dir: service.dir, env: env() });
-    void starting.catch(() => undefined);
-    await eventually(() => existsSync(reached()), 20_000, 'the kernel inside its migration');
-    const pid = Number(readFileSync(reached(), 'utf8'));
+    const { starting, pid } = await startHeld();
     // Hold the migration past the hello timeout (counted from the spawn, before this point): without the announcement the supervisor kills this pid.
     const heldAt = performance.now();
     while (performance.now() - heldAt < HELLO_TIMEOUT_MS + 2_000) {
@@ -102,10 +99,7 @@ describe('supervisor: a kernel that migrates its store before its hello', functi
 
   it('kills a kernel whose migration outlasts timing.migrate_timeout_ms inside its transaction; the migration rolls back and the next start runs it again', async () => {
     setTiming(service, { migrate_timeout_ms: 6_000 });
-    const starting = startService({ dir: service.dir, env: env() });
-    void starting.catch(() => undefined);
-    await eventually(() => existsSync(reached()), 20_000, 'the kernel inside its migration');
-    const pid = Number(readFileSync(reached(), 'utf8'));
+    const { starting, pid } = await startHeld();
     // Never released: past the bound the supervisor kills it, inside the migration's transaction.
     await eventually(() => !alive(pid), 20_000, 'the held kernel killed');
     // The fault fires once: the restarted kernel migrates without a hold and the service comes up.
@@ -124,12 +118,9 @@ describe('supervisor: a kernel that migrates its store before its hello', functi
 
   it('stops at once on SIGTERM while a kernel migrates, killing it mid-migration, instead of waiting out the migration bound', async () => {
     setTiming(service, { migrate_timeout_ms: 120_000 });
-    const starting = startService({ dir: service.dir, env: env() });
-    void starting.catch(() => undefined);
-    await eventually(() => existsSync(reached()), 20_000, 'the kernel inside its migration');
-    const pid = Number(readFileSync(reached(), 'utf8'));
+    const { starting, pid } = await startHeld();
     // The kernel's parent is the supervisor.
-    const supervisor = Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
+    const supervisor = parentOf(pid);
     const stoppedAt = performance.now();
     process.kill(supervisor, 'SIGTERM');
     await eventually(() => !alive(supervisor), 30_000, 'the supervisor gone');

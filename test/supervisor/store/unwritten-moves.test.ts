@@ -29,6 +29,15 @@ describe('supervisor/store: moves kept in memory until the next durable write', 
 
   const onDisk = (id: string) => shell.prepare('SELECT phase, nonce_id, authorization, executor, report, receipt, attempts FROM requests WHERE request_id = ?').get(id) as Record<string, unknown>;
 
+  /** Logged, reserved and authorized in memory, its attempt written, then its report held in memory only. */
+  async function reportedInMemory(id: string, n: number): Promise<void> {
+    await logged(id);
+    store.movePhaseLater(id, 'reserved', { nonce_id: `n-${n}` });
+    store.movePhaseLater(id, 'authorized', { authorization: `auth-${n}`, executor: 'e-1' });
+    await store.startAttemptGrouped(id);
+    store.movePhaseLater(id, 'reported', { report: `report-${n}` });
+  }
+
   async function logged(id: string): Promise<void> {
     await store.logRequestGrouped({ request_id: id, operation_id: operationIdFor(id), kind: 'invoke', tool: 't/x', subject: 'agent', arguments: '{}', cost_units: 1, binding_hash: 'b'.repeat(64) });
   }
@@ -53,11 +62,7 @@ describe('supervisor/store: moves kept in memory until the next durable write', 
   });
 
   it('writes a report held in memory with the settlement', async () => {
-    await logged('r3');
-    store.movePhaseLater('r3', 'reserved', { nonce_id: 'n-3' });
-    store.movePhaseLater('r3', 'authorized', { authorization: 'auth-3', executor: 'e-1' });
-    await store.startAttemptGrouped('r3');
-    store.movePhaseLater('r3', 'reported', { report: 'report-3' });
+    await reportedInMemory('r3', 3);
     expect(onDisk('r3')).to.include({ phase: 'executing', report: null });
     await store.movePhaseGrouped('r3', 'settled', { receipt: 'final-receipt', outcome: 'completed' });
     expect(onDisk('r3')).to.include({ phase: 'settled', report: 'report-3', receipt: 'final-receipt' });
@@ -93,11 +98,7 @@ describe('supervisor/store: moves kept in memory until the next durable write', 
   });
 
   it('writes what memory holds before a crash is counted, so a quarantine releases to the phase the artifacts prove', async () => {
-    await logged('r6');
-    store.movePhaseLater('r6', 'reserved', { nonce_id: 'n-6' });
-    store.movePhaseLater('r6', 'authorized', { authorization: 'auth-6', executor: 'e-1' });
-    await store.startAttemptGrouped('r6');
-    store.movePhaseLater('r6', 'reported', { report: 'report-6' });
+    await reportedInMemory('r6', 6);
     expect(store.countCrash('r6', 'default', 'killed', 1).quarantined).to.equal(true);
     expect(onDisk('r6')).to.include({ phase: 'quarantined', report: 'report-6' });
     expect(store.getRequest('r6')!.phase).to.equal('quarantined');
