@@ -4,7 +4,10 @@
 // `head.witnessed` with a head at or above it: only then does a record of the
 // claim exist outside this ledger, so a restored older ledger can no longer
 // forget an effect that happened. Reports and refusals are announced without
-// waiting (their signed bytes reach the supervisor in the answer itself).
+// waiting (their signed bytes reach the supervisor in the answer itself), and
+// not at once: their head waits up to report_head_linger_ms for the next
+// claim's announcement, which covers it, so the supervisor writes one head
+// where it wrote two (docs/ROLLBACK.md "Group commit").
 import { CustodyError } from '../shared/errors.js';
 import { withTimeout } from '../shared/timeout.js';
 import { type ChildPeer } from '../shared/child/runtime.js';
@@ -20,10 +23,19 @@ export class HeadWitness {
   /** The highest head announced on the current channel: claims of one grouped commit share their head, and one frame says it. */
   #announced = 0;
   readonly #waiters = new Set<Waiter>();
+  readonly #lingerMs: number;
+  /** The highest head no effect waits on that is not announced yet (0: none), and the timer that announces it. */
+  #deferred = 0;
+  #lingerTimer: NodeJS.Timeout | null = null;
 
-  /** `start`: the head presented in the hello, which the supervisor checked against its witness. */
-  constructor(start: number) {
+  /**
+   * `start`: the head presented in the hello, which the supervisor checked
+   * against its witness. `lingerMs`: how long a report's or a refusal's head
+   * may wait for a claim's announcement to carry it (0: announced at once).
+   */
+  constructor(start: number, lingerMs: number) {
     this.#witnessed = start;
+    this.#lingerMs = lingerMs;
   }
 
   get witnessed(): number {
@@ -33,6 +45,8 @@ export class HeadWitness {
   attach(peer: ChildPeer): void {
     this.#peer = peer;
     this.#announced = 0;
+    // The hello on this channel presented the current head: nothing deferred is left to say.
+    this.#clearDeferred();
   }
 
   /**
@@ -42,10 +56,43 @@ export class HeadWitness {
    */
   announce(head: number): boolean {
     if (!this.#peer) return false;
-    if (head <= this.#witnessed || head <= this.#announced) return true;
-    const sent = this.#peer.sendHead(head);
-    if (sent) this.#announced = head;
+    // Heads only grow: a deferred one is at or below this one, and this frame covers it.
+    const highest = Math.max(head, this.#deferred);
+    this.#clearDeferred();
+    if (highest <= this.#witnessed || highest <= this.#announced) return true;
+    const sent = this.#peer.sendHead(highest);
+    if (sent) this.#announced = highest;
     return sent;
+  }
+
+  /**
+   * The head after a report or a refusal, which no effect waits on: announced
+   * with the next claim's head, or alone once the linger has passed. A
+   * process killed meanwhile loses only the announcement: its next hello
+   * presents the head, and a store restored in that window lost reports
+   * whose claims stand (docs/ROLLBACK.md, "What the operator sees").
+   */
+  announceLater(head: number): void {
+    if (this.#lingerMs === 0) {
+      this.announce(head);
+      return;
+    }
+    if (head <= this.#witnessed || head <= this.#announced || head <= this.#deferred) return;
+    this.#deferred = head;
+    if (this.#lingerTimer) return;
+    this.#lingerTimer = setTimeout(() => this.flush(), this.#lingerMs);
+    this.#lingerTimer.unref();
+  }
+
+  /** Announce a deferred head now (its linger passed, or the process is leaving). */
+  flush(): void {
+    if (this.#deferred > 0) this.announce(this.#deferred);
+  }
+
+  #clearDeferred(): void {
+    this.#deferred = 0;
+    if (this.#lingerTimer) clearTimeout(this.#lingerTimer);
+    this.#lingerTimer = null;
   }
 
   /** `head.witnessed`: the supervisor recorded `head`; every effect waiting at or below it may go. */

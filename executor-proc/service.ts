@@ -99,8 +99,8 @@ function executorContext(state: ExecutorState, host: AdapterHost, { settings, re
     // After the refusal has been answered: the next process opens what the path names.
     setTimeout(() => options.exit(CHILD_EXIT.software), 50);
   });
-  const witness = new HeadWitness(ledger.head());
-  ledger.onAdvanced = (head) => void witness.announce(head);
+  const witness = new HeadWitness(ledger.head(), settings.runtime.reportHeadLingerMs);
+  ledger.onAdvanced = (head) => witness.announceLater(head);
   return {
     ledger,
     archiver: new Archiver(ledger, state.stores.archive),
@@ -167,7 +167,11 @@ function executorService(context: ExecutorContext, state: ExecutorState, close: 
     head: () => ledger.head(),
     attachPeer: (peer) => witness.attach(peer),
     stopAccepting: () => log.info('executor_draining', { effects_running: context.inFlight.size }),
-    close,
+    // Drained: the last report's head is said before the stores close, not left to the next hello.
+    close: async () => {
+      witness.flush();
+      await close();
+    },
   };
 }
 

@@ -27,6 +27,8 @@ export const DEFAULTS = {
   adapterDeadlineMs: 30_000,
   cancelWaitMs: 5_000,
   noteMaxBytes: 4_096,
+  /** How long a report's or a refusal's head may wait for the next claim's to carry it (head-witness.ts). */
+  reportHeadLingerMs: 50,
 } as const;
 
 /** Shorter windows would make the reconcile bounds no bound at all. */
@@ -37,6 +39,7 @@ const CEILINGS = {
   maxInFlight: 1_024,
   reconcile: 100_000,
   deadlineMs: 24 * 60 * 60 * 1000,
+  headLingerMs: 1_000,
 } as const;
 
 const ms = (max: number) => z.number().int().min(1).max(max);
@@ -59,6 +62,8 @@ export const executorSettingsSchema = z.strictObject({
   /** How long a leaving executor waits for effects in flight; default: the longest adapter deadline + 5 s. */
   drain_timeout_ms: ms(CEILINGS.deadlineMs).optional(),
   note_max_bytes: z.number().int().min(1).max(DEFAULTS.noteMaxBytes).optional(),
+  /** How long a report's or a refusal's head may wait for a claim's announcement to carry it; 0: announced at once. */
+  report_head_linger_ms: z.number().int().min(0).max(CEILINGS.headLingerMs).optional(),
 });
 export type ExecutorSettingsInput = z.infer<typeof executorSettingsSchema>;
 
@@ -80,6 +85,7 @@ export interface RuntimeSettings {
   readonly cancelWaitMs: number;
   readonly drainTimeoutMs: number | undefined;
   readonly noteMaxBytes: number;
+  readonly reportHeadLingerMs: number;
 }
 
 export interface ExecutorSettings {
@@ -110,6 +116,7 @@ export function parseExecutorSettings(raw: unknown): ExecutorSettings {
       cancelWaitMs: s.cancel_wait_ms ?? DEFAULTS.cancelWaitMs,
       drainTimeoutMs: s.drain_timeout_ms,
       noteMaxBytes: s.note_max_bytes ?? DEFAULTS.noteMaxBytes,
+      reportHeadLingerMs: s.report_head_linger_ms ?? DEFAULTS.reportHeadLingerMs,
     },
   };
 }

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { helloMessage } from '../../shared/wire/hello.js';
 import { type Home, authorize, executeBody, journalEntries, makeHome, notesFor, provisioned, removeHome, sqlite, startExecutor, stopExecutor } from './helpers.js';
 import { refused } from '../helpers/codes.js';
+import { eventually } from '../helpers/eventually.js';
 
 
 describe('executor-proc: ledger head and its witness', function () {
@@ -23,7 +24,8 @@ describe('executor-proc: ledger head and its witness', function () {
 
   it('presents the ledger head in its hello, covered by the signature, and announces each claim and report', async () => {
     const heads: number[] = [];
-    const executor = await startExecutor(home, { onHead: (head) => void heads.push(head) });
+    // report_head_linger_ms 0: the report's head is announced at once, as before the linger.
+    const executor = await startExecutor(home, { onHead: (head) => void heads.push(head), settings: { report_head_linger_ms: 0 } });
     try {
       expect(executor.hello.head).to.equal(0);
       await executor.channel.request('execute', executeBody(authorize(executor)));
@@ -42,6 +44,32 @@ describe('executor-proc: ledger head and its witness', function () {
     } finally {
       await stopExecutor(again);
     }
+  });
+
+  it("holds a report's head back for the next claim's announcement to carry, announces it alone once report_head_linger_ms has passed, and before leaving", async () => {
+    const heads: Array<{ head: number; at: number }> = [];
+    const executor = await startExecutor(home, { onHead: (head) => void heads.push({ head, at: Date.now() }), settings: { report_head_linger_ms: 1_000 } });
+    const announced = () => heads.map((entry) => entry.head);
+    try {
+      await executor.channel.request('execute', executeBody(authorize(executor)));
+      const firstAnswered = Date.now();
+      // The claim (head 1) was waited on; the report (head 2) is not said yet.
+      expect(announced()).to.deep.equal([1]);
+      await executor.channel.request('execute', executeBody(authorize(executor)));
+      // The second claim's frame says head 3, which covers the first report's head 2: one frame, not two.
+      expect(announced()).to.deep.equal([1, 3]);
+      await eventually(() => announced().length === 3, 5_000, 'the second report head');
+      // The second report's head (4), alone, once its linger passed.
+      expect(announced()).to.deep.equal([1, 3, 4]);
+      expect(heads[2]!.at - firstAnswered).to.be.at.least(900);
+      await executor.channel.request('execute', executeBody(authorize(executor)));
+      expect(announced()).to.deep.equal([1, 3, 4, 5]);
+    } finally {
+      await stopExecutor(executor);
+    }
+    // Leaving, the executor says the head its last report left (6) instead of leaving it to the next hello.
+    expect(announced()).to.deep.equal([1, 3, 4, 5, 6]);
+    expect(sqlite(path.join(home.dir, 'ledger.db'), 'SELECT seq FROM head').rows).to.deep.equal([{ seq: 6 }]);
   });
 
   it('runs no effect until the supervisor acknowledges the claim head: unacknowledged, the answer is head_unwitnessed and the journal stays empty', async () => {

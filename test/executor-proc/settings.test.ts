@@ -23,6 +23,7 @@ const RUNTIME_KEYS: Record<string, string> = {
   cancel_wait_ms: 'cancelWaitMs',
   drain_timeout_ms: 'drainTimeoutMs',
   note_max_bytes: 'noteMaxBytes',
+  report_head_linger_ms: 'reportHeadLingerMs',
 };
 
 function runtimeValue(key: string, value: number): unknown {
@@ -42,6 +43,7 @@ describe('executor-proc settings', () => {
       cancelWaitMs: 5_000,
       drainTimeoutMs: undefined,
       noteMaxBytes: 4_096,
+      reportHeadLingerMs: 50,
     });
     expect(DEFAULTS.reconcileWindowMs).to.equal(60_000);
   });
@@ -60,6 +62,8 @@ describe('executor-proc settings', () => {
     ['cancel_wait_ms', 'max', DAY_MS],
     ['drain_timeout_ms', 'max', DAY_MS],
     ['note_max_bytes', 'max', 4_096],
+    ['report_head_linger_ms', 'max', 1_000],
+    ['report_head_linger_ms', 'min', 0],
   ];
   for (const [key, side, limit] of limits) {
     const past = side === 'max' ? limit + 1 : limit - 1;
