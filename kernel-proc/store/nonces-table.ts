@@ -21,6 +21,15 @@ export class NoncesTable {
   readonly #close: Database.Statement<[{ id: string; to: string; now: number }]>;
   readonly #countLive: Database.Statement<[], { live: number }>;
   readonly #expired: Database.Statement<[{ now: number; limit: number }], NonceRow>;
+  readonly #nextExpiry: Database.Statement<[], { next: number | null }>;
+  /**
+   * No live nonce expires before this (-Infinity: not known yet). Only ever
+   * too early, never too late: a mint lowers it, and it is raised only from
+   * the store after a sweep found nothing due, when nothing of the current
+   * batch precedes it (the sweep runs first in each batch, commit-queue.ts),
+   * so a rolled-back unit can only revive nonces it already counted.
+   */
+  #earliestExpiry = Number.NEGATIVE_INFINITY;
 
   constructor(db: Database.Database) {
     this.#get = db.prepare('SELECT * FROM nonces WHERE nonce_id = ?');
@@ -32,6 +41,7 @@ export class NoncesTable {
     this.#countLive = db.prepare(`SELECT count(*) AS live FROM nonces WHERE state = 'live'`);
     this.#expired = db.prepare(`
       SELECT * FROM nonces WHERE state = 'live' AND expires_at <= @now ORDER BY expires_at, nonce_id LIMIT @limit`);
+    this.#nextExpiry = db.prepare(`SELECT min(expires_at) AS next FROM nonces WHERE state = 'live'`);
   }
 
   get(nonceId: string): NonceRow | undefined {
@@ -44,6 +54,7 @@ export class NoncesTable {
 
   mint(nonceId: string, operationId: string, now: number, expiresAt: number): NonceRow {
     this.#insert.run({ nonce_id: nonceId, operation_id: operationId, now, expires_at: expiresAt });
+    this.#earliestExpiry = Math.min(this.#earliestExpiry, expiresAt);
     return this.get(nonceId)!;
   }
 
@@ -58,8 +69,15 @@ export class NoncesTable {
     return this.#countLive.get()!.live;
   }
 
-  /** Live nonces whose time has come, oldest first. */
+  /**
+   * Live nonces whose time has come, oldest first. Before the earliest live
+   * expiry it answers without reading the store: the sweep runs before every
+   * batch and on a timer, and nearly always finds nothing.
+   */
   expired(now: number, limit: number): NonceRow[] {
-    return this.#expired.all({ now, limit });
+    if (now < this.#earliestExpiry) return [];
+    const due = this.#expired.all({ now, limit });
+    if (due.length === 0) this.#earliestExpiry = this.#nextExpiry.get()!.next ?? Number.POSITIVE_INFINITY;
+    return due;
   }
 }
