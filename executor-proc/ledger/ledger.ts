@@ -8,7 +8,7 @@
 // effect still starts only after its own claim is on disk, and a report
 // leaves only after it is. Time comes from max(clock, high-water mark), and the mark is
 // stored before any answer that depends on time, refusals included.
-import { randomBytes } from 'node:crypto';
+import { randomHex } from '../../shared/random-hex.js';
 import { statSync } from 'node:fs';
 import type Database from 'better-sqlite3';
 import { type SignedArtifact } from '../../shared/artifacts/artifact.js';
@@ -70,7 +70,7 @@ export interface WriteGuard {
 export type OnReplaced = (error: CustodyError) => void;
 
 export function newClaimId(kind: 'claim' | 'refusal'): string {
-  return `${kind === 'claim' ? 'c' : 'r'}${randomBytes(12).toString('hex')}`;
+  return `${kind === 'claim' ? 'c' : 'r'}${randomHex(12)}`;
 }
 
 /**

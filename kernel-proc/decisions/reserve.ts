@@ -4,7 +4,7 @@
 // Denied, the operation is recorded as `denied` with its receipt and no hold.
 // Either way the answer is retained: the same request id with the same
 // request bytes gets it back byte for byte; with other bytes, request_conflict.
-import { randomBytes } from 'node:crypto';
+import { randomHex } from '../../shared/random-hex.js';
 import { canonicalBytes } from '../../shared/canonical/jcs.js';
 import { CustodyError, type ErrorCode } from '../../shared/errors.js';
 import { bindRequest, operationIdFor } from '../../shared/protocol/binding.js';
@@ -80,7 +80,7 @@ export function reserve(kernel: Kernel, request: ReserveRequest, context: UnitCo
     );
   } else {
     const hold = kernel.store.holds.place(operationId, judged.grant.capability_id, request.cost_units, now);
-    kernel.store.nonces.mint(`n-${randomBytes(16).toString('hex')}`, operationId, now, now + kernel.settings.nonce_ttl_ms);
+    kernel.store.nonces.mint(`n-${randomHex(16)}`, operationId, now, now + kernel.settings.nonce_ttl_ms);
     recordReceipt(kernel, operation, slot, { decision: 'reserve', verdict: 'allow', reason: 'ok', state: 'reserved', hold, requestDigest: binding }, now);
   }
   // A kill here must leave no trace of the reservation: the transaction never committed.

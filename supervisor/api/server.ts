@@ -7,7 +7,7 @@
 // schema (400), the kernel's argument bound (413). Only then a handler runs,
 // so nothing a caller sends reaches a child as a frame the child would
 // refuse (docs/SECURITY.md "The control API").
-import { randomBytes } from 'node:crypto';
+import { randomHex } from '../../shared/random-hex.js';
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http';
 import { type Duplex } from 'node:stream';
 import { type z } from 'zod';
@@ -199,8 +199,9 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
   // No Host check: the API listens on 127.0.0.1 only, and Node's own 400
   // for a missing Host would be a body without {code, message}.
   const server = createServer({ requireHostHeader: false }, (request, response) => {
-    const id = randomBytes(4).toString('hex');
     serve(request, response).catch((error: unknown) => {
+      // The refused request's name in the log, drawn only when one is refused.
+      const id = randomHex(4);
       log.info('api_refused', { id, method: request.method, path: request.url, ...errorFields(error) });
       if (!response.headersSent) sendError(response, error);
       else response.end();
