@@ -4,10 +4,11 @@
 // `head.witnessed` with a head at or above it: only then does a record of the
 // claim exist outside this ledger, so a restored older ledger can no longer
 // forget an effect that happened. Reports and refusals are announced without
-// waiting (their signed bytes reach the supervisor in the answer itself), and
-// not at once: their head waits up to report_head_linger_ms for the next
-// claim's announcement, which covers it, so the supervisor writes one head
-// where it wrote two (docs/ROLLBACK.md "Group commit").
+// waiting (their signed bytes reach the supervisor in the answer itself). A
+// refusal's head goes before its answer, as a claim's; a report's waits up to
+// report_head_linger_ms for the next claim's announcement, which covers it,
+// so the supervisor writes one head where it wrote two (docs/ROLLBACK.md
+// "Group commit").
 import { CustodyError } from '../shared/errors.js';
 import { withTimeout } from '../shared/timeout.js';
 import { type ChildPeer } from '../shared/child/runtime.js';
@@ -27,10 +28,12 @@ export class HeadWitness {
   /** The highest head no effect waits on that is not announced yet (0: none), and the timer that announces it. */
   #deferred = 0;
   #lingerTimer: NodeJS.Timeout | null = null;
+  /** Set once the process is leaving: nothing is held back any more. */
+  #leaving = false;
 
   /**
    * `start`: the head presented in the hello, which the supervisor checked
-   * against its witness. `lingerMs`: how long a report's or a refusal's head
+   * against its witness. `lingerMs`: how long a report's head
    * may wait for a claim's announcement to carry it (0: announced at once).
    */
   constructor(start: number, lingerMs: number) {
@@ -66,26 +69,34 @@ export class HeadWitness {
   }
 
   /**
-   * The head after a report or a refusal, which no effect waits on: announced
-   * with the next claim's head, or alone once the linger has passed. A
-   * process killed meanwhile loses only the announcement: its next hello
-   * presents the head, and a store restored in that window lost reports
-   * whose claims stand (docs/ROLLBACK.md, "What the operator sees").
+   * The head after a report, which no effect waits on: announced with the
+   * next claim's head, or alone once the linger has passed. A process
+   * killed meanwhile loses only the announcement: its next hello presents
+   * the head, and a ledger restored in that window lost reports whose
+   * claims stand (docs/ROLLBACK.md, "What the operator sees").
    */
   announceLater(head: number): void {
-    if (this.#lingerMs === 0) {
+    if (this.#lingerMs === 0 || this.#leaving) {
       this.announce(head);
       return;
     }
     if (head <= this.#witnessed || head <= this.#announced || head <= this.#deferred) return;
     this.#deferred = head;
     if (this.#lingerTimer) return;
-    this.#lingerTimer = setTimeout(() => this.flush(), this.#lingerMs);
+    this.#lingerTimer = setTimeout(() => {
+      this.#lingerTimer = null;
+      this.#flush();
+    }, this.#lingerMs);
     this.#lingerTimer.unref();
   }
 
-  /** Announce a deferred head now (its linger passed, or the process is leaving). */
-  flush(): void {
+  /** The process stops taking work: a held-back head is announced now, and every later one at once. */
+  leaving(): void {
+    this.#leaving = true;
+    this.#flush();
+  }
+
+  #flush(): void {
     if (this.#deferred > 0) this.announce(this.#deferred);
   }
 

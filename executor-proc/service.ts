@@ -100,7 +100,8 @@ function executorContext(state: ExecutorState, host: AdapterHost, { settings, re
     setTimeout(() => options.exit(CHILD_EXIT.software), 50);
   });
   const witness = new HeadWitness(ledger.head(), settings.runtime.reportHeadLingerMs);
-  ledger.onAdvanced = (head) => witness.announceLater(head);
+  // A report's head may wait for the next claim's frame; a refusal's goes before its answer (head-witness.ts).
+  ledger.onAdvanced = (head, event) => (event === 'report' ? witness.announceLater(head) : void witness.announce(head));
   return {
     ledger,
     archiver: new Archiver(ledger, state.stores.archive),
@@ -166,12 +167,12 @@ function executorService(context: ExecutorContext, state: ExecutorState, close: 
     handle: (kind: MessageKind, body: unknown, request: RequestContext) => handle(handlers, kind, body, request),
     head: () => ledger.head(),
     attachPeer: (peer) => witness.attach(peer),
-    stopAccepting: () => log.info('executor_draining', { effects_running: context.inFlight.size }),
-    // Drained: the last report's head is said before the stores close, not left to the next hello.
-    close: async () => {
-      witness.flush();
-      await close();
+    stopAccepting: () => {
+      // Leaving: a held-back head is said now, and the heads of reports retained while draining at once.
+      witness.leaving();
+      log.info('executor_draining', { effects_running: context.inFlight.size });
     },
+    close,
   };
 }
 

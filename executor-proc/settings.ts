@@ -27,7 +27,7 @@ export const DEFAULTS = {
   adapterDeadlineMs: 30_000,
   cancelWaitMs: 5_000,
   noteMaxBytes: 4_096,
-  /** How long a report's or a refusal's head may wait for the next claim's to carry it (head-witness.ts). */
+  /** How long a report's head may wait for the next claim's to carry it (head-witness.ts). */
   reportHeadLingerMs: 50,
 } as const;
 
@@ -62,7 +62,7 @@ export const executorSettingsSchema = z.strictObject({
   /** How long a leaving executor waits for effects in flight; default: the longest adapter deadline + 5 s. */
   drain_timeout_ms: ms(CEILINGS.deadlineMs).optional(),
   note_max_bytes: z.number().int().min(1).max(DEFAULTS.noteMaxBytes).optional(),
-  /** How long a report's or a refusal's head may wait for a claim's announcement to carry it; 0: announced at once. */
+  /** How long a report's head may wait for a claim's announcement to carry it; 0: announced at once. */
   report_head_linger_ms: z.number().int().min(0).max(CEILINGS.headLingerMs).optional(),
 });
 export type ExecutorSettingsInput = z.infer<typeof executorSettingsSchema>;

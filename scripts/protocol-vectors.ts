@@ -343,7 +343,7 @@ const EXECUTOR_SETTING_DOCS: Record<string, SettingDoc> = {
   cancel_wait_ms: { fallback: code(EXECUTOR_DEFAULTS.cancelWaitMs), meaning: 'how long `cancel` waits for a cancelled adapter to stop' },
   drain_timeout_ms: { fallback: 'the longest adapter deadline + 5000', meaning: 'how long a leaving executor lets effects in flight finish' },
   note_max_bytes: { fallback: code(EXECUTOR_DEFAULTS.noteMaxBytes), meaning: 'bytes of a `review-notes/append` note' },
-  report_head_linger_ms: { fallback: code(EXECUTOR_DEFAULTS.reportHeadLingerMs), meaning: "how long the ledger head after a report or a refusal waits for the next claim's `head` frame to carry it before it is sent alone (0: at once; §5, Head frames)" },
+  report_head_linger_ms: { fallback: code(EXECUTOR_DEFAULTS.reportHeadLingerMs), meaning: "how long the ledger head after a report (not a refusal) waits for the next claim's `head` frame to carry it before it is sent alone (0: at once; §5, Head frames)" },
 };
 
 /** One row per key of a closed settings schema; a key without its documentation line is an error, so neither can drift. */

@@ -101,7 +101,7 @@ export class Ledger {
   readonly #onReplaced: OnReplaced;
   #replaced: CustodyError | null = null;
   /** Told the new head after a report or a refusal commits (docs/ROLLBACK.md); claims are witnessed by their caller. */
-  onAdvanced: (head: number) => void = () => undefined;
+  onAdvanced: (head: number, event: 'report' | 'refusal') => void = () => undefined;
 
   constructor(stores: ExecutorStores, guard: WriteGuard, onReplaced: OnReplaced = () => undefined) {
     this.provisioned = stores.config;
@@ -396,8 +396,8 @@ export class Ledger {
       .immediate();
   }
 
-  #announced<T extends { kind: string }>(outcome: T, advancedKind: string): T {
-    if (outcome.kind === advancedKind) this.onAdvanced(this.head());
+  #announced<T extends { kind: string }>(outcome: T, advancedKind: 'retained' | 'refused'): T {
+    if (outcome.kind === advancedKind) this.onAdvanced(this.head(), advancedKind === 'retained' ? 'report' : 'refusal');
     return outcome;
   }
 

@@ -245,7 +245,8 @@ class Serving {
 
   /** ping, echo and shutdown are answered here; the role's own kinds go to the service. */
   async #dispatch(kind: MessageKind, body: unknown, context: RequestContext): Promise<unknown> {
-    if (this.#leaving) throw new CustodyError('shutting_down', 'this process is shutting down and accepts no new work');
+    // head.witnessed is an acknowledgement, not work: effects being drained may be waiting for it (docs/ROLLBACK.md).
+    if (this.#leaving && kind !== 'head.witnessed') throw new CustodyError('shutting_down', 'this process is shutting down and accepts no new work');
     switch (kind) {
       case 'ping':
         return { now: Date.now() };

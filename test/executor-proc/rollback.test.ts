@@ -52,24 +52,30 @@ describe('executor-proc: ledger head and its witness', function () {
     const announced = () => heads.map((entry) => entry.head);
     try {
       await executor.channel.request('execute', executeBody(authorize(executor)));
-      const firstAnswered = Date.now();
       // The claim (head 1) was waited on; the report (head 2) is not said yet.
       expect(announced()).to.deep.equal([1]);
       await executor.channel.request('execute', executeBody(authorize(executor)));
+      const secondAnswered = Date.now();
       // The second claim's frame says head 3, which covers the first report's head 2: one frame, not two.
       expect(announced()).to.deep.equal([1, 3]);
       await eventually(() => announced().length === 3, 5_000, 'the second report head');
-      // The second report's head (4), alone, once its linger passed.
+      // The second report's head (4), alone, once its own linger passed (not a timer left from the first report).
       expect(announced()).to.deep.equal([1, 3, 4]);
-      expect(heads[2]!.at - firstAnswered).to.be.at.least(900);
+      expect(heads[2]!.at - secondAnswered).to.be.at.least(900);
+      // A refusal's head (+2: the refusal and its never_claimed report) is said before its answer, as a claim's.
+      const refusal = await executor.channel.request('execute', executeBody(authorize(executor, { args: { note: 42 } })));
+      expect(refusal.status).to.equal('never_claimed');
+      expect(announced()).to.deep.equal([1, 3, 4, 6]);
       await executor.channel.request('execute', executeBody(authorize(executor)));
-      expect(announced()).to.deep.equal([1, 3, 4, 5]);
+      expect(announced()).to.deep.equal([1, 3, 4, 6, 7]);
+      // Leaving (the supervisor's graceful stop), the executor says the head its last report left (8) at once.
+      await executor.channel.request('shutdown', {});
+      await executor.exited;
     } finally {
       await stopExecutor(executor);
     }
-    // Leaving, the executor says the head its last report left (6) instead of leaving it to the next hello.
-    expect(announced()).to.deep.equal([1, 3, 4, 5, 6]);
-    expect(sqlite(path.join(home.dir, 'ledger.db'), 'SELECT seq FROM head').rows).to.deep.equal([{ seq: 6 }]);
+    expect(announced()).to.deep.equal([1, 3, 4, 6, 7, 8]);
+    expect(sqlite(path.join(home.dir, 'ledger.db'), 'SELECT seq FROM head').rows).to.deep.equal([{ seq: 8 }]);
   });
 
   it('runs no effect until the supervisor acknowledges the claim head: unacknowledged, the answer is head_unwitnessed and the journal stays empty', async () => {

@@ -13,7 +13,7 @@ describe('kernel-proc: nonce expiry sweep', function () {
   let grant: string;
 
   before(async () => {
-    kernel = await KernelProcess.start(root, { mode: 'provision', settings: { sweep_interval_ms: 20 } });
+    kernel = await KernelProcess.start(root, { mode: 'provision', settings: { sweep_interval_ms: 20, nonce_ttl_ms: 120_000 } });
     await kernel.request('executor.pin', pinBody(testExecutor(71)));
     grant = (await kernel.request('grant.add', grantBody(TOOL, { max_invocations: 100 }))).capability_id;
   });
@@ -23,6 +23,19 @@ describe('kernel-proc: nonce expiry sweep', function () {
   });
 
   const stateOf = (requestId: string) => root.read<{ state: string }>('SELECT state FROM operations WHERE request_id = ?', requestId)[0]?.state;
+
+  it('expires the older of two live nonces on its own time, not when the newer one runs out', async () => {
+    const first = await kernel.request('reserve', reserveBody('n-first', { capability_id: grant }));
+    root.advance(10_000);
+    const second = await kernel.request('reserve', reserveBody('n-second', { capability_id: grant }));
+    expect(first.nonce!.expires_at).to.be.below(second.nonce!.expires_at);
+    // Past the first nonce's expiry, before the second's.
+    root.advance(115_000);
+    await eventually(() => stateOf('n-first') === 'expired', 5_000, 'the first reservation expired');
+    expect(stateOf('n-second')).to.equal('reserved');
+    root.advance(10_000);
+    await eventually(() => stateOf('n-second') === 'expired', 5_000, 'the second reservation expired');
+  });
 
   it('expires a nonce minted after the clock stepped back on its own time, ahead of an older nonce that expires later', async () => {
     // The grant's window opened at the start: stepping back stays inside it.
