@@ -23,32 +23,30 @@ describe('kernel-proc: nonce expiry sweep', function () {
   });
 
   const stateOf = (requestId: string) => root.read<{ state: string }>('SELECT state FROM operations WHERE request_id = ?', requestId)[0]?.state;
+  const reserve = async (requestId: string) => (await kernel.request('reserve', reserveBody(requestId, { capability_id: grant }))).nonce!.expires_at;
+
+  /** With the clock `between` ms on, only `sooner` has run out and the timer's sweep must find it; `later` after `rest` more. */
+  async function expiresInTurn(sooner: string, later: string, between: number, rest: number): Promise<void> {
+    root.advance(between);
+    await eventually(() => stateOf(sooner) === 'expired', 5_000, `${sooner} expired`);
+    expect(stateOf(later)).to.equal('reserved');
+    root.advance(rest);
+    await eventually(() => stateOf(later) === 'expired', 5_000, `${later} expired`);
+  }
 
   it('expires the older of two live nonces on its own time, not when the newer one runs out', async () => {
-    const first = await kernel.request('reserve', reserveBody('n-first', { capability_id: grant }));
+    const first = await reserve('n-first');
     root.advance(10_000);
-    const second = await kernel.request('reserve', reserveBody('n-second', { capability_id: grant }));
-    expect(first.nonce!.expires_at).to.be.below(second.nonce!.expires_at);
-    // Past the first nonce's expiry, before the second's.
-    root.advance(115_000);
-    await eventually(() => stateOf('n-first') === 'expired', 5_000, 'the first reservation expired');
-    expect(stateOf('n-second')).to.equal('reserved');
-    root.advance(10_000);
-    await eventually(() => stateOf('n-second') === 'expired', 5_000, 'the second reservation expired');
+    expect(first).to.be.below(await reserve('n-second'));
+    await expiresInTurn('n-first', 'n-second', 115_000, 10_000);
   });
 
   it('expires a nonce minted after the clock stepped back on its own time, ahead of an older nonce that expires later', async () => {
     // The grant's window opened at the start: stepping back stays inside it.
     root.advance(200_000);
-    const older = await kernel.request('reserve', reserveBody('n-older', { capability_id: grant }));
+    const older = await reserve('n-older');
     root.advance(-100_000);
-    const newer = await kernel.request('reserve', reserveBody('n-newer', { capability_id: grant }));
-    expect(newer.nonce!.expires_at).to.be.below(older.nonce!.expires_at);
-    // Past the newer nonce's expiry, before the older one's: only the timer's sweep can find it.
-    root.advance(130_000);
-    await eventually(() => stateOf('n-newer') === 'expired', 5_000, 'the newer reservation expired');
-    expect(stateOf('n-older')).to.equal('reserved');
-    root.advance(90_000);
-    await eventually(() => stateOf('n-older') === 'expired', 5_000, 'the older reservation expired');
+    expect(await reserve('n-newer')).to.be.below(older);
+    await expiresInTurn('n-newer', 'n-older', 130_000, 90_000);
   });
 });
