@@ -24,12 +24,11 @@ export class HeadWitness {
   /** The highest head announced on the current channel: claims of one grouped commit share their head, and one frame says it. */
   #announced = 0;
   readonly #waiters = new Set<Waiter>();
-  readonly #lingerMs: number;
+  /** 0 from the moment the process is leaving: nothing is held back any more. */
+  #lingerMs: number;
   /** The highest head no effect waits on that is not announced yet (0: none), and the timer that announces it. */
   #deferred = 0;
   #lingerTimer: NodeJS.Timeout | null = null;
-  /** Set once the process is leaving: nothing is held back any more. */
-  #leaving = false;
 
   /**
    * `start`: the head presented in the hello, which the supervisor checked
@@ -76,7 +75,7 @@ export class HeadWitness {
    * claims stand (docs/ROLLBACK.md, "What the operator sees").
    */
   announceLater(head: number): void {
-    if (this.#lingerMs === 0 || this.#leaving) {
+    if (this.#lingerMs === 0) {
       this.announce(head);
       return;
     }
@@ -92,7 +91,7 @@ export class HeadWitness {
 
   /** The process stops taking work: a held-back head is announced now, and every later one at once. */
   leaving(): void {
-    this.#leaving = true;
+    this.#lingerMs = 0;
     this.#flush();
   }
 
