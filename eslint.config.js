@@ -1,6 +1,6 @@
 // Lint rules that carry the project's structure (STYLE.md): process folders
 // import only from shared/ and themselves, promises are never left floating,
-// type imports are explicit, and only entry files may call process.exit.
+// type imports are explicit (and load nothing), and only entry files may call process.exit.
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
@@ -24,6 +24,10 @@ export default tseslint.config(
     rules: {
       '@typescript-eslint/no-floating-promises': 'error',
       '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
+      // verbatimModuleSyntax keeps `import { type X } from 'm'` as `import {} from 'm'`:
+      // m is loaded and run for a type. `import type` loads nothing, so a
+      // process (and every CLI call) loads only what it runs (docs/PERFORMANCE.md "Start-up").
+      '@typescript-eslint/no-import-type-side-effects': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       '@typescript-eslint/only-throw-error': 'error',
       'no-restricted-properties': ['error', {

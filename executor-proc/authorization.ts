@@ -6,11 +6,11 @@
 // checked inside the claim transaction (H2, ARCHITECTURE.md §6.5).
 import { type SignedArtifact, decodeArtifact } from '../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../shared/errors.js';
-import { type Invocation } from '../shared/protocol/artifacts.js';
+import type { Invocation } from '../shared/protocol/artifacts.js';
 import { parametersDigest } from '../shared/protocol/binding.js';
-import { type JsonObject } from '../shared/protocol/common.js';
-import { type ClaimSubject, type Ledger } from './ledger/ledger.js';
-import { type LedgerConfig } from './ledger/stores.js';
+import type { JsonObject } from '../shared/protocol/common.js';
+import type { ClaimSubject, Ledger } from './ledger/ledger.js';
+import type { LedgerConfig } from './ledger/stores.js';
 
 export interface VerifiedAuthorization {
   readonly artifact: SignedArtifact<'authorization'>;

@@ -4,7 +4,7 @@
 // way rows can be added. Every report insert asks this table first; a
 // terminal state refuses every move, which is how a contradictory second
 // outcome (a late `completed` after `reconciled_not_applied`) is refused.
-import { type ReportStatus } from '../shared/protocol/artifacts.js';
+import type { ReportStatus } from '../shared/protocol/artifacts.js';
 import { defineMachine } from '../shared/state-machine.js';
 
 export type ClaimState = 'unclaimed' | 'claimed' | ReportStatus;

@@ -1,17 +1,17 @@
 // What every handler of one executor session shares: its ledger, archive,
 // adapter host, key, bounds and the table of effects in flight.
-import { type Signer } from '../shared/crypto/ed25519.js';
+import type { Signer } from '../shared/crypto/ed25519.js';
 import { CustodyError } from '../shared/errors.js';
-import { type Logger } from '../shared/log.js';
+import type { Logger } from '../shared/log.js';
 import { withTimeout } from '../shared/timeout.js';
-import { type ReportStatus } from '../shared/protocol/artifacts.js';
-import { type AdapterDescriptor } from './adapters/contract.js';
-import { type AdapterHost } from './adapters/host-client.js';
-import { type HeadWitness } from './head-witness.js';
-import { type Archiver } from './ledger/archive.js';
-import { type Ledger } from './ledger/ledger.js';
-import { type ReconcileBudget } from './reconcile-budget.js';
-import { type RuntimeSettings } from './settings.js';
+import type { ReportStatus } from '../shared/protocol/artifacts.js';
+import type { AdapterDescriptor } from './adapters/contract.js';
+import type { AdapterHost } from './adapters/host-client.js';
+import type { HeadWitness } from './head-witness.js';
+import type { Archiver } from './ledger/archive.js';
+import type { Ledger } from './ledger/ledger.js';
+import type { ReconcileBudget } from './reconcile-budget.js';
+import type { RuntimeSettings } from './settings.js';
 
 /** An execute whose adapter is running, by the frame id of its request (the target of `cancel`). */
 export interface InFlightEffect {

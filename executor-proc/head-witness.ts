@@ -11,7 +11,7 @@
 // "Group commit").
 import { CustodyError } from '../shared/errors.js';
 import { withTimeout } from '../shared/timeout.js';
-import { type ChildPeer } from '../shared/child/runtime.js';
+import type { ChildPeer } from '../shared/child/runtime.js';
 
 interface Waiter {
   readonly head: number;

@@ -4,12 +4,12 @@
 import { type SignedArtifact, signArtifact } from '../shared/artifacts/artifact.js';
 import { canonicalBytes } from '../shared/canonical/jcs.js';
 import { canonicalDigest } from '../shared/canonical/digest.js';
-import { type Signer } from '../shared/crypto/ed25519.js';
+import type { Signer } from '../shared/crypto/ed25519.js';
 import { CustodyError, isCustodyError } from '../shared/errors.js';
 import { ARTIFACT_MAX_BYTES, type ArtifactBody, type ReportStatus } from '../shared/protocol/artifacts.js';
-import { type JsonValue } from '../shared/protocol/common.js';
-import { type ReportSigner } from './ledger/ledger.js';
-import { type LedgerConfig } from './ledger/stores.js';
+import type { JsonValue } from '../shared/protocol/common.js';
+import type { ReportSigner } from './ledger/ledger.js';
+import type { LedgerConfig } from './ledger/stores.js';
 
 /**
  * Room in a frame for all but the report: the envelope (about 400 bytes with

@@ -3,16 +3,16 @@
 // executor message kind; close waits for nothing (the runtime has drained)
 // and releases the host, the stores and the lock, in that order.
 import { CHILD_EXIT } from '../shared/exit-codes.js';
-import { type ChildService } from '../shared/child/runtime.js';
+import type { ChildService } from '../shared/child/runtime.js';
 import { CustodyError } from '../shared/errors.js';
 import { type Logger, errorFields } from '../shared/log.js';
 import { EXECUTOR_MESSAGES } from '../shared/protocol/executor-messages.js';
-import { type MessageKind } from '../shared/protocol/messages.js';
+import type { MessageKind } from '../shared/protocol/messages.js';
 import { type HandlerMap, dispatch } from '../shared/dispatch.js';
-import { type Preamble } from '../shared/protocol/preamble.js';
-import { type RequestContext } from '../shared/wire/server.js';
+import type { Preamble } from '../shared/protocol/preamble.js';
+import type { RequestContext } from '../shared/wire/server.js';
 import { AdapterHost } from './adapters/host-client.js';
-import { type ExecutorContext } from './context.js';
+import type { ExecutorContext } from './context.js';
 import { cancelEffect } from './handlers/cancel.js';
 import { archiveReconciled, getClaim, recoverLedger } from './handlers/claims.js';
 import { checkToolArguments, listTools } from './handlers/tools.js';

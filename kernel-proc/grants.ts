@@ -5,9 +5,9 @@ import { randomBytes } from 'node:crypto';
 import { decodeArtifact, signArtifact } from '../shared/artifacts/artifact.js';
 import { CustodyError, type ErrorCode, toCustodyError } from '../shared/errors.js';
 import { MAX_TIMESTAMP_MS, toolPatternCovers } from '../shared/protocol/common.js';
-import { type RequestOf } from '../shared/protocol/messages.js';
-import { type Kernel } from './kernel.js';
-import { type GrantRow } from './store/grants-table.js';
+import type { RequestOf } from '../shared/protocol/messages.js';
+import type { Kernel } from './kernel.js';
+import type { GrantRow } from './store/grants-table.js';
 
 export type GrantRequest = RequestOf<'grant.add'>;
 

@@ -1,9 +1,9 @@
 // What every decision needs: the store, the kernel's signing key, its
 // settings and a log. Built once by setup, passed to each decision.
-import { type Signer } from '../shared/crypto/ed25519.js';
-import { type Logger } from '../shared/log.js';
-import { type KernelSettings } from './settings.js';
-import { type KernelStore } from './store/kernel-store.js';
+import type { Signer } from '../shared/crypto/ed25519.js';
+import type { Logger } from '../shared/log.js';
+import type { KernelSettings } from './settings.js';
+import type { KernelStore } from './store/kernel-store.js';
 
 export interface Kernel {
   readonly store: KernelStore;

@@ -4,7 +4,7 @@
 // triggers refuse any UPDATE that is not in them, so a bug in the code above
 // cannot skip a check (ARCHITECTURE.md §6.1, ARCHITECTURE.md §6.4, the hold machine).
 import { defineMachine } from '../shared/state-machine.js';
-import { type OperationState } from '../shared/protocol/kernel-messages.js';
+import type { OperationState } from '../shared/protocol/kernel-messages.js';
 
 /**
  * An operation's life. Terminal states have no way out: race H1 (ARCHITECTURE.md §6.5)

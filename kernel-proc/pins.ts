@@ -7,9 +7,9 @@
 import { publicKeyFromHex } from '../shared/crypto/ed25519.js';
 import { CustodyError } from '../shared/errors.js';
 import { toolPatternCovers } from '../shared/protocol/common.js';
-import { type RequestOf, type ResultOf } from '../shared/protocol/messages.js';
-import { type Kernel } from './kernel.js';
-import { type PinRow } from './store/pins-table.js';
+import type { RequestOf, ResultOf } from '../shared/protocol/messages.js';
+import type { Kernel } from './kernel.js';
+import type { PinRow } from './store/pins-table.js';
 
 export function pinExecutor(kernel: Kernel, request: RequestOf<'executor.pin'>, now: number): ResultOf<'executor.pin'> {
   // Refuses a malformed, non-canonical or small-order key (key_invalid) before anything is recorded.

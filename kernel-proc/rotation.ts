@@ -13,13 +13,13 @@ import { verifyRotation } from '../shared/artifacts/rotation.js';
 import { readEnvelope } from '../shared/artifacts/artifact.js';
 import { signRotation } from '../shared/artifacts/rotation.js';
 import { createPendingKeyPair, discardPendingKey, promotePendingKey } from '../shared/crypto/key-files.js';
-import { type Signer } from '../shared/crypto/ed25519.js';
+import type { Signer } from '../shared/crypto/ed25519.js';
 import { CustodyError } from '../shared/errors.js';
 import { crashPoint } from '../shared/fault.js';
-import { type RequestOf, type ResultOf } from '../shared/protocol/messages.js';
+import type { RequestOf, ResultOf } from '../shared/protocol/messages.js';
 import { rotationBody } from '../shared/protocol/artifacts.js';
 import { ROTATION_STATEMENTS_MAX } from '../shared/protocol/rotation-messages.js';
-import { type UnitContext } from './commit-queue.js';
+import type { UnitContext } from './commit-queue.js';
 import { KERNEL_ID, type Kernel } from './kernel.js';
 
 export function rotatePin(kernel: Kernel, request: RequestOf<'pin.rotate'>, now: number): ResultOf<'pin.rotate'> {

@@ -3,14 +3,14 @@
 // before every batch and on a timer. One typed handler per kind (shared/dispatch.ts).
 import { canonicalBytes } from '../shared/canonical/jcs.js';
 import { statSync } from 'node:fs';
-import { type ChildIdentity, type ChildPeer, type ChildService } from '../shared/child/runtime.js';
+import type { ChildIdentity, ChildPeer, ChildService } from '../shared/child/runtime.js';
 import { nowMs } from '../shared/clock.js';
 import { CustodyError } from '../shared/errors.js';
 import { errorFields } from '../shared/log.js';
 import { KERNEL_MESSAGES } from '../shared/protocol/kernel-messages.js';
-import { type MessageKind, type ResultOf } from '../shared/protocol/messages.js';
+import type { MessageKind, ResultOf } from '../shared/protocol/messages.js';
 import { type HandlerMap, dispatch } from '../shared/dispatch.js';
-import { type DirLock } from '../shared/store/dir-lock.js';
+import type { DirLock } from '../shared/store/dir-lock.js';
 import { BatchSizes, HOLD_STATES, type StatsResult } from '../shared/protocol/stats.js';
 import { CommitQueue, type Unit } from './commit-queue.js';
 import { sweepExpired } from './decisions/expiry.js';

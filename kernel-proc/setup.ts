@@ -9,12 +9,12 @@
 // starts with recovery: a committed start found now is `awaiting_report`.
 import path from 'node:path';
 import { createKeyPair, loadSigner, readPublicKeyFile, settlePendingKey } from '../shared/crypto/key-files.js';
-import { type Signer } from '../shared/crypto/ed25519.js';
+import type { Signer } from '../shared/crypto/ed25519.js';
 import { CustodyError } from '../shared/errors.js';
 import { crashPoint } from '../shared/fault.js';
 import { nowMs } from '../shared/clock.js';
-import { type Logger } from '../shared/log.js';
-import { type Preamble } from '../shared/protocol/preamble.js';
+import type { Logger } from '../shared/log.js';
+import type { Preamble } from '../shared/protocol/preamble.js';
 import { acquireDirLock } from '../shared/store/dir-lock.js';
 import { ensurePrivateDir, isPathPresent } from '../shared/store/private-fs.js';
 import { addGrant } from './grants.js';

@@ -1,13 +1,13 @@
 // How the kernel shows its records on the wire: operations (operation.get,
 // ops.list, recover, mark_unknown) and grants (grant.*), assembled from the
 // store's plain rows.
-import { type Invocation } from '../shared/protocol/artifacts.js';
-import { type JsonValue } from '../shared/protocol/common.js';
-import { type OperationView } from '../shared/protocol/kernel-messages.js';
-import { type ResultOf } from '../shared/protocol/messages.js';
-import { type Kernel } from './kernel.js';
-import { type GrantRow } from './store/grants-table.js';
-import { type OperationRow } from './store/operations-table.js';
+import type { Invocation } from '../shared/protocol/artifacts.js';
+import type { JsonValue } from '../shared/protocol/common.js';
+import type { OperationView } from '../shared/protocol/kernel-messages.js';
+import type { ResultOf } from '../shared/protocol/messages.js';
+import type { Kernel } from './kernel.js';
+import type { GrantRow } from './store/grants-table.js';
+import type { OperationRow } from './store/operations-table.js';
 
 /** The invocation an allowed reservation binds; the supervisor records it and the executor compares it. */
 export function expectedOf(operation: OperationRow): Invocation | null {

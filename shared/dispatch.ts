@@ -1,7 +1,7 @@
 // Typed handler maps for a child's message kinds: one handler per kind, each
 // checked by the compiler against its kind's request and result schemas
 // (shared/protocol/), so no handler casts the body it is given.
-import { type MessageKind, type RequestOf, type ResultOf } from './protocol/messages.js';
+import type { MessageKind, RequestOf, ResultOf } from './protocol/messages.js';
 
 /** One handler per kind in K; `Rest` is whatever else every handler is given. */
 export type HandlerMap<K extends MessageKind, Rest extends unknown[] = []> = {

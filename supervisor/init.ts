@@ -6,12 +6,12 @@
 import { randomBytes } from 'node:crypto';
 import { closeSync, fsyncSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import { CustodyError } from '../shared/errors.js';
-import { type Logger } from '../shared/log.js';
+import type { Logger } from '../shared/log.js';
 import { type ChildSession, spawnChild } from '../shared/child/spawn.js';
 import { ensurePrivateDir } from '../shared/store/private-fs.js';
 import { nowMs } from '../shared/clock.js';
 import { defaultConfig } from './config/load.js';
-import { type CustodyConfig } from './config/schema.js';
+import type { CustodyConfig } from './config/schema.js';
 import { executorArgv, executorSettings, kernelArgv } from './children/specs.js';
 import { needsInit, type StatePaths, statePaths } from './paths.js';
 import { SupervisorStore } from './store/supervisor-store.js';

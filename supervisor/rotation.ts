@@ -14,19 +14,19 @@
 // executor's were carried to the kernel); every executor is given the
 // kernel's statements at each hello, so one stopped during a kernel rotation
 // re-pins before it serves. One rotation or catch-up at a time.
-import { type ChildSession } from '../shared/child/spawn.js';
+import type { ChildSession } from '../shared/child/spawn.js';
 import { nowMs } from '../shared/clock.js';
 import { type EpochKey, verifyChain, verifyRotation } from '../shared/artifacts/rotation.js';
 import { CustodyError, toCustodyError } from '../shared/errors.js';
 import { crashPoint } from '../shared/fault.js';
-import { type Logger } from '../shared/log.js';
-import { type MessageKind, type RequestOf, type ResultOf } from '../shared/protocol/messages.js';
-import { type PinnedIdentity } from '../shared/wire/hello.js';
+import type { Logger } from '../shared/log.js';
+import type { MessageKind, RequestOf, ResultOf } from '../shared/protocol/messages.js';
+import type { PinnedIdentity } from '../shared/wire/hello.js';
 import { ROTATION_STATEMENTS_MAX } from '../shared/protocol/rotation-messages.js';
-import { type ChildHandle } from './children/child-handle.js';
-import { type Timing } from './config/schema.js';
+import type { ChildHandle } from './children/child-handle.js';
+import type { Timing } from './config/schema.js';
 import { isTransportFailure } from './operations/context.js';
-import { type PinRow, type SupervisorStore } from './store/supervisor-store.js';
+import type { PinRow, SupervisorStore } from './store/supervisor-store.js';
 
 export interface RotationDeps {
   readonly store: SupervisorStore;

@@ -21,8 +21,8 @@ import { isGone } from './children/proc-stat.js';
 import { executorSpec, kernelSpec } from './children/specs.js';
 import { HeadWitnessStore } from './children/witness.js';
 import { loadConfig } from './config/load.js';
-import { type CustodyConfig } from './config/schema.js';
-import { type OperationContext } from './operations/context.js';
+import type { CustodyConfig } from './config/schema.js';
+import type { OperationContext } from './operations/context.js';
 import { OperationDriver } from './operations/driver.js';
 import { RecoverySweeper } from './operations/recovery.js';
 import { admitRequest, attributeCrash } from './operations/quarantine.js';
@@ -32,7 +32,7 @@ import { SupervisorStore } from './store/supervisor-store.js';
 import { KeyRotation } from './rotation.js';
 import { readEnvelope } from '../shared/artifacts/artifact.js';
 import { authorizationBody } from '../shared/protocol/artifacts.js';
-import { type ChildSession } from '../shared/child/spawn.js';
+import type { ChildSession } from '../shared/child/spawn.js';
 
 export interface ServiceOptions {
   readonly stateDir: string;

@@ -9,7 +9,7 @@
 //               so the effect refuses it), not merely observed
 // Custody never calls execute twice for one operation; the contract says
 // what reconciliation may conclude when a claim has no report.
-import { type JsonObject, type JsonValue } from '../../shared/protocol/common.js';
+import type { JsonObject, JsonValue } from '../../shared/protocol/common.js';
 
 export const CONTRACTS = ['read_only', 'idempotent', 'durable'] as const;
 export type Contract = (typeof CONTRACTS)[number];

@@ -11,8 +11,8 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { CustodyError, isErrorCode } from '../../shared/errors.js';
-import { type Logger } from '../../shared/log.js';
-import { type AdapterDescriptor } from './contract.js';
+import type { Logger } from '../../shared/log.js';
+import type { AdapterDescriptor } from './contract.js';
 import { withTimeout } from '../../shared/timeout.js';
 import {
   HOST_ARGS_FLAG,

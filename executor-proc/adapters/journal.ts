@@ -15,7 +15,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { nowMs } from '../../shared/clock.js';
 import { syncDirectory } from '../../shared/store/private-fs.js';
-import { type ExclusiveFileLock } from './journal-lock.js';
+import type { ExclusiveFileLock } from './journal-lock.js';
 
 export interface NoteLine {
   readonly operation_id: string;

@@ -10,9 +10,9 @@ import { pathToFileURL } from 'node:url';
 import { CustodyError } from '../../shared/errors.js';
 import { toolName } from '../../shared/protocol/common.js';
 import { z } from 'zod';
-import { type JsonObject } from '../../shared/protocol/common.js';
+import type { JsonObject } from '../../shared/protocol/common.js';
 import { type AdapterDescriptor, type CustodyAdapter, CONTRACTS, DEFAULT_MAX_ARGUMENT_BYTES } from './contract.js';
-import { type HostConfig } from './host-protocol.js';
+import type { HostConfig } from './host-protocol.js';
 import { reviewNotesAdapter } from './review-notes.js';
 
 export interface LoadedAdapter {

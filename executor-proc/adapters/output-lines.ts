@@ -2,7 +2,7 @@
 // a line keeps at most `maxBytes` and the rest is counted, not buffered, so a
 // subprocess that prints megabytes without a newline costs no memory
 // (readline would hold the whole line).
-import { type Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 
 const NEWLINE = 0x0a;
 

@@ -4,7 +4,7 @@
 // which the fence makes true: a later append of that operation refuses.
 import path from 'node:path';
 import { z } from 'zod';
-import { type CustodyAdapter } from './contract.js';
+import type { CustodyAdapter } from './contract.js';
 import { NotesJournal } from './journal.js';
 import { ExclusiveFileLock } from './journal-lock.js';
 

@@ -2,13 +2,13 @@
 // its exact bytes (never re-signed), a refusal, an unknown outcome; and the
 // retention of a new observation, where an earlier report, if any, stands.
 import { CustodyError } from '../../shared/errors.js';
-import { type ReportStatus } from '../../shared/protocol/artifacts.js';
-import { type JsonValue } from '../../shared/protocol/common.js';
-import { type ResultOf } from '../../shared/protocol/messages.js';
-import { type VerifiedAuthorization } from '../authorization.js';
+import type { ReportStatus } from '../../shared/protocol/artifacts.js';
+import type { JsonValue } from '../../shared/protocol/common.js';
+import type { ResultOf } from '../../shared/protocol/messages.js';
+import type { VerifiedAuthorization } from '../authorization.js';
 import { contradicts } from '../claim-machine.js';
-import { type ExecutorContext } from '../context.js';
-import { type OperationRecord } from '../ledger/records.js';
+import type { ExecutorContext } from '../context.js';
+import type { OperationRecord } from '../ledger/records.js';
 import { reportSigner } from '../report.js';
 
 export type ReportAnswer = ResultOf<'execute'>;

@@ -5,7 +5,7 @@
 // adapter that finishes anyway, takes too long or fails unclearly leaves
 // `cancelled: false`, and the execute's own answer says what happened.
 import { CustodyError } from '../../shared/errors.js';
-import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
+import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { type ExecutorContext, withinDeadline } from '../context.js';
 
 export async function cancelEffect(context: ExecutorContext, body: RequestOf<'cancel'>): Promise<ResultOf<'cancel'>> {

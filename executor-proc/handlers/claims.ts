@@ -1,8 +1,8 @@
 // The readable side of the ledger over the wire: one operation's claim as
 // claims_view shows it (live or archived), and explicit archival.
-import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
+import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { verifyAuthorization } from '../authorization.js';
-import { type ExecutorContext } from '../context.js';
+import type { ExecutorContext } from '../context.js';
 
 export function getClaim(context: ExecutorContext, body: RequestOf<'claims.get'>): ResultOf<'claims.get'> {
   const record = context.ledger.records.find(body.operation_id);

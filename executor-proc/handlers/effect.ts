@@ -4,10 +4,10 @@
 // (failed_before_effect: the kernel releases the hold); anything else —
 // a throw, a malformed answer, a host that died — proves nothing, and the
 // claim stays without a report for reconciliation to decide.
-import { type JsonValue } from '../../shared/protocol/common.js';
-import { type AdapterDescriptor } from '../adapters/contract.js';
+import type { JsonValue } from '../../shared/protocol/common.js';
+import type { AdapterDescriptor } from '../adapters/contract.js';
 import { AdapterHost } from '../adapters/host-client.js';
-import { type ExecutorContext } from '../context.js';
+import type { ExecutorContext } from '../context.js';
 
 export type EffectEnd =
   | {

@@ -10,11 +10,11 @@
 //                              the kernel can release the hold.
 import { CustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
-import { type RequestOf } from '../../shared/protocol/messages.js';
+import type { RequestOf } from '../../shared/protocol/messages.js';
 import { AdapterHost } from '../adapters/host-client.js';
 import { type VerifiedAuthorization, verifyAuthorization } from '../authorization.js';
 import { type ExecutorContext, deadlineFor, effectRunning, withinDeadline } from '../context.js';
-import { type OperationRecord } from '../ledger/records.js';
+import type { OperationRecord } from '../ledger/records.js';
 import { reportSigner } from '../report.js';
 import { type ReportAnswer, replayable, retainObservation } from './answers.js';
 import { epochRetired } from './execute.js';

@@ -18,10 +18,10 @@ import { createPendingKeyPair, discardPendingKey, promotePendingKey } from '../.
 import { CustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
 import { nowMs } from '../../shared/clock.js';
-import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
+import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { ROTATION_STATEMENTS_MAX } from '../../shared/protocol/rotation-messages.js';
 import { KEY_BASENAME } from '../state.js';
-import { type ExecutorContext } from '../context.js';
+import type { ExecutorContext } from '../context.js';
 
 export function rotateKey(context: ExecutorContext): ResultOf<'key.rotate'> {
   if (!context.isOpen()) throw new CustodyError('shutting_down', 'the executor is closing; rotate it once it serves again');

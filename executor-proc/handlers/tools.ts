@@ -4,7 +4,7 @@
 // argument check (byte bound, then schema), the one execute runs first, asked
 // by the supervisor before it reserves anything, so a call that cannot run is
 // refused with its cause and no hold is placed. Both are read-only.
-import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
+import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { type ExecutorContext, runnableAdapter } from '../context.js';
 import { validateArguments } from './execute.js';
 

@@ -12,8 +12,8 @@ import type Database from 'better-sqlite3';
 import { artifactDigest } from '../../shared/artifacts/artifact.js';
 import { CustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
-import { type NOT_ARCHIVED_REASONS } from '../../shared/protocol/executor-messages.js';
-import { type Ledger } from './ledger.js';
+import type { NOT_ARCHIVED_REASONS } from '../../shared/protocol/executor-messages.js';
+import type { Ledger } from './ledger.js';
 
 export type NotArchivedReason = (typeof NOT_ARCHIVED_REASONS)[number];
 

@@ -11,16 +11,16 @@
 import { randomHex } from '../../shared/random-hex.js';
 import { statSync } from 'node:fs';
 import type Database from 'better-sqlite3';
-import { type SignedArtifact } from '../../shared/artifacts/artifact.js';
+import type { SignedArtifact } from '../../shared/artifacts/artifact.js';
 import { nowMs } from '../../shared/clock.js';
 import { CustodyError } from '../../shared/errors.js';
-import { type ReportStatus } from '../../shared/protocol/artifacts.js';
+import type { ReportStatus } from '../../shared/protocol/artifacts.js';
 import { BatchSizes, type StatsResult } from '../../shared/protocol/stats.js';
 import { GroupCommit } from '../../shared/store/group-commit.js';
 import { CLAIM_MACHINE } from '../claim-machine.js';
 import { type OperationRecord, RecordReader, stateOf } from './records.js';
 import { EpochBook } from './epochs.js';
-import { type ExecutorStores, type LedgerConfig } from './stores.js';
+import type { ExecutorStores, LedgerConfig } from './stores.js';
 
 /** What a claim or a refusal binds: the operation and its authorization. */
 export interface ClaimSubject {

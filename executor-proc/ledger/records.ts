@@ -3,8 +3,8 @@
 // Lookups consult the archive too, so an archived operation still replays
 // its report and can never be claimed again.
 import type Database from 'better-sqlite3';
-import { type ReportStatus } from '../../shared/protocol/artifacts.js';
-import { type ClaimState } from '../claim-machine.js';
+import type { ReportStatus } from '../../shared/protocol/artifacts.js';
+import type { ClaimState } from '../claim-machine.js';
 
 export interface RetainedReport {
   readonly status: ReportStatus;

@@ -5,7 +5,7 @@
 // changed or added refuses the open (ARCHITECTURE.md §6.2 "a changed schema").
 import Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
-import { type Migration } from '../../shared/store/sqlite-store.js';
+import type { Migration } from '../../shared/store/sqlite-store.js';
 
 interface SchemaObject {
   readonly type: string;

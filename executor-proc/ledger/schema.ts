@@ -14,7 +14,7 @@
 // Tables are plain, not STRICT: a STRICT table makes the whole file
 // unreadable to sqlite3 shells older than 3.37, which operators still run;
 // CHECK constraints carry the types that matter instead.
-import { type Migration } from '../../shared/store/sqlite-store.js';
+import type { Migration } from '../../shared/store/sqlite-store.js';
 
 const ISO = (column: string) => `strftime('%Y-%m-%dT%H:%M:%fZ', ${column} / 1000.0, 'unixepoch')`;
 

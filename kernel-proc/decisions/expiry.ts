@@ -4,10 +4,10 @@
 // on access) and on a timer. Only a `reserved` operation expires, and
 // `expired` is terminal, so a late start can never release the hold again
 // (race H1 (ARCHITECTURE.md §6.5)).
-import { type UnitContext } from '../commit-queue.js';
-import { type Kernel } from '../kernel.js';
-import { type NonceRow } from '../store/nonces-table.js';
-import { type OperationRow } from '../store/operations-table.js';
+import type { UnitContext } from '../commit-queue.js';
+import type { Kernel } from '../kernel.js';
+import type { NonceRow } from '../store/nonces-table.js';
+import type { OperationRow } from '../store/operations-table.js';
 import { nextReceiptSlot, recordReceipt } from './receipts.js';
 
 export function expireOperation(kernel: Kernel, operation: OperationRow, nonce: NonceRow, now: number): void {

@@ -3,9 +3,9 @@
 // `unknown` with a signed receipt; its hold stays reserved (ARCHITECTURE.md §6.4:
 // unknown ⇒ hold held) and a report retained later still settles it (H4a, ARCHITECTURE.md §6.5).
 import { CustodyError } from '../../shared/errors.js';
-import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
-import { type UnitContext } from '../commit-queue.js';
-import { type Kernel } from '../kernel.js';
+import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
+import type { UnitContext } from '../commit-queue.js';
+import type { Kernel } from '../kernel.js';
 import { OPERATION_MACHINE } from '../machines.js';
 import { operationView } from '../views.js';
 import { nextReceiptSlot, recordReceipt } from './receipts.js';

@@ -3,11 +3,11 @@
 // a reservation whose nonce has already run out.
 import { CustodyError } from '../../shared/errors.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
-import { type OperationView } from '../../shared/protocol/kernel-messages.js';
-import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
-import { type UnitContext } from '../commit-queue.js';
-import { type Kernel } from '../kernel.js';
-import { type OperationRow } from '../store/operations-table.js';
+import type { OperationView } from '../../shared/protocol/kernel-messages.js';
+import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
+import type { UnitContext } from '../commit-queue.js';
+import type { Kernel } from '../kernel.js';
+import type { OperationRow } from '../store/operations-table.js';
 import { grantView, operationView } from '../views.js';
 
 export function getOperation(kernel: Kernel, request: RequestOf<'operation.get'>): ResultOf<'operation.get'> {

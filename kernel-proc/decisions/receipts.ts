@@ -3,13 +3,13 @@
 // so a replay is byte-identical and never re-signed.
 import { signArtifact } from '../../shared/artifacts/artifact.js';
 import { CustodyError, type ErrorCode } from '../../shared/errors.js';
-import { type ReceiptBody } from '../../shared/protocol/artifacts.js';
-import { type OperationState } from '../../shared/protocol/kernel-messages.js';
-import { type Kernel } from '../kernel.js';
+import type { ReceiptBody } from '../../shared/protocol/artifacts.js';
+import type { OperationState } from '../../shared/protocol/kernel-messages.js';
+import type { Kernel } from '../kernel.js';
 import { receiptsStillNeeded } from '../machines.js';
-import { type HoldRow } from '../store/holds-table.js';
-import { type OperationRow } from '../store/operations-table.js';
-import { type ReceiptDecision, type ReceiptRow } from '../store/receipts-table.js';
+import type { HoldRow } from '../store/holds-table.js';
+import type { OperationRow } from '../store/operations-table.js';
+import type { ReceiptDecision, ReceiptRow } from '../store/receipts-table.js';
 
 /** The next receipt of an operation: its number and id. The id is known before signing so a hold can name it. */
 export interface ReceiptSlot {

@@ -9,8 +9,8 @@
 import { type SignedArtifact, decodeArtifact, readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, isErrorCode, toCustodyError } from '../../shared/errors.js';
 import { ARTIFACT_MAX_BYTES, type AuthorizationBody, type Envelope, type ReportBody } from '../../shared/protocol/artifacts.js';
-import { type Kernel } from '../kernel.js';
-import { type OperationRow } from '../store/operations-table.js';
+import type { Kernel } from '../kernel.js';
+import type { OperationRow } from '../store/operations-table.js';
 
 export interface AuthenticAuthorization {
   readonly operation: OperationRow;

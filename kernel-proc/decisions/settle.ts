@@ -11,14 +11,14 @@ import { type SignedArtifact, artifactDigest } from '../../shared/artifacts/arti
 import { canonicalDigest } from '../../shared/canonical/digest.js';
 import { CustodyError, type ErrorCode } from '../../shared/errors.js';
 import { EFFECT_APPLIED } from '../../shared/protocol/artifacts.js';
-import { type JsonValue } from '../../shared/protocol/common.js';
-import { type OperationState } from '../../shared/protocol/kernel-messages.js';
-import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
-import { type UnitContext } from '../commit-queue.js';
-import { type Kernel } from '../kernel.js';
+import type { JsonValue } from '../../shared/protocol/common.js';
+import type { OperationState } from '../../shared/protocol/kernel-messages.js';
+import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
+import type { UnitContext } from '../commit-queue.js';
+import type { Kernel } from '../kernel.js';
 import { type HoldState, OPERATION_MACHINE, SETTLEABLE_STATES } from '../machines.js';
-import { type HoldRow } from '../store/holds-table.js';
-import { type ReceiptRow } from '../store/receipts-table.js';
+import type { HoldRow } from '../store/holds-table.js';
+import type { ReceiptRow } from '../store/receipts-table.js';
 import { nextReceiptSlot, recordReceipt, retainedDecision } from './receipts.js';
 import { type AuthenticAuthorization, checkAuthorization, checkReport } from './report-check.js';
 

@@ -4,7 +4,7 @@
 // store's trigger.
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
-import { type OperationState } from '../../shared/protocol/kernel-messages.js';
+import type { OperationState } from '../../shared/protocol/kernel-messages.js';
 import { OPERATION_MACHINE } from '../machines.js';
 
 export interface OperationRow {

@@ -3,8 +3,8 @@
 // Since schema version 6 a row stores its number, that digest and the
 // receipt's bytes; the other columns are read from those bytes (schema.ts).
 import type Database from 'better-sqlite3';
-import { type HoldDisposition } from '../../shared/protocol/artifacts.js';
-import { type OperationState } from '../../shared/protocol/kernel-messages.js';
+import type { HoldDisposition } from '../../shared/protocol/artifacts.js';
+import type { OperationState } from '../../shared/protocol/kernel-messages.js';
 
 export type ReceiptDecision = 'reserve' | 'start' | 'completion' | 'finalization' | 'expiry' | 'unknown';
 

@@ -4,7 +4,7 @@
 // receipts_view; grants_view too). Triggers guard what the code promises:
 // states move only along the tables in machines.ts, a hold is disposed of
 // once, receipts are insert-once, identities never change.
-import { type Migration } from '../../shared/store/sqlite-store.js';
+import type { Migration } from '../../shared/store/sqlite-store.js';
 import { INITIAL_OPERATION_STATES, transitionRows } from '../machines.js';
 
 /** ISO-8601 UTC text for an integer millisecond column. */

@@ -6,7 +6,7 @@
 // both) runs these same functions.
 import { type Signer, publicKeyFromHex } from '../crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../errors.js';
-import { type RotationBody } from '../protocol/artifacts.js';
+import type { RotationBody } from '../protocol/artifacts.js';
 import { type SignedArtifact, decodeArtifact, readEnvelope, signArtifact } from './artifact.js';
 
 /** A pinned key: who, at which epoch, with which public key. */

@@ -4,7 +4,7 @@
 // process.stdout.write itself. A subprocess an adapter spawns is the
 // executor's concern (executor-proc contains it); a deliberate raw write to
 // fd 1 cannot forge a frame: it fails the MAC and poisons the channel.
-import { type Writable } from 'node:stream';
+import type { Writable } from 'node:stream';
 import { format } from 'node:util';
 
 export interface FrameSink {

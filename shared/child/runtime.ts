@@ -10,14 +10,14 @@
 // A bad command line exits 64 before reading anything; a preamble that cannot
 // be read exits 65 before any frame; a setup the child refuses is reported in
 // a `fatal` frame and exits 78 (docs/PROTOCOL.md §10).
-import { type Signer } from '../crypto/ed25519.js';
+import type { Signer } from '../crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../errors.js';
 import { CHILD_EXIT } from '../exit-codes.js';
 import { type Logger, createLogger, errorFields } from '../log.js';
 import { announceMigrationsTo } from '../store/migrations.js';
-import { type ChildRole } from '../protocol/common.js';
+import type { ChildRole } from '../protocol/common.js';
 import { FATAL_KIND, HEAD_KIND, type MessageKind } from '../protocol/messages.js';
-import { type Preamble } from '../protocol/preamble.js';
+import type { Preamble } from '../protocol/preamble.js';
 import { type FrameLimits, DEFAULT_FRAME_LIMITS } from '../wire/frame-reader.js';
 import { signHello } from '../wire/hello.js';
 import { PreambleReader } from '../wire/preamble.js';

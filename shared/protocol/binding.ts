@@ -2,7 +2,7 @@
 // kernel (which signs them), the supervisor (which records the expectation)
 // and the executor (which checks the arguments it is given).
 import { canonicalDigest } from '../canonical/digest.js';
-import { type JsonObject } from './common.js';
+import type { JsonObject } from './common.js';
 
 /** SHA-256 of the RFC 8785 bytes of a tool's arguments. */
 export function parametersDigest(args: JsonObject): string {

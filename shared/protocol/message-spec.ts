@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { type ChildRole } from './common.js';
+import type { ChildRole } from './common.js';
 
 /** One message kind: who serves it, the closed schema of its request body and of its result. */
 export interface MessageSpec {

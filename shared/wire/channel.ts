@@ -3,13 +3,13 @@
 // (a protocol error: nothing more is read or acted upon) or closed (the
 // stream ended or the owner closed it). The first termination reason wins
 // and every later question about the channel gets that reason.
-import { type Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 import { CustodyError, toCustodyError } from '../errors.js';
 import { type Logger, errorFields } from '../log.js';
 import { defineMachine, Machine } from '../state-machine.js';
-import { type Frame } from './frame-codec.js';
+import type { Frame } from './frame-codec.js';
 import { FrameReader } from './frame-reader.js';
-import { type SessionEndpoint } from './session.js';
+import type { SessionEndpoint } from './session.js';
 
 export type ChannelState = 'open' | 'poisoned' | 'closed';
 

@@ -4,9 +4,9 @@
 // cause and further requests are refused (STYLE.md "pending requests in one
 // table").
 import { CustodyError, toCustodyError } from '../errors.js';
-import { type Logger } from '../log.js';
+import type { Logger } from '../log.js';
 import { withTimeout } from '../timeout.js';
-import { type ChildRole } from '../protocol/common.js';
+import type { ChildRole } from '../protocol/common.js';
 import {
   ERROR_KIND,
   FATAL_KIND,
@@ -24,7 +24,7 @@ import {
   helloBody,
 } from '../protocol/messages.js';
 import { type ChannelState, FrameChannel, type FrameChannelOptions } from './channel.js';
-import { type Frame } from './frame-codec.js';
+import type { Frame } from './frame-codec.js';
 import { type SessionEndpoint, describeIssues } from './session.js';
 
 interface Pending {

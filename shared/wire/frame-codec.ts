@@ -9,7 +9,7 @@
 // the raw bytes before any JSON parsing.
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { CustodyError } from '../errors.js';
-import { type Role } from '../protocol/common.js';
+import type { Role } from '../protocol/common.js';
 
 export const FRAME_VERSION = 1;
 

@@ -5,8 +5,8 @@
 import { canonicalBytes } from '../canonical/jcs.js';
 import { type Signer, publicKeyFromHex, signatureFromHex, verifyStrict } from '../crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../errors.js';
-import { type ChildRole } from '../protocol/common.js';
-import { type HelloBody } from '../protocol/messages.js';
+import type { ChildRole } from '../protocol/common.js';
+import type { HelloBody } from '../protocol/messages.js';
 
 export const HELLO_TAG = 'custody.hello.v1';
 

@@ -5,7 +5,7 @@
 // concurrently; each answer is one `result` or `error` frame.
 import { CustodyError, toCustodyError } from '../errors.js';
 import { type Logger, errorFields } from '../log.js';
-import { type ChildRole } from '../protocol/common.js';
+import type { ChildRole } from '../protocol/common.js';
 import {
   ERROR_KIND,
   HELLO_KIND,
@@ -16,7 +16,7 @@ import {
   isMessageKind,
 } from '../protocol/messages.js';
 import { type ChannelState, FrameChannel, type FrameChannelOptions } from './channel.js';
-import { type Frame } from './frame-codec.js';
+import type { Frame } from './frame-codec.js';
 import { describeIssues } from './session.js';
 
 /**

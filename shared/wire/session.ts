@@ -8,7 +8,7 @@ import { CustodyError } from '../errors.js';
 import { MAX_TIMESTAMP_MS, type Role, role } from '../protocol/common.js';
 import { decodeJsonObject, measureDepth } from './decode.js';
 import { type Frame, FRAME_VERSION, macMatches, sealCovered, sealFrame, splitTrailer } from './frame-codec.js';
-import { type FrameLimits } from './frame-reader.js';
+import type { FrameLimits } from './frame-reader.js';
 import { type SessionSecrets, deriveDirectionKey } from './session-keys.js';
 
 export const frameKind = z.string().regex(/^[a-z][a-z0-9_.]{0,63}$/);

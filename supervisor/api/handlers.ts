@@ -1,6 +1,6 @@
 // What each control API endpoint does. Handlers return plain JSON; errors
 // are CustodyErrors, turned into fixed bodies by the server.
-import { type z } from 'zod';
+import type { z } from 'zod';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
@@ -10,13 +10,13 @@ import { newRequestId } from '../../shared/request-id.js';
 import { causeOf } from '../operations/causes.js';
 import { SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
 import { recoverRollback } from '../operations/rollback-recovery.js';
-import { type RequestRow } from '../store/supervisor-store.js';
-import { type Service } from '../service.js';
-import { type ChildHandle } from '../children/child-handle.js';
-import { type OperationState, type OperationView } from '../../shared/protocol/kernel-messages.js';
-import { type ResultOf } from '../../shared/protocol/messages.js';
+import type { RequestRow } from '../store/supervisor-store.js';
+import type { Service } from '../service.js';
+import type { ChildHandle } from '../children/child-handle.js';
+import type { OperationState, OperationView } from '../../shared/protocol/kernel-messages.js';
+import type { ResultOf } from '../../shared/protocol/messages.js';
 import { refuseBeforeReserve } from './precheck.js';
-import { type authorizeBody, type executeBody, type grantAddBody, type invokeBody, type stepBody } from './bodies.js';
+import type { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 
 type Answer = Promise<{ status?: number; body: unknown }>;
 

@@ -2,8 +2,8 @@
 // time and checked before any handler or body read, a request body bound,
 // and fixed JSON error bodies {code, message} that carry nothing internal.
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { type IncomingMessage, type ServerResponse } from 'node:http';
-import { type Duplex } from 'node:stream';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { decodeUtf8OrRefuse } from '../../shared/text/utf8.js';
 import { measureDepth } from '../../shared/wire/decode.js';
 import { CustodyError, type ErrorClass, toCustodyError } from '../../shared/errors.js';

@@ -5,7 +5,7 @@
 import { z } from 'zod';
 import { identifier, toolPattern } from '../../shared/protocol/common.js';
 import * as answers from './answers.js';
-import { type Access } from './http.js';
+import type { Access } from './http.js';
 import { archiveBody, authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 
 interface RouteDoc {

@@ -12,8 +12,8 @@
 // the cause as its reason.
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { faultArmed } from '../../shared/fault.js';
-import { type JsonObject } from '../../shared/protocol/common.js';
-import { type Service } from '../service.js';
+import type { JsonObject } from '../../shared/protocol/common.js';
+import type { Service } from '../service.js';
 
 const CHECK_TIMEOUT_MS = 10_000;
 const ARGUMENT_REFUSALS: ReadonlySet<string> = new Set(['arguments_invalid', 'arguments_too_large']);

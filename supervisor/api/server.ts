@@ -9,12 +9,12 @@
 // refuse (docs/SECURITY.md "The control API").
 import { randomHex } from '../../shared/random-hex.js';
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http';
-import { type Duplex } from 'node:stream';
-import { type z } from 'zod';
+import type { Duplex } from 'node:stream';
+import type { z } from 'zod';
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
 import { describeIssues } from '../../shared/wire/session.js';
-import { type Service } from '../service.js';
+import type { Service } from '../service.js';
 import { readTokenFile } from '../tokens.js';
 import { checkOperationName } from '../../shared/protocol/names.js';
 import { identifier } from '../../shared/protocol/common.js';

@@ -3,15 +3,15 @@
 // live grant covers for the subject (default `agent`, the subject of
 // POST /v1/invoke). Read-only: it reserves nothing, and a tool listed here
 // can still be refused (the grant may run out between listing and calling).
-import { type z } from 'zod';
+import type { z } from 'zod';
 import { nowMs } from '../../shared/clock.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
-import { type CapabilityBody } from '../../shared/protocol/artifacts.js';
+import type { CapabilityBody } from '../../shared/protocol/artifacts.js';
 import { identifier, toolPatternCovers } from '../../shared/protocol/common.js';
-import { type ResultOf } from '../../shared/protocol/messages.js';
-import { type Service } from '../service.js';
-import { type toolsAnswer } from './answers.js';
+import type { ResultOf } from '../../shared/protocol/messages.js';
+import type { Service } from '../service.js';
+import type { toolsAnswer } from './answers.js';
 
 const TOOLS_TIMEOUT_MS = 10_000;
 

@@ -13,17 +13,17 @@
 // and the heartbeat supervisor/watchdog/.
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { CHILD_EXIT } from '../../shared/exit-codes.js';
-import { type Logger } from '../../shared/log.js';
-import { type ChildRole, type JsonObject } from '../../shared/protocol/common.js';
-import { type MessageKind, type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
+import type { Logger } from '../../shared/log.js';
+import type { ChildRole, JsonObject } from '../../shared/protocol/common.js';
+import type { MessageKind, RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { defineMachine, Machine } from '../../shared/state-machine.js';
 import { type ChildExit, type ChildSession, spawnChild } from '../../shared/child/spawn.js';
-import { type FrameLimits } from '../../shared/wire/frame-reader.js';
-import { type PinnedIdentity } from '../../shared/wire/hello.js';
-import { type RequestOptions } from '../../shared/wire/client.js';
+import type { FrameLimits } from '../../shared/wire/frame-reader.js';
+import type { PinnedIdentity } from '../../shared/wire/hello.js';
+import type { RequestOptions } from '../../shared/wire/client.js';
 import { nowMs } from '../../shared/clock.js';
-import { type RestartPolicy, type Timing } from '../config/schema.js';
-import { type SupervisorStore } from '../store/supervisor-store.js';
+import type { RestartPolicy, Timing } from '../config/schema.js';
+import type { SupervisorStore } from '../store/supervisor-store.js';
 import { watchHeartbeat } from '../watchdog/heartbeat.js';
 import { killAndReap, reapGroup } from '../watchdog/reap.js';
 import { type RollbackRecovery, assertRecoverable, checkHead } from './head-check.js';
@@ -32,7 +32,7 @@ import { RestartBook } from './restart-book.js';
 import { Run } from './run.js';
 import { SessionWaiters } from './session-waiters.js';
 import { spawnOptionsFor } from './spawn-options.js';
-import { type HeadWitnessStore } from './witness.js';
+import type { HeadWitnessStore } from './witness.js';
 import { Slots } from './slots.js';
 
 export type ChildState = 'stopped' | 'starting' | 'running' | 'backoff' | 'failed' | 'stopping';

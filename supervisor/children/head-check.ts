@@ -3,8 +3,8 @@
 // operator's way back may raise it first, and each announced head is recorded.
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { type Logger, errorFields } from '../../shared/log.js';
-import { type ChildRole } from '../../shared/protocol/common.js';
-import { type ChildSession } from '../../shared/child/spawn.js';
+import type { ChildRole } from '../../shared/protocol/common.js';
+import type { ChildSession } from '../../shared/child/spawn.js';
 import { killAndReap } from '../watchdog/reap.js';
 import { type HeadWitnessStore, rolledBack } from './witness.js';
 

@@ -4,9 +4,9 @@
 // and counted on its session until it is answered. One the channel's end took
 // with it stays counted, so the crash can be attributed to it.
 import { toCustodyError } from '../../shared/errors.js';
-import { type MessageKind, type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
-import { type ChildSession } from '../../shared/child/spawn.js';
-import { type RequestOptions } from '../../shared/wire/client.js';
+import type { MessageKind, RequestOf, ResultOf } from '../../shared/protocol/messages.js';
+import type { ChildSession } from '../../shared/child/spawn.js';
+import type { RequestOptions } from '../../shared/wire/client.js';
 
 export class InFlightRequests {
   readonly #admit: ((requestId: string) => void) | undefined;

@@ -14,7 +14,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CustodyError } from '../../shared/errors.js';
 import { toolPatternCovers } from '../../shared/protocol/common.js';
-import { type ChildState } from './child-handle.js';
+import type { ChildState } from './child-handle.js';
 
 /** What the pool needs of an executor's handle. */
 export interface PoolChild {

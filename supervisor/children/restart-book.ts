@@ -6,13 +6,13 @@
 // whether, when and how the next process starts.
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
-import { type Machine } from '../../shared/state-machine.js';
+import type { Machine } from '../../shared/state-machine.js';
 import { nowMs } from '../../shared/clock.js';
-import { type ChildSession } from '../../shared/child/spawn.js';
-import { type ChildDeps, type ChildHandle, type ChildState } from './child-handle.js';
+import type { ChildSession } from '../../shared/child/spawn.js';
+import type { ChildDeps, ChildHandle, ChildState } from './child-handle.js';
 import { processStartTicks } from './proc-stat.js';
 import { RestartIntensity } from './restart-intensity.js';
-import { type KillIntent } from './run.js';
+import type { KillIntent } from './run.js';
 
 /** How an exit is restarted: counted against the intensity, or at a fixed delay. */
 export type ExitCounting = { readonly counted: true } | { readonly counted: false; readonly delayMs: number };

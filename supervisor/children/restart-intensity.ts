@@ -1,7 +1,7 @@
 // OTP-style restart intensity: at most `max_restarts` restarts within
 // `period_s`; past that the child is failed. Backoff doubles with each restart
 // inside the period. Pure, so it is tested without processes.
-import { type RestartPolicy } from '../config/schema.js';
+import type { RestartPolicy } from '../config/schema.js';
 
 export type RestartDecision = { readonly restart: true; readonly delayMs: number } | { readonly restart: false; readonly reason: string };
 

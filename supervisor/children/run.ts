@@ -1,8 +1,8 @@
 // One process of a child, from its accepted hello to its exit: its session,
 // the heartbeat watching it, and why it is being killed. The first intent
 // wins: it decides how the exit is restarted (ARCHITECTURE.md §7 "restarts").
-import { type Logger } from '../../shared/log.js';
-import { type ChildSession } from '../../shared/child/spawn.js';
+import type { Logger } from '../../shared/log.js';
+import type { ChildSession } from '../../shared/child/spawn.js';
 import { killAndReap, stopGracefully } from '../watchdog/reap.js';
 
 /** Why the current process is being killed. */

@@ -1,8 +1,8 @@
 // Callers waiting for a child's next session (a restart in progress): each
 // waits with its own deadline; all are answered when a session comes up, or
 // rejected when the child fails or stops.
-import { type CustodyError } from '../../shared/errors.js';
-import { type ChildSession } from '../../shared/child/spawn.js';
+import type { CustodyError } from '../../shared/errors.js';
+import type { ChildSession } from '../../shared/child/spawn.js';
 import { withTimeout } from '../../shared/timeout.js';
 
 interface Waiter {

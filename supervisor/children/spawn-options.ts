@@ -1,8 +1,8 @@
 // How a child's process is started (shared/child/spawn.ts): its spec, the
 // session's bounds and pin, and where the session's events go.
-import { type CustodyError } from '../../shared/errors.js';
-import { type SpawnChildOptions } from '../../shared/child/spawn.js';
-import { type ChildDeps, type ChildHandle } from './child-handle.js';
+import type { CustodyError } from '../../shared/errors.js';
+import type { SpawnChildOptions } from '../../shared/child/spawn.js';
+import type { ChildDeps, ChildHandle } from './child-handle.js';
 import { recordHead } from './head-check.js';
 
 /** Room for control messages (ping, cancel, shutdown) above the operations' slots. */

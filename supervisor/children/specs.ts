@@ -3,10 +3,10 @@
 // its settings and its pins.
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type JsonObject } from '../../shared/protocol/common.js';
-import { type CustodyConfig, type ExecutorConfig } from '../config/schema.js';
-import { type StatePaths } from '../paths.js';
-import { type ChildSpec } from './child-handle.js';
+import type { JsonObject } from '../../shared/protocol/common.js';
+import type { CustodyConfig, ExecutorConfig } from '../config/schema.js';
+import type { StatePaths } from '../paths.js';
+import type { ChildSpec } from './child-handle.js';
 
 const DIST_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 

@@ -8,7 +8,7 @@
 // executor hears head.witnessed only after that commit. A head not yet
 // written counts as witnessed for this process's own checks.
 import { CustodyError } from '../../shared/errors.js';
-import { type SupervisorStore } from '../store/supervisor-store.js';
+import type { SupervisorStore } from '../store/supervisor-store.js';
 
 export class HeadWitnessStore {
   readonly #store: SupervisorStore;

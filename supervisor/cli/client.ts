@@ -2,7 +2,7 @@
 // listens (supervisor/service.json) and holds the tokens. A missing service
 // is `service_unavailable` (exit 5), never a stack trace.
 import { readFileSync } from 'node:fs';
-import { type z } from 'zod';
+import type { z } from 'zod';
 import { CustodyError, isCustodyError } from '../../shared/errors.js';
 import { describeIssues } from '../../shared/wire/session.js';
 import { CustodyClient } from '../client/index.js';

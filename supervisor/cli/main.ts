@@ -1,6 +1,10 @@
 #!/usr/bin/env node
 // The `custody` command. Names, flags and exit codes are a contract
 // (README "CLI reference"; the codes are CLI_EXIT in shared/exit-codes.ts).
+// A client command loads what asks the service over HTTP and no more: the
+// service, the stores and the metrics are imported by the commands that run
+// them (start, init, an offline trace, mcp), so an agent calling `custody
+// invoke` does not pay for them at every call (docs/PERFORMANCE.md "CLI start").
 import { Command, CommanderError, Option } from 'commander';
 import { toCustodyError } from '../../shared/errors.js';
 import { resolveStateDir } from '../paths.js';

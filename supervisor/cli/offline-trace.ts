@@ -19,7 +19,7 @@ import Database from 'better-sqlite3';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError } from '../../shared/errors.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
-import { type StatePaths } from '../paths.js';
+import type { StatePaths } from '../paths.js';
 
 export interface TraceEvent {
   readonly at: number;

@@ -10,7 +10,7 @@ import { CustodyError, isErrorCode } from '../../shared/errors.js';
 import { newRequestId } from '../../shared/request-id.js';
 import { statePaths } from '../paths.js';
 import { readTokenFile } from '../tokens.js';
-import { type OperationOutcome } from '../operations/outcome-view.js';
+import type { OperationOutcome } from '../operations/outcome-view.js';
 
 export { CustodyError, isCustodyError, classOf, type ErrorCode, type ErrorClass } from '../../shared/errors.js';
 

@@ -1,7 +1,7 @@
 // Reading and writing custody.json. Every refusal names the file, the key
 // and the value found, so an operator knows what to change.
 import { readFileSync } from 'node:fs';
-import { type z } from 'zod';
+import type { z } from 'zod';
 import { CustodyError } from '../../shared/errors.js';
 import { toolName } from '../../shared/protocol/common.js';
 import { type CustodyConfig, configSchema } from './schema.js';

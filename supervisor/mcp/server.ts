@@ -21,7 +21,7 @@ import { canonicalDigest } from '../../shared/canonical/digest.js';
 import { artifactDigest, readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { type Logger, errorFields } from '../../shared/log.js';
-import { type CustodyClient, type DriveAnswer } from '../client/index.js';
+import type { CustodyClient, DriveAnswer } from '../client/index.js';
 import { causeOf } from '../operations/causes.js';
 import { mcpNameOf, toolOfMcpName } from './names.js';
 

@@ -8,9 +8,9 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { toCustodyError } from '../../shared/errors.js';
-import { type Logger } from '../../shared/log.js';
-import { type StatsResult } from '../../shared/protocol/stats.js';
-import { type ChildRow, type RequestRow, type StoreObserver } from '../store/supervisor-store.js';
+import type { Logger } from '../../shared/log.js';
+import type { StatsResult } from '../../shared/protocol/stats.js';
+import type { ChildRow, RequestRow, StoreObserver } from '../store/supervisor-store.js';
 
 /** A child the scrape asks for its figures. */
 export interface StatsSource {

@@ -2,7 +2,7 @@
 // caller can act on. The kernel's decision carries the code (its receipt
 // signs it); the CLI and `custody mcp` show this text beside it.
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
-import { type OperationOutcome } from './outcome.js';
+import type { OperationOutcome } from './outcome.js';
 
 type Cause = (o: Pick<OperationOutcome, 'tool' | 'request_id'> & { readonly executor?: string | null }) => string;
 

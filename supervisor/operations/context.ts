@@ -1,12 +1,12 @@
 // What the operation steps need from the running service, gathered in one
 // object so each step is a plain function of (context, request).
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
-import { type Logger } from '../../shared/log.js';
-import { type MessageKind, type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
-import { type ChildHandle } from '../children/child-handle.js';
-import { type ExecutorPool } from '../children/pool.js';
-import { type CustodyConfig } from '../config/schema.js';
-import { type SupervisorStore } from '../store/supervisor-store.js';
+import type { Logger } from '../../shared/log.js';
+import type { MessageKind, RequestOf, ResultOf } from '../../shared/protocol/messages.js';
+import type { ChildHandle } from '../children/child-handle.js';
+import type { ExecutorPool } from '../children/pool.js';
+import type { CustodyConfig } from '../config/schema.js';
+import type { SupervisorStore } from '../store/supervisor-store.js';
 import { Backoff } from './backoff.js';
 
 export interface OperationContext {

@@ -2,7 +2,7 @@
 // and each goal a caller drives toward, the step to take, the point to stop,
 // or the refusal. The driver (driver.ts) only looks a cell up and performs
 // it; nothing else decides how far a request is carried.
-import { type RequestPhase } from './phases.js';
+import type { RequestPhase } from './phases.js';
 
 /** How far a drive carries a request. */
 export const GOALS = [

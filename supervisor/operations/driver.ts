@@ -4,7 +4,7 @@
 // phase it left, so the supervisor never races itself on an operation.
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
-import { type JsonObject } from '../../shared/protocol/common.js';
+import type { JsonObject } from '../../shared/protocol/common.js';
 import { bindRequest, operationIdFor } from '../../shared/protocol/binding.js';
 import { type RequestRow, quarantinedError } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel } from './context.js';

@@ -6,10 +6,10 @@ import { CustodyError, isCustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
 import { type Invocation, authorizationBody } from '../../shared/protocol/artifacts.js';
 import { type BoundRequest, parametersDigest } from '../../shared/protocol/binding.js';
-import { type JsonObject } from '../../shared/protocol/common.js';
-import { type OperationState } from '../../shared/protocol/kernel-messages.js';
-import { type RequestOf } from '../../shared/protocol/messages.js';
-import { type RequestRow } from '../store/supervisor-store.js';
+import type { JsonObject } from '../../shared/protocol/common.js';
+import type { OperationState } from '../../shared/protocol/kernel-messages.js';
+import type { RequestOf } from '../../shared/protocol/messages.js';
+import type { RequestRow } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel } from './context.js';
 import { REFUSED_STATES, SETTLED_STATES } from './outcome.js';
 

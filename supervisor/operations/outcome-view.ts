@@ -3,7 +3,7 @@
 // service (outcome.ts builds it) and the client library (supervisor/client),
 // which publishes it. Types only, so the library's declarations need nothing
 // beyond this file and phases.ts.
-import { type RequestPhase } from './phases.js';
+import type { RequestPhase } from './phases.js';
 
 /** Where an operation stands. */
 export interface OperationOutcome {

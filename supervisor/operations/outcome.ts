@@ -1,8 +1,8 @@
 // What a client is told about an operation, derived from the request log.
 import { type OperationState, operationState } from '../../shared/protocol/kernel-messages.js';
-import { type RequestRow } from '../store/supervisor-store.js';
+import type { RequestRow } from '../store/supervisor-store.js';
 import { causeOf } from './causes.js';
-import { type OperationOutcome } from './outcome-view.js';
+import type { OperationOutcome } from './outcome-view.js';
 import { FINAL_PHASES } from './phases.js';
 
 // The kernel's end states, sorted once for every reader: the driver's phases,

@@ -6,12 +6,12 @@
 // README's note on the kernel-side sweep).
 import { toCustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
-import { type OperationView } from '../../shared/protocol/kernel-messages.js';
-import { type ResultOf } from '../../shared/protocol/messages.js';
+import type { OperationView } from '../../shared/protocol/kernel-messages.js';
+import type { ResultOf } from '../../shared/protocol/messages.js';
 import { nowMs } from '../../shared/clock.js';
-import { type Backoff } from './backoff.js';
+import type { Backoff } from './backoff.js';
 import { type OperationContext, retryBackoff } from './context.js';
-import { type OperationDriver } from './driver.js';
+import type { OperationDriver } from './driver.js';
 import { reconcileOperation } from './executor-steps.js';
 import { executorIdOf, settleReport } from './kernel-steps.js';
 

@@ -12,8 +12,8 @@
 import { canonicalBytes } from '../../shared/canonical/jcs.js';
 import { CustodyError } from '../../shared/errors.js';
 import { RECOVER_CLAIMS_PER_MESSAGE } from '../../shared/protocol/executor-messages.js';
-import { type ChildHandle } from '../children/child-handle.js';
-import { type SupervisorStore } from '../store/supervisor-store.js';
+import type { ChildHandle } from '../children/child-handle.js';
+import type { SupervisorStore } from '../store/supervisor-store.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { nowMs } from '../../shared/clock.js';
 import { type Invocation, authorizationBody } from '../../shared/protocol/artifacts.js';

@@ -1,7 +1,7 @@
 // supervisor.db: what the supervisor must remember across its own crashes.
 // Plain columns, JSON as TEXT, integer ms timestamps; the *_view views show
 // ISO times and are what an operator queries first with the sqlite3 shell.
-import { type Migration } from '../../shared/store/migrations.js';
+import type { Migration } from '../../shared/store/migrations.js';
 
 const iso = (column: string) => `strftime('%Y-%m-%dT%H:%M:%fZ', ${column} / 1000.0, 'unixepoch')`;
 

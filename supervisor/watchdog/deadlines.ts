@@ -2,11 +2,11 @@
 // execute is armed with its tool's deadline before dispatch, every
 // reconcile_operation exchange with a bound of its own; only this
 // supervisor's own deadline passing is the watchdog's to act on.
-import { type CustodyError } from '../../shared/errors.js';
+import type { CustodyError } from '../../shared/errors.js';
 import { toolPatternCovers } from '../../shared/protocol/common.js';
-import { type ChildHandle } from '../children/child-handle.js';
+import type { ChildHandle } from '../children/child-handle.js';
 import { ADAPTER_DEADLINE_MARGIN_MS } from '../children/specs.js';
-import { type OperationContext } from '../operations/context.js';
+import type { OperationContext } from '../operations/context.js';
 
 /** The watchdog deadline of a tool on an executor: its own entry, else `*`, else 30 s. */
 export function deadlineFor(ctx: OperationContext, executor: ChildHandle, tool: string): number {

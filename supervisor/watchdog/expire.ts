@@ -4,10 +4,10 @@
 // fresh session follows at once, uncounted, and the request goes on to
 // reconciliation (reconcile-exchange.ts), which asks that fresh session.
 import { toCustodyError } from '../../shared/errors.js';
-import { type ChildSession } from '../../shared/child/spawn.js';
-import { type ChildHandle } from '../children/child-handle.js';
-import { type OperationContext } from '../operations/context.js';
-import { type RequestRow } from '../store/supervisor-store.js';
+import type { ChildSession } from '../../shared/child/spawn.js';
+import type { ChildHandle } from '../children/child-handle.js';
+import type { OperationContext } from '../operations/context.js';
+import type { RequestRow } from '../store/supervisor-store.js';
 
 /** The execute frame `frameId` for `row` ran past `deadline` ms: cancel it, or kill and reap its executor. */
 export async function expireExecute(ctx: OperationContext, executor: ChildHandle, row: RequestRow, frameId: string, deadline: number): Promise<void> {

@@ -3,9 +3,9 @@
 // included). The watchdog records it and kills and reaps the process; its
 // exit is counted as a crash, so the restart policy decides what follows.
 import { toCustodyError } from '../../shared/errors.js';
-import { type ChildSession } from '../../shared/child/spawn.js';
-import { type Timing } from '../config/schema.js';
-import { type SupervisorStore } from '../store/supervisor-store.js';
+import type { ChildSession } from '../../shared/child/spawn.js';
+import type { Timing } from '../config/schema.js';
+import type { SupervisorStore } from '../store/supervisor-store.js';
 
 /** The child as the heartbeat sees it: its current session, and the kill that ends it. */
 export interface Watched {

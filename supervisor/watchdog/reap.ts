@@ -3,8 +3,8 @@
 // waited for. Only a group with no live member can no longer act, so only
 // then may a replacement start.
 import { withTimeout } from '../../shared/timeout.js';
-import { type Logger } from '../../shared/log.js';
-import { type ChildSession } from '../../shared/child/spawn.js';
+import type { Logger } from '../../shared/log.js';
+import type { ChildSession } from '../../shared/child/spawn.js';
 import { killGroupAndWait } from '../children/process-group.js';
 
 /** How long a killed child's process group may take to empty before the restart goes ahead anyway. */

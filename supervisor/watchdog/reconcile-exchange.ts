@@ -6,9 +6,9 @@
 // calls this asks again until a signed report comes back (ARCHITECTURE.md
 // §6.5, H4: supervisor/operations/executor-steps.ts reconcileOperation).
 import { type CustodyError, toCustodyError } from '../../shared/errors.js';
-import { type Invocation } from '../../shared/protocol/artifacts.js';
-import { type ChildHandle } from '../children/child-handle.js';
-import { type OperationContext } from '../operations/context.js';
+import type { Invocation } from '../../shared/protocol/artifacts.js';
+import type { ChildHandle } from '../children/child-handle.js';
+import type { OperationContext } from '../operations/context.js';
 import { ownDeadlinePassed } from './deadlines.js';
 
 /** What a reconcile asks about: one authorized operation, whether or not a request of this supervisor carries it. */

@@ -9,7 +9,7 @@ import { canonicalize } from '../../shared/canonical/jcs.js';
 import { signArtifact } from '../../shared/artifacts/artifact.js';
 import { type EpochKey, verifyChain, verifyRotation } from '../../shared/artifacts/rotation.js';
 import { Signer } from '../../shared/crypto/ed25519.js';
-import { type RotationBody } from '../../shared/protocol/artifacts.js';
+import type { RotationBody } from '../../shared/protocol/artifacts.js';
 import { buildVectors } from '../../scripts/protocol-vectors.js';
 
 const SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');

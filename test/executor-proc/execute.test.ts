@@ -1,7 +1,7 @@
 // execute_once over a real executor process: verification before anything
 // is claimed, one effect per operation, byte-identical replay.
 import { expect } from 'chai';
-import { type CustodyError } from '../../shared/errors.js';
+import type { CustodyError } from '../../shared/errors.js';
 import {
   type Executor,
   type Home,

@@ -11,9 +11,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { signArtifact } from '../../shared/artifacts/artifact.js';
 import { type ChildSession, spawnChild } from '../../shared/child/spawn.js';
 import { Signer } from '../../shared/crypto/ed25519.js';
-import { type Invocation } from '../../shared/protocol/artifacts.js';
+import type { Invocation } from '../../shared/protocol/artifacts.js';
 import { operationIdFor, parametersDigest } from '../../shared/protocol/binding.js';
-import { type JsonObject } from '../../shared/protocol/common.js';
+import type { JsonObject } from '../../shared/protocol/common.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
 import { collectingLogger, distPath } from '../helpers/children.js';
 

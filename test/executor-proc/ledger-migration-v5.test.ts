@@ -13,7 +13,7 @@ import { Signer } from '../../shared/crypto/ed25519.js';
 import { applyMigrations } from '../../shared/store/migrations.js';
 import { Archiver } from '../../executor-proc/ledger/archive.js';
 import { type ClaimSubject, Ledger } from '../../executor-proc/ledger/ledger.js';
-import { type OperationRecord } from '../../executor-proc/ledger/records.js';
+import type { OperationRecord } from '../../executor-proc/ledger/records.js';
 import { LEDGER_MIGRATIONS } from '../../executor-proc/ledger/schema.js';
 import { LEDGER_FILE, openStores, provisionStores } from '../../executor-proc/ledger/stores.js';
 import { reportMaxBytes, reportSigner } from '../../executor-proc/report.js';

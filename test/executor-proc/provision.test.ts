@@ -5,8 +5,8 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
-import { type CustodyError } from '../../shared/errors.js';
-import { type JsonObject } from '../../shared/protocol/common.js';
+import type { CustodyError } from '../../shared/errors.js';
+import type { JsonObject } from '../../shared/protocol/common.js';
 import { createKeyPair } from '../../shared/crypto/key-files.js';
 import { OTHER_KERNEL, type Home, KERNEL, makeHome, provisioned, removeHome, sqlite, startExecutor, stopExecutor } from './helpers.js';
 

@@ -10,7 +10,7 @@ import { expect } from 'chai';
 import { decodeArtifact } from '../../shared/artifacts/artifact.js';
 import { signRotation } from '../../shared/artifacts/rotation.js';
 import { Signer } from '../../shared/crypto/ed25519.js';
-import { type CustodyError } from '../../shared/errors.js';
+import type { CustodyError } from '../../shared/errors.js';
 import { ROTATION_STATEMENTS_MAX } from '../../shared/protocol/rotation-messages.js';
 import {
   type Executor,

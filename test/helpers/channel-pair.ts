@@ -2,7 +2,7 @@
 // memory, past the hello: the wire tests' live channel without a process.
 import { PassThrough, type Writable } from 'node:stream';
 import { Signer, generateSeed } from '../../shared/crypto/ed25519.js';
-import { type CustodyError } from '../../shared/errors.js';
+import type { CustodyError } from '../../shared/errors.js';
 import { createLogger } from '../../shared/log.js';
 import { ClientChannel } from '../../shared/wire/client.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';

@@ -12,9 +12,9 @@ import { type ChildSession, spawnChild } from '../../shared/child/spawn.js';
 import { Signer } from '../../shared/crypto/ed25519.js';
 import { CustodyError } from '../../shared/errors.js';
 import { readPublicKeyFile } from '../../shared/crypto/key-files.js';
-import { type ReportBody } from '../../shared/protocol/artifacts.js';
-import { type JsonObject } from '../../shared/protocol/common.js';
-import { type MessageKind, type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
+import type { ReportBody } from '../../shared/protocol/artifacts.js';
+import type { JsonObject } from '../../shared/protocol/common.js';
+import type { MessageKind, RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
 import { collectingLogger, distPath } from '../helpers/children.js';
 

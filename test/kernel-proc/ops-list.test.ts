@@ -3,8 +3,8 @@
 // frame carries, and `next_offset` says where the next starts — so a caller
 // such as archival reaches every operation, not only the newest 10 000.
 import { expect } from 'chai';
-import { type OperationView } from '../../shared/protocol/kernel-messages.js';
-import { type RequestOf } from '../../shared/protocol/messages.js';
+import type { OperationView } from '../../shared/protocol/kernel-messages.js';
+import type { RequestOf } from '../../shared/protocol/messages.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
 import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, refused, reserveBody, testExecutor } from './helpers.js';
 

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { artifactDigest } from '../../shared/artifacts/artifact.js';
 import { canonicalBytes } from '../../shared/canonical/jcs.js';
 import { operationIdFor, parametersDigest, requestBindingHash } from '../../shared/protocol/binding.js';
-import { type RequestOf } from '../../shared/protocol/messages.js';
+import type { RequestOf } from '../../shared/protocol/messages.js';
 import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, reserveBody, testExecutor, verifyReceipt, refused } from './helpers.js';
 
 /** A reserve body whose RFC 8785 form is exactly `bytes` long. */

@@ -1,10 +1,10 @@
 import { expect } from 'chai';
 import path from 'node:path';
 import { decodeArtifact, signArtifact } from '../../shared/artifacts/artifact.js';
-import { type Signer } from '../../shared/crypto/ed25519.js';
+import type { Signer } from '../../shared/crypto/ed25519.js';
 import { loadSigner } from '../../shared/crypto/key-files.js';
-import { type AuthorizationBody, type Envelope } from '../../shared/protocol/artifacts.js';
-import { type RequestOf } from '../../shared/protocol/messages.js';
+import type { AuthorizationBody, Envelope } from '../../shared/protocol/artifacts.js';
+import type { RequestOf } from '../../shared/protocol/messages.js';
 import {
   KernelProcess,
   KernelRoot,

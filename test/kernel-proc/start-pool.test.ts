@@ -5,7 +5,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import { decodeArtifact } from '../../shared/artifacts/artifact.js';
-import { type ResultOf } from '../../shared/protocol/messages.js';
+import type { ResultOf } from '../../shared/protocol/messages.js';
 import { KernelProcess, KernelRoot, TOOL, grantBody, holdOf, pinBody, reserveBody, testExecutor } from './helpers.js';
 
 describe('kernel-proc: start addressed to an executor of the pool', function () {

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { decodeArtifact } from '../../shared/artifacts/artifact.js';
-import { type RequestOf, type ResultOf } from '../../shared/protocol/messages.js';
+import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { KernelProcess, KernelRoot, TOOL, grantBody, holdOf, pinBody, reserveBody, testExecutor, verifyReceipt, refused } from './helpers.js';
 
 async function until(check: () => boolean, timeoutMs = 5000): Promise<void> {

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Signer, generateSeed } from '../../shared/crypto/ed25519.js';
-import { type CustodyError } from '../../shared/errors.js';
+import type { CustodyError } from '../../shared/errors.js';
 import { HeadWitnessStore } from '../../supervisor/children/witness.js';
 import { ChildHandle, type ChildSpec } from '../../supervisor/children/child-handle.js';
 import { RestartIntensity } from '../../supervisor/children/restart-intensity.js';

@@ -9,7 +9,7 @@ import { execFileSync } from 'node:child_process';
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { type CustodyError } from '../../shared/errors.js';
+import type { CustodyError } from '../../shared/errors.js';
 import { createKeyPair } from '../../shared/crypto/key-files.js';
 import { type TestService, initTestState, sqlite, startService } from '../helpers/service.js';
 

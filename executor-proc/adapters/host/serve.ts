@@ -4,12 +4,12 @@
 // about claims or reports; the executor does, from these answers.
 import { canonicalBytes } from '../../../shared/canonical/jcs.js';
 import { type ErrorCode, toCustodyError } from '../../../shared/errors.js';
-import { type JsonObject } from '../../../shared/protocol/common.js';
+import type { JsonObject } from '../../../shared/protocol/common.js';
 import { crashPoint } from '../../../shared/fault.js';
 import { pausePoint } from '../../fault-pause.js';
 import { type AdapterLog, type CustodyAdapter, DEFAULT_MAX_ARGUMENT_BYTES } from '../contract.js';
-import { type HostRequest } from '../host-protocol.js';
-import { type LoadedAdapter } from '../load.js';
+import type { HostRequest } from '../host-protocol.js';
+import type { LoadedAdapter } from '../load.js';
 
 export type HostSend = (message: Record<string, unknown>) => void;
 

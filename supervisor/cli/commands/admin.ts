@@ -6,8 +6,8 @@ import { checkOperationName } from '../../../shared/protocol/names.js';
 import { decodeArtifact, readEnvelope } from '../../../shared/artifacts/artifact.js';
 import { capabilityBody } from '../../../shared/protocol/artifacts.js';
 import { readPublicKeyFile } from '../../../shared/crypto/key-files.js';
-import { type z } from 'zod';
-import { type ServiceClient } from '../client.js';
+import type { z } from 'zod';
+import type { ServiceClient } from '../client.js';
 import { archiveAnswer, artifactsAnswer, grantAnswer, executorRotateAnswer, grantsAnswer, kernelRotateAnswer, keysAnswer, recoverRollbackAnswer, restartAnswer, statusAnswer } from '../../api/answers.js';
 import { type Output, formatDuration, formatTime, table } from '../output.js';
 

@@ -6,7 +6,7 @@ import { Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import ndjson from 'ndjson';
 import { incidentsAnswer, operationsAnswer } from '../../api/answers.js';
-import { type ServiceClient } from '../client.js';
+import type { ServiceClient } from '../client.js';
 
 /** As many as the API lists in one answer: every operation, and the most recent incidents. */
 const OPERATIONS_LIMIT = 100_000;

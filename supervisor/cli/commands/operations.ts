@@ -6,9 +6,9 @@ import { isCustodyError, toCustodyError } from '../../../shared/errors.js';
 import { newRequestId } from '../../../shared/request-id.js';
 import { checkOperationName } from '../../../shared/protocol/names.js';
 import { causeOf } from '../../operations/causes.js';
-import { type OperationOutcome } from '../../operations/outcome.js';
-import { type ServiceClient } from '../client.js';
-import { type OfflineTrace, offlineTrace } from '../offline-trace.js';
+import type { OperationOutcome } from '../../operations/outcome.js';
+import type { ServiceClient } from '../client.js';
+import type { OfflineTrace } from '../offline-trace.js';
 import { operationsAnswer, outcomeAnswer, traceAnswer } from '../../api/answers.js';
 import { exitCodeForOutcome } from '../exit-codes.js';
 import { type Output, formatTime, table } from '../output.js';
@@ -139,6 +139,8 @@ export async function traceCommand(client: ServiceClient, out: Output, name: str
     source = 'online: read through the running service';
   } catch (error) {
     if (!isCustodyError(error, 'service_unavailable')) throw error;
+    // Only an offline trace opens the stores: better-sqlite3 is loaded for it alone (main.ts).
+    const { offlineTrace } = await import('../offline-trace.js');
     body = offlineTrace(client.paths, checkOperationName(name, 'operation name'));
     source = `offline: read from the stores (the service is not running on ${client.paths.root}; nothing was locked or written)`;
   }

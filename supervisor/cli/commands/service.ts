@@ -1,9 +1,8 @@
 // custody init and custody start.
 import { LOG_LEVELS, type LogLevel, createLogger, errorFields } from '../../../shared/log.js';
-import { initState } from '../../init.js';
 import { needsInit } from '../../paths.js';
-import { Service } from '../../service.js';
-import { type Output } from '../output.js';
+import type { Service } from '../../service.js';
+import type { Output } from '../output.js';
 
 /**
  * The least level of a log line `custody init` shows: a person gets the
@@ -34,6 +33,7 @@ export async function initCommand(out: Output, stateDir: string, executors: numb
   const onChildStderr = (line: string) => {
     if (childLineShown(line, level)) process.stderr.write(line + '\n');
   };
+  const { initState } = await import('../../init.js');
   const result = await out.progress(`provisioning ${stateDir}`, initState(stateDir, { executors, log, onChildStderr }));
   out.result(
     { state_dir: result.paths.root, kernel_public_key: result.kernelPublicKey, executors: result.executors },
@@ -51,6 +51,7 @@ export async function initCommand(out: Output, stateDir: string, executors: numb
 /** Run the service in the foreground until SIGTERM/SIGINT or a failed kernel; resolves with the exit code. */
 export async function startCommand(stateDir: string, port: number | undefined): Promise<number> {
   const log = createLogger({ component: 'supervisor', pid: process.pid });
+  const [{ initState }, { Service }] = await Promise.all([import('../../init.js'), import('../../service.js')]);
   if (needsInit(stateDir)) {
     log.info('state_initializing', { state: stateDir });
     await initState(stateDir, { log });

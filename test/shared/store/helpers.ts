@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { type Migration, type StoreSpec } from '../../../shared/store/sqlite-store.js';
+import type { Migration, StoreSpec } from '../../../shared/store/sqlite-store.js';
 
 export const CREATE_ITEMS: Migration = {
   version: 1,

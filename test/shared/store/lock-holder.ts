@@ -3,7 +3,7 @@
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
-import { type Readable, type Writable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import { REPO_ROOT } from '../../helpers/vectors.js';
 
 const HOLDER_SCRIPT = path.join(REPO_ROOT, 'dist', 'test', 'fixtures', 'dir-lock-holder.js');

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { Signer, generateSeed } from '../../../shared/crypto/ed25519.js';
-import { type ChildSession } from '../../../shared/child/spawn.js';
+import type { ChildSession } from '../../../shared/child/spawn.js';
 import { distPath, startFixture } from '../../helpers/children.js';
 
 type Fixture = ChildSession & { stderr: string[] };

@@ -1,7 +1,7 @@
 // The pool's choice and its bounded wait, on fake children whose state the
 // test sets: fast and exact, no processes.
 import { expect } from 'chai';
-import { type ChildState } from '../../../supervisor/children/child-handle.js';
+import type { ChildState } from '../../../supervisor/children/child-handle.js';
 import { ExecutorPool } from '../../../supervisor/children/pool.js';
 import { refused } from '../../helpers/codes.js';
 

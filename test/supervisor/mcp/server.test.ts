@@ -8,7 +8,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { artifactDigest, readEnvelope } from '../../../shared/artifacts/artifact.js';
 import { requestIdFor } from '../../../supervisor/mcp/server.js';
 import { mcpNameOf, toolOfMcpName } from '../../../supervisor/mcp/names.js';

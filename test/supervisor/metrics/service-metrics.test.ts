@@ -3,9 +3,9 @@
 // child's cumulative counts (a new session) are not mistaken for a drop.
 import { expect } from 'chai';
 import { createLogger } from '../../../shared/log.js';
-import { type StatsResult } from '../../../shared/protocol/stats.js';
+import type { StatsResult } from '../../../shared/protocol/stats.js';
 import { ServiceMetrics, type StatsSource } from '../../../supervisor/metrics/metrics.js';
-import { type RequestRow } from '../../../supervisor/store/supervisor-store.js';
+import type { RequestRow } from '../../../supervisor/store/supervisor-store.js';
 import { parsePrometheusText, valueOf } from '../../helpers/prometheus-text.js';
 
 function row(phase: string, at: number, extra: Partial<RequestRow> = {}): RequestRow {
