@@ -26,7 +26,7 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
       // verbatimModuleSyntax keeps `import { type X } from 'm'` as `import {} from 'm'`:
       // m is loaded and run for a type. `import type` loads nothing, so a
-      // process (and every CLI call) loads only what it runs (docs/PERFORMANCE.md "Start-up").
+      // process (and every CLI call) loads only what it runs (docs/PERFORMANCE.md "CLI start").
       '@typescript-eslint/no-import-type-side-effects': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       '@typescript-eslint/only-throw-error': 'error',

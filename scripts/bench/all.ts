@@ -75,6 +75,7 @@ const printLoad = (label: string, load: LoadResult) => {
 };
 out(`\ncold start (custody start → API up, best of 3): ${e2e.cold_start_ms.toFixed(0)} ms`);
 out(`supervisor kill -9 → next custody start serving (best of 3): ${e2e.supervisor_kill_to_serving.best_ms.toFixed(0)} ms (trials ${e2e.supervisor_kill_to_serving.trials_ms.map((ms) => ms.toFixed(0)).join(', ')})`);
+out(`custody status through the CLI (a new process per call, ${e2e.cli_call.calls} calls): p50 ${e2e.cli_call.p50_ms.toFixed(0)} ms, CPU ${e2e.cli_call.cpu_ms_per_call.toFixed(0)} ms per call`);
 printLoad(`governed ops,  1 in flight, the first ${e2e.sequential_cold.operations} after a start (cold code)`, e2e.sequential_cold);
 for (const load of [e2e.sequential, e2e.concurrent, e2e.wide]) printLoad(`governed ops, ${String(load.concurrency).padStart(2)} in flight`, load);
 const long = e2e.long_history;

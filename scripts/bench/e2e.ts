@@ -5,7 +5,7 @@
 // percentiles, cold start, the time from `kill -9` of the supervisor to the
 // next one serving, and the time from `kill -9` of the executor to the next
 // completed operation. Ratios, not lone numbers.
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -15,7 +15,7 @@ import { createLogger } from '../../shared/log.js';
 import { parseConfig } from '../../supervisor/config/load.js';
 import { initState } from '../../supervisor/init.js';
 import { statePaths } from '../../supervisor/paths.js';
-import { cpuBetween, rssByRole, sampleTree, storeBytes } from './procfs.js';
+import { cpuBetween, reapedChildrenCpuMs, rssByRole, sampleTree, storeBytes } from './procfs.js';
 import { seedHistory } from './seed.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -204,6 +204,24 @@ export async function measureSupervisorKillToServing(root: string): Promise<{ be
   return { best_ms: Math.min(...trials), trials_ms: trials };
 }
 
+/**
+ * A client command through the CLI, as an agent calling `custody` per tool
+ * call runs it: `custody status` against the running service, `calls` times,
+ * each a new Node process (docs/PERFORMANCE.md "CLI start"). Wall time per
+ * call (median) and the CPU of the CLI process (every thread).
+ */
+function measureCliCall(service: Running, calls: number): { calls: number; p50_ms: number; cpu_ms_per_call: number } {
+  const walls: number[] = [];
+  const cpuBefore = reapedChildrenCpuMs();
+  for (let i = 0; i < calls; i++) {
+    const started = performance.now();
+    const run = spawnSync(process.execPath, [CLI, '--state', service.root, 'status', '--json'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    walls.push(performance.now() - started);
+    if (run.status !== 0) throw new Error(`custody status exited ${run.status}: ${run.stderr.toString()}`);
+  }
+  return { calls, p50_ms: percentile(walls.sort((a, b) => a - b), 50), cpu_ms_per_call: (reapedChildrenCpuMs() - cpuBefore) / calls };
+}
+
 async function stopService(service: Running): Promise<void> {
   service.process.kill('SIGTERM');
   await new Promise((resolve) => service.process.once('exit', resolve));
@@ -245,6 +263,7 @@ export async function measureEndToEnd(scale = 1, history = 100_000) {
     const concurrent = await runLoad(service, Math.round(1000 * scale), 16);
     const wide = await runLoad(service, Math.round(1500 * scale), 64);
     const measured = cold.operations + warmUp + sequential.operations + concurrent.operations + wide.operations;
+    const cliCall = measureCliCall(service, 20);
     await stopService(service);
     const bytesAfter = storeBytes(root);
     const perStore = Object.fromEntries(Object.keys(bytesAfter).map((file) => [file, ((bytesAfter[file] ?? 0) - (bytesBefore[file] ?? 0)) / measured]));
@@ -254,7 +273,7 @@ export async function measureEndToEnd(scale = 1, history = 100_000) {
     await runLoad(service, 50, 16);
     const longHistory = { seeded_operations: history, seed_seconds: seeded.seconds, ...(await runLoad(service, Math.round(1000 * scale), 16)) };
     const recovery = await measureKillToRecovered(service);
-    return { cold_start_ms: coldStartMs, supervisor_kill_to_serving: supervisorRestart, sequential_cold: cold, sequential, concurrent, wide, storage, long_history: longHistory, recovery };
+    return { cold_start_ms: coldStartMs, supervisor_kill_to_serving: supervisorRestart, cli_call: cliCall, sequential_cold: cold, sequential, concurrent, wide, storage, long_history: longHistory, recovery };
   } finally {
     if (service.process.exitCode === null && service.process.signalCode === null) await stopService(service);
     rmSync(dir, { recursive: true, force: true });

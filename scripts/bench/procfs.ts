@@ -38,6 +38,16 @@ function cpuMsOf(pid: number): number {
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / USER_HZ;
 }
 
+/**
+ * CPU of this process's children that have ended and been waited for
+ * (/proc/self/stat cutime + cstime): around a synchronous spawn, the CPU of
+ * that child alone, every thread of it.
+ */
+export function reapedChildrenCpuMs(): number {
+  const fields = statFields(process.pid)!;
+  return ((Number(fields[13]) + Number(fields[14])) * 1000) / USER_HZ;
+}
+
 function rssOf(pid: number): number {
   try {
     const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('VmRSS:'));
