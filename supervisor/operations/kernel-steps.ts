@@ -11,7 +11,7 @@ import type { OperationState } from '../../shared/protocol/kernel-messages.js';
 import type { RequestOf } from '../../shared/protocol/messages.js';
 import type { RequestRow } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel } from './context.js';
-import { REFUSED_STATES, SETTLED_STATES } from './outcome.js';
+import { REFUSED_STATES, SETTLED_STATES, outputOf } from './outcome.js';
 
 /** The reserve request the supervisor sends for a client request: the one its logged binding is computed from. */
 export function reserveRequestOf(request: Omit<BoundRequest, 'capability_id'>): RequestOf<'reserve'> {
@@ -51,11 +51,13 @@ export async function settleStep(ctx: OperationContext, row: RequestRow): Promis
   const result = await settleReport(ctx, row.authorization, row.report, row.request_id);
   // The kernel settled it; this supervisor has not recorded that yet.
   crashPoint('supervisor', 'after_report_forwarded');
+  const output = JSON.stringify(result.output ?? null);
   return ctx.store.movePhaseGrouped(row.request_id, 'settled', {
     outcome: result.state,
     reason: result.reason,
     receipt: result.receipt ?? undefined,
-    output: result.output === null ? undefined : JSON.stringify(result.output),
+    // Not stored a second time when the report gives the same (outcome.ts outputOf).
+    output: output === JSON.stringify(outputOf({ output: null, outcome: result.state, report: row.report })) ? undefined : output,
   });
 }
 

@@ -30,6 +30,24 @@ export function endedWithoutEffect(outcome: string | null): boolean {
 
 export type { OperationOutcome } from './outcome-view.js';
 
+/**
+ * The output a completed operation answers with: its report's, as the kernel
+ * answers it (kernel-proc/decisions/settle.ts). A row keeps `output` only
+ * where its report would not give the same (rows written before, and a
+ * kernel answer that differed), so an output is stored once in
+ * supervisor.db, in the report (docs/PERFORMANCE.md "The supervisor's
+ * output").
+ */
+export function outputOf(row: Pick<RequestRow, 'output' | 'outcome' | 'report'>): unknown {
+  if (row.output !== null) return JSON.parse(row.output) as unknown;
+  return row.outcome === 'completed' && row.report !== null ? reportOutput(row.report) : null;
+}
+
+/** The output a signed report carries (null when it carries none). */
+export function reportOutput(report: string): unknown {
+  return (JSON.parse(report) as { body: { output?: unknown } }).body.output ?? null;
+}
+
 export function outcomeOf(row: RequestRow): OperationOutcome {
   return {
     request_id: row.request_id,
@@ -40,7 +58,7 @@ export function outcomeOf(row: RequestRow): OperationOutcome {
     outcome: row.outcome,
     reason: row.reason,
     cause: causeOf({ tool: row.tool, request_id: row.request_id, reason: row.reason, report: row.report, executor: row.executor }),
-    output: row.output === null ? null : (JSON.parse(row.output) as unknown),
+    output: outputOf(row),
     receipt: row.receipt,
     report: row.report,
     authorization: row.authorization,
