@@ -131,4 +131,20 @@ export const SUPERVISOR_MIGRATIONS: readonly Migration[] = [
       BEGIN SELECT RAISE(ABORT, 'rotation statements are insert-once'); END;
     `,
   },
+  {
+    version: 4,
+    description: "output kept once: a completed request's output is its report's (docs/PERFORMANCE.md \"The supervisor's output\")",
+    sql: `
+      -- From this version a completed request's output is read from its
+      -- signed report; requests.output holds one only where the report would
+      -- not answer the same (and in rows written before). A build that does
+      -- not know this must not open the store: it would answer null.
+      -- The output each request answers with, for the shell (JSON text; the
+      -- API answers the same value).
+      CREATE VIEW requests_output AS
+        SELECT request_id, outcome,
+               coalesce(output, CASE WHEN outcome = 'completed' AND report IS NOT NULL THEN report -> '$.body.output' END) AS output
+          FROM requests;
+    `,
+  },
 ];

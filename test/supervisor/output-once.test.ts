@@ -39,6 +39,9 @@ describe("the supervisor's copy of an output", function () {
     expect(row).to.deep.equal({ no_copy: 1, report_bytes: row!.report_bytes, carried: 1 });
     expect(row!.report_bytes).to.be.above(COUNT);
 
+    expect(await sqlite(db, "SELECT length(output) AS bytes FROM requests_output WHERE request_id = 'large-1'"), 'the shell still reads it').to.deep.equal([{ bytes: COUNT + 11 }]);
+    expect(await sqlite(db, 'PRAGMA user_version'), 'an older build, which would answer null, refuses the store').to.deep.equal([{ user_version: 4 }]);
+
     const again = await invoke('large-1');
     expect(again.body, 'a repeated invoke answers the same').to.deep.equal(first.body);
     const looked = (await service.http('GET', '/v1/operations/large-1')).body.request as Record<string, unknown>;
@@ -53,7 +56,7 @@ describe("the supervisor's copy of an output", function () {
 
     await invoke('large-2');
     // As a build before this one wrote it: the output beside the report.
-    await promisify(execFile)('sqlite3', [db, `UPDATE requests SET output = '{"text":"kept beside the report"}' WHERE request_id = 'large-2'`]);
+    await promisify(execFile)('sqlite3', ['-cmd', '.timeout 5000', db, `UPDATE requests SET output = '{"text":"kept beside the report"}' WHERE request_id = 'large-2'`]);
     const looked = (await service.http('GET', '/v1/operations/large-2')).body.request as Record<string, unknown>;
     expect(looked.output).to.deep.equal({ text: 'kept beside the report' });
   });
