@@ -16,7 +16,6 @@ import { createOutput } from './output.js';
 import { authorizeCommand, executeCommand, invokeCommand, opsCommand, reportCommand, traceCommand } from './commands/operations.js';
 import { archiveCommand, executorRotateCommand, kernelRotateCommand, recoverRollbackCommand, restartCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
 import { initCommand, startCommand } from './commands/service.js';
-import { exportCommand } from './commands/export.js';
 
 let exitCode: number = CLI_EXIT.done;
 const setExit = (code: number): void => {
@@ -132,7 +131,11 @@ program
 program
   .command('export')
   .description('every operation and the recent incidents, as NDJSON on stdout: one JSON object per line, tagged with its "record" (operation or incident)')
-  .action(async () => setExit(await exportCommand(client())));
+  .action(async () => {
+    // ndjson and its streams are loaded for this command alone.
+    const { exportCommand } = await import('./commands/export.js');
+    setExit(await exportCommand(client()));
+  });
 
 program
   .command('trace')

@@ -49,9 +49,9 @@ describe('the custody CLI entry', () => {
     expect(loaded).to.include('commander');
   });
 
-  it('does not load the service, a store, the metrics or the MCP server before a command that needs them runs', () => {
+  it('does not load the service, a store, the metrics, the MCP server or the export stream before a command that needs them runs', () => {
     const heavy = [...loaded].filter((m) =>
-      ['better-sqlite3', 'prom-client', '@modelcontextprotocol/sdk'].some((p) => m === p || m.startsWith(`${p}/`)) ||
+      ['better-sqlite3', 'prom-client', '@modelcontextprotocol/sdk', 'ndjson'].some((p) => m === p || m.startsWith(`${p}/`)) ||
       ['supervisor/service.js', 'supervisor/init.js', 'supervisor/metrics/', 'supervisor/store/', 'supervisor/mcp/', 'supervisor/cli/offline-trace.js'].some((p) => m.startsWith(p)),
     );
     expect(heavy).to.deep.equal([]);
