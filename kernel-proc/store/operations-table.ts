@@ -4,6 +4,7 @@
 // store's trigger.
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
+import { answeredOutput } from '../../shared/protocol/artifacts.js';
 import type { OperationState } from '../../shared/protocol/kernel-messages.js';
 import { OPERATION_MACHINE } from '../machines.js';
 
@@ -68,9 +69,8 @@ export interface Settlement {
 
 /** The output a completed operation hands out: its report's, as JSON text; null for any other state or a null output. */
 function outputOf(state: OperationState, report: string | null): string | null {
-  if (state !== 'completed' || report === null) return null;
-  const output = (JSON.parse(report) as { body: { output?: unknown } }).body.output;
-  return output === null || output === undefined ? null : JSON.stringify(output);
+  const output = answeredOutput(state, report);
+  return output === null ? null : JSON.stringify(output);
 }
 
 /** The operations columns, and the two an operation row carries from elsewhere (filled by `withReport`). */

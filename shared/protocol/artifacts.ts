@@ -8,6 +8,7 @@ import {
   hex64,
   identifier,
   jsonValue,
+  type JsonValue,
   nonNegativeInt,
   positiveInt,
   timestampMs,
@@ -147,6 +148,19 @@ export const reportBody = z.strictObject({
     .optional(),
 });
 export type ReportBody = z.infer<typeof reportBody>;
+
+/**
+ * The output an operation answers with (`settle`'s `output`, docs/PROTOCOL.md
+ * §6): a completed operation's is its report's `body.output`; any other
+ * state's, and a report that carries none, is null. Read from the report's
+ * retained text, which was checked when it was kept; the kernel and the
+ * supervisor both answer by this rule, so neither stores the output beside
+ * the report.
+ */
+export function answeredOutput(state: string | null, report: string | null): JsonValue | null {
+  if (state !== 'completed' || report === null) return null;
+  return (JSON.parse(report) as { body: { output?: JsonValue | null } }).body.output ?? null;
+}
 
 // ------------------------------------------------------------------- receipt
 

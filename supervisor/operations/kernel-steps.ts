@@ -4,14 +4,14 @@
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, isCustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
-import { type Invocation, authorizationBody } from '../../shared/protocol/artifacts.js';
+import { type Invocation, answeredOutput, authorizationBody } from '../../shared/protocol/artifacts.js';
 import { type BoundRequest, parametersDigest } from '../../shared/protocol/binding.js';
 import type { JsonObject } from '../../shared/protocol/common.js';
 import type { OperationState } from '../../shared/protocol/kernel-messages.js';
 import type { RequestOf } from '../../shared/protocol/messages.js';
 import type { RequestRow } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel } from './context.js';
-import { REFUSED_STATES, SETTLED_STATES, outputOf } from './outcome.js';
+import { REFUSED_STATES, SETTLED_STATES } from './outcome.js';
 
 /** The reserve request the supervisor sends for a client request: the one its logged binding is computed from. */
 export function reserveRequestOf(request: Omit<BoundRequest, 'capability_id'>): RequestOf<'reserve'> {
@@ -57,7 +57,7 @@ export async function settleStep(ctx: OperationContext, row: RequestRow): Promis
     reason: result.reason,
     receipt: result.receipt ?? undefined,
     // Not stored a second time when the report gives the same (outcome.ts outputOf).
-    output: output === JSON.stringify(outputOf({ output: null, outcome: result.state, report: row.report })) ? undefined : output,
+    output: output === JSON.stringify(answeredOutput(result.state, row.report)) ? undefined : output,
   });
 }
 

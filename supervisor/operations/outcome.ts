@@ -1,4 +1,5 @@
 // What a client is told about an operation, derived from the request log.
+import { answeredOutput } from '../../shared/protocol/artifacts.js';
 import { type OperationState, operationState } from '../../shared/protocol/kernel-messages.js';
 import type { RequestRow } from '../store/supervisor-store.js';
 import { causeOf } from './causes.js';
@@ -31,21 +32,15 @@ export function endedWithoutEffect(outcome: string | null): boolean {
 export type { OperationOutcome } from './outcome-view.js';
 
 /**
- * The output a completed operation answers with: its report's, as the kernel
- * answers it (kernel-proc/decisions/settle.ts). A row keeps `output` only
- * where its report would not give the same (rows written before, and a
- * kernel answer that differed), so an output is stored once in
- * supervisor.db, in the report (docs/PERFORMANCE.md "The supervisor's
+ * The output a request answers with: its report's, by the rule the kernel
+ * answers with (shared/protocol/artifacts.ts answeredOutput). A row keeps
+ * `output` only where its report would not give the same (rows written
+ * before, and a kernel answer that differed), so an output is stored once
+ * in supervisor.db, in the report (docs/PERFORMANCE.md "The supervisor's
  * output").
  */
 export function outputOf(row: Pick<RequestRow, 'output' | 'outcome' | 'report'>): unknown {
-  if (row.output !== null) return JSON.parse(row.output) as unknown;
-  return row.outcome === 'completed' && row.report !== null ? reportOutput(row.report) : null;
-}
-
-/** The output a signed report carries (null when it carries none). */
-export function reportOutput(report: string): unknown {
-  return (JSON.parse(report) as { body: { output?: unknown } }).body.output ?? null;
+  return row.output !== null ? (JSON.parse(row.output) as unknown) : answeredOutput(row.outcome, row.report);
 }
 
 export function outcomeOf(row: RequestRow): OperationOutcome {
