@@ -5,6 +5,7 @@ import { CustodyError } from '../shared/errors.js';
 import type { Logger } from '../shared/log.js';
 import { withTimeout } from '../shared/timeout.js';
 import type { ReportStatus } from '../shared/protocol/artifacts.js';
+import type { AdmittedArguments } from './admitted-arguments.js';
 import type { AdapterDescriptor } from './adapters/contract.js';
 import type { AdapterHost } from './adapters/host-client.js';
 import type { HeadWitness } from './head-witness.js';
@@ -28,6 +29,8 @@ export interface ExecutorContext {
   readonly ledger: Ledger;
   readonly archiver: Archiver;
   readonly host: AdapterHost;
+  /** Arguments the adapter admitted at arguments.check, for the execute that follows (admitted-arguments.ts). */
+  readonly admitted: AdmittedArguments;
   /** The key of the current epoch; key.rotate replaces it (handlers/rotation.ts). */
   signer: Signer;
   /** The executor's directory (executor.key, ledger.db): where a rotation makes the next key. */

@@ -12,6 +12,7 @@ import { type HandlerMap, dispatch } from '../shared/dispatch.js';
 import type { Preamble } from '../shared/protocol/preamble.js';
 import type { RequestContext } from '../shared/wire/server.js';
 import { AdapterHost } from './adapters/host-client.js';
+import { AdmittedArguments } from './admitted-arguments.js';
 import type { ExecutorContext } from './context.js';
 import { cancelEffect } from './handlers/cancel.js';
 import { archiveReconciled, getClaim, recoverLedger } from './handlers/claims.js';
@@ -106,6 +107,7 @@ function executorContext(state: ExecutorState, host: AdapterHost, { settings, re
     ledger,
     archiver: new Archiver(ledger, state.stores.archive),
     host,
+    admitted: new AdmittedArguments(settings.runtime.admittedArgumentsMax),
     signer: state.signer,
     dir: options.dir,
     settings: settings.runtime,

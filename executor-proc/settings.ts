@@ -29,6 +29,8 @@ export const DEFAULTS = {
   noteMaxBytes: 4_096,
   /** How long a report's head may wait for the next claim's to carry it (head-witness.ts). */
   reportHeadLingerMs: 50,
+  /** Verdicts of arguments.check kept for the execute that follows (admitted-arguments.ts). */
+  admittedArgumentsMax: 1_024,
 } as const;
 
 /** Shorter windows would make the reconcile bounds no bound at all. */
@@ -40,6 +42,7 @@ const CEILINGS = {
   reconcile: 100_000,
   deadlineMs: 24 * 60 * 60 * 1000,
   headLingerMs: 1_000,
+  admittedArguments: 65_536,
 } as const;
 
 const ms = (max: number) => z.number().int().min(1).max(max);
@@ -64,6 +67,8 @@ export const executorSettingsSchema = z.strictObject({
   note_max_bytes: z.number().int().min(1).max(DEFAULTS.noteMaxBytes).optional(),
   /** How long a report's head may wait for a claim's announcement to carry it; 0: announced at once. */
   report_head_linger_ms: z.number().int().min(0).max(CEILINGS.headLingerMs).optional(),
+  /** How many admitted argument sets of arguments.check are kept for the execute that follows; 0: none. */
+  admitted_arguments_max: z.number().int().min(0).max(CEILINGS.admittedArguments).optional(),
 });
 export type ExecutorSettingsInput = z.infer<typeof executorSettingsSchema>;
 
@@ -86,6 +91,7 @@ export interface RuntimeSettings {
   readonly drainTimeoutMs: number | undefined;
   readonly noteMaxBytes: number;
   readonly reportHeadLingerMs: number;
+  readonly admittedArgumentsMax: number;
 }
 
 export interface ExecutorSettings {
@@ -117,6 +123,7 @@ export function parseExecutorSettings(raw: unknown): ExecutorSettings {
       drainTimeoutMs: s.drain_timeout_ms,
       noteMaxBytes: s.note_max_bytes ?? DEFAULTS.noteMaxBytes,
       reportHeadLingerMs: s.report_head_linger_ms ?? DEFAULTS.reportHeadLingerMs,
+      admittedArgumentsMax: s.admitted_arguments_max ?? DEFAULTS.admittedArgumentsMax,
     },
   };
 }

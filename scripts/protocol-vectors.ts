@@ -343,6 +343,7 @@ const EXECUTOR_SETTING_DOCS: Record<string, SettingDoc> = {
   cancel_wait_ms: { fallback: code(EXECUTOR_DEFAULTS.cancelWaitMs), meaning: 'how long `cancel` waits for a cancelled adapter to stop' },
   drain_timeout_ms: { fallback: 'the longest adapter deadline + 5000', meaning: 'how long a leaving executor lets effects in flight finish' },
   note_max_bytes: { fallback: code(EXECUTOR_DEFAULTS.noteMaxBytes), meaning: 'bytes of a `review-notes/append` note' },
+  admitted_arguments_max: { fallback: code(EXECUTOR_DEFAULTS.admittedArgumentsMax), meaning: "how many argument sets `arguments.check` admitted are kept so that the `execute` of the same arguments does not ask the adapter again: each used once, forgotten when the adapter host is replaced, the oldest dropped past the bound (0: every execute asks)" },
   report_head_linger_ms: { fallback: code(EXECUTOR_DEFAULTS.reportHeadLingerMs), meaning: "how long the ledger head after a report (not a refusal) waits for the next claim's `head` frame to carry it before it is sent alone (0: at once; §5, Head frames)" },
 };
 

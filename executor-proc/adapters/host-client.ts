@@ -45,6 +45,7 @@ export class AdapterHost {
   #descriptors = new Map<string, AdapterDescriptor>();
   #nextId = 0;
   #closing = false;
+  #generation = 0;
 
   private constructor(config: HostConfig, log: Logger) {
     this.#config = config;
@@ -60,6 +61,11 @@ export class AdapterHost {
 
   get descriptors(): ReadonlyMap<string, AdapterDescriptor> {
     return this.#descriptors;
+  }
+
+  /** Changes whenever a host process becomes ready or the running one exits: an answer is tied to the host that gave it. */
+  get generation(): number {
+    return this.#generation;
   }
 
   /** Send one call; the answer comes whenever the host gives it, or when the host dies. */
@@ -131,6 +137,7 @@ export class AdapterHost {
           clearTimeout(timer);
           this.#descriptors = new Map(message.adapters.map((descriptor) => [descriptor.tool, descriptor]));
           this.#child = child;
+          this.#generation += 1;
           this.#log.info('adapter_host_ready', { pid: child.pid, tools: [...this.#descriptors.keys()] });
           resolve(child);
         } else if (message.type === 'load_failed') {
@@ -172,7 +179,10 @@ export class AdapterHost {
   // may not have had its effect, so each is answered indeterminate, and the
   // next call starts a fresh host.
   #onExit(child: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void {
-    if (this.#child === child) this.#child = null;
+    if (this.#child === child) {
+      this.#child = null;
+      this.#generation += 1;
+    }
     if (!this.#closing) this.#log.warn('adapter_host_exited', { pid: child.pid, code, signal, running: this.#pending.size });
     for (const id of [...this.#pending.keys()]) {
       this.#settle(id, { ok: false, error: hostFailure(`adapter host exited (code ${code}, signal ${signal}) during the call`) });

@@ -36,7 +36,7 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
   const retired = context.ledger.retiredReason(verified.subject.signedUnder);
   if (retired) return dropIfAsked(context, body, refuseBeforeClaim(context, verified, epochRetired(verified, retired)));
   const descriptor = runnableAdapter(context, verified.invocation.tool);
-  const refused = await argumentRefusal(context, descriptor, body.arguments);
+  const refused = await argumentRefusal(context, descriptor, body.arguments, verified.invocation.parameters_digest);
   if (refused) return dropIfAsked(context, body, refuseBeforeClaim(context, verified, refused));
 
   // Step 2 (H5, ARCHITECTURE.md §6.5): the lookup comes before any window check, so a
@@ -94,8 +94,13 @@ export async function validateArguments(context: ExecutorContext, descriptor: Ad
 /** Codes of the adapter's verdict on the arguments themselves: the authorization binds them, so it holds for good. */
 const ARGUMENT_REFUSALS: ReadonlySet<string> = new Set(['arguments_invalid', 'arguments_too_large']);
 
-/** The adapter's refusal of these arguments, or null when it admits them; any other failure is thrown. */
-async function argumentRefusal(context: ExecutorContext, descriptor: AdapterDescriptor, args: Record<string, unknown>): Promise<CustodyError | null> {
+/**
+ * The adapter's refusal of these arguments, or null when it admits them; any other failure is thrown.
+ * Arguments the same adapter host admitted at arguments.check (they hash to `parameters`, checked above)
+ * are not asked again (admitted-arguments.ts).
+ */
+async function argumentRefusal(context: ExecutorContext, descriptor: AdapterDescriptor, args: Record<string, unknown>, parameters: string): Promise<CustodyError | null> {
+  if (context.admitted.take(descriptor.tool, parameters, context.host.generation)) return null;
   try {
     await validateArguments(context, descriptor, args);
     return null;

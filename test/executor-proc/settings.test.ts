@@ -24,6 +24,7 @@ const RUNTIME_KEYS: Record<string, string> = {
   drain_timeout_ms: 'drainTimeoutMs',
   note_max_bytes: 'noteMaxBytes',
   report_head_linger_ms: 'reportHeadLingerMs',
+  admitted_arguments_max: 'admittedArgumentsMax',
 };
 
 function runtimeValue(key: string, value: number): unknown {
@@ -44,6 +45,7 @@ describe('executor-proc settings', () => {
       drainTimeoutMs: undefined,
       noteMaxBytes: 4_096,
       reportHeadLingerMs: 50,
+      admittedArgumentsMax: 1_024,
     });
     expect(DEFAULTS.reconcileWindowMs).to.equal(60_000);
   });
@@ -64,6 +66,8 @@ describe('executor-proc settings', () => {
     ['note_max_bytes', 'max', 4_096],
     ['report_head_linger_ms', 'max', 1_000],
     ['report_head_linger_ms', 'min', 0],
+    ['admitted_arguments_max', 'max', 65_536],
+    ['admitted_arguments_max', 'min', 0],
   ];
   for (const [key, side, limit] of limits) {
     const past = side === 'max' ? limit + 1 : limit - 1;
