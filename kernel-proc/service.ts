@@ -18,6 +18,7 @@ import { markUnknown } from './decisions/mark-unknown.js';
 import { getOperation, listGrants, listOperations, recoverOperations } from './decisions/queries.js';
 import { settle } from './decisions/settle.js';
 import { reserve } from './decisions/reserve.js';
+import { reserveStart } from './decisions/reserve-start.js';
 import { start } from './decisions/start.js';
 import { addGrant, revokeGrant } from './grants.js';
 import { KERNEL_ID, type Kernel } from './kernel.js';
@@ -130,6 +131,10 @@ export class KernelService implements ChildService {
         const request = this.#bounded('start', body);
         return submit((context) => start(kernel, request, context));
       },
+      reserve_start: (body) => {
+        const request = this.#bounded('reserve_start', body);
+        return submit((context) => reserveStart(kernel, request, context));
+      },
       settle: (body) => submit((context) => settle(kernel, body, context)),
       mark_unknown: (body) => submit((context) => markUnknown(kernel, body, context)),
       'operation.get': (body) => submit(() => getOperation(kernel, body)),
@@ -176,7 +181,7 @@ export class KernelService implements ChildService {
     return { holds: HOLD_STATES.map((state) => ({ state, count: counts.get(state) ?? 0 })), commit_batches: this.#batches.entries() };
   }
 
-  /** max_request_bytes bounds the RFC 8785 bytes of a reserve or start body, the requests that carry arguments. */
+  /** max_request_bytes bounds the RFC 8785 bytes of a reserve, start or reserve_start body, the requests that carry arguments. */
   #bounded<T>(kind: KernelKind, request: T): T {
     const bytes = canonicalBytes(request).length;
     const bound = this.#kernel.settings.max_request_bytes;

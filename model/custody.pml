@@ -89,6 +89,8 @@ bool fenced = 0;
 /* ---- supervisor.db: the request log */
 mtype:phase phase = P_RECEIVED;
 mtype:rep logged_report = R_NONE;
+/* the reserve in flight carries its start: reserve_start (docs/PROTOCOL.md §6) */
+bool both = 0;
 
 /* ---- processes and their memory */
 bit clock = INSIDE;
@@ -135,6 +137,18 @@ inline settle(r) {
   fi
 }
 
+/* A start (kernel-proc/decisions/start.ts): only a reservation moves. */
+inline start() {
+  if
+  :: kst == K_RESERVED && !ttl_passed -> set_kst(K_DISPATCHED)
+  :: kst == K_RESERVED && ttl_passed -> set_kst(K_START_DENIED); dispose(H_RELEASED)
+#ifdef BROKEN_RELEASE
+  :: kst == K_EXPIRED -> kst = K_START_DENIED; hold = H_RELEASED; disposals++; assert(disposals <= 1)
+#endif
+  :: else -> skip
+  fi
+}
+
 /* One kernel request: applied in one transaction, or not at all. */
 inline kernel_call(kind, applied) {
   atomic {
@@ -146,16 +160,10 @@ inline kernel_call(kind, applied) {
             :: kst == K_NONE -> set_kst(K_RESERVED); hold = H_HELD
             :: kst == K_NONE -> set_kst(K_DENIED)
             :: else -> skip
-            fi
-       :: kind == P_RESERVED ->                         /* start */
-            if
-            :: kst == K_RESERVED && !ttl_passed -> set_kst(K_DISPATCHED)
-            :: kst == K_RESERVED && ttl_passed -> set_kst(K_START_DENIED); dispose(H_RELEASED)
-#ifdef BROKEN_RELEASE
-            :: kst == K_EXPIRED -> kst = K_START_DENIED; hold = H_RELEASED; disposals++; assert(disposals <= 1)
-#endif
-            :: else -> skip
-            fi
+            fi;
+            /* reserve_start: the start naming its nonce, in the same transaction */
+            if :: both -> start() :: else -> skip fi
+       :: kind == P_RESERVED -> start()
        :: kind == P_REPORTED -> settle(logged_report)
        :: kind == P_RECONCILING ->                      /* mark_unknown */
             if
@@ -315,11 +323,15 @@ proctype Supervisor() {
 end:
   do
   :: atomic { phase == P_RECEIVED || phase == P_RESERVED ->
+       /* a new request: reserve alone (as any host may), or reserve_start (as the supervisor does) */
+       if :: phase == P_RECEIVED -> if :: both = 0 :: both = 1 fi :: else -> both = 0 fi;
        kernel_call(phase, applied);
        if
        :: !applied -> skip                                            /* retry, same request id */
        :: applied && phase == P_RECEIVED && kst == K_DENIED -> move(P_REFUSED)
-       :: applied && phase == P_RECEIVED && kst != K_DENIED -> move(P_RESERVED)
+       :: applied && phase == P_RECEIVED && !both && kst != K_DENIED -> move(P_RESERVED)
+       :: applied && phase == P_RECEIVED && both && (kst == K_START_DENIED || kst == K_EXPIRED) -> move(P_REFUSED)
+       :: applied && phase == P_RECEIVED && both && kst != K_DENIED && kst != K_START_DENIED && kst != K_EXPIRED -> move(P_AUTHORIZED)
        :: applied && phase == P_RESERVED && (kst == K_START_DENIED || kst == K_EXPIRED) -> move(P_REFUSED)
        :: applied && phase == P_RESERVED && kst != K_START_DENIED && kst != K_EXPIRED -> move(P_AUTHORIZED)
        fi }

@@ -316,7 +316,7 @@ interface SettingDoc {
 const KERNEL_SETTING_DOCS: Record<string, SettingDoc> = {
   nonce_ttl_ms: { meaning: "how long a reservation's execution nonce lives before the expiry sweep expires it" },
   nonce_capacity: { meaning: 'live (unused, unexpired) nonces at once; when full, `reserve` is refused (`nonce_store_full`), nothing is evicted' },
-  max_request_bytes: { meaning: 'UTF-8 bytes of the JCS form of a reserve or start request body' },
+  max_request_bytes: { meaning: 'UTF-8 bytes of the JCS form of a reserve, start or reserve_start request body' },
   argument_bytes_default: { fallback: `min(${ARGUMENT_BYTES_DEFAULT}, \`max_request_bytes\`)`, meaning: "UTF-8 bytes of the JCS form of a tool's arguments, for tools without their own entry; at most `max_request_bytes`" },
   argument_bytes_per_tool: { meaning: 'per-tool argument bounds, each at most `max_request_bytes`' },
   history_per_operation: { meaning: 'receipts retained per operation (`history_full` past it)' },

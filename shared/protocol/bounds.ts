@@ -14,7 +14,7 @@ export const ARGUMENT_BYTES_DEFAULT = 32 * 1024;
  * holds `arguments` (3). test/shared/protocol/bounds.test.ts seals each kind
  * and measures, so this table cannot drift from the messages.
  */
-export const ARGUMENTS_ENVELOPE_DEPTH = { reserve: 2, start: 2, execute: 2 } as const;
+export const ARGUMENTS_ENVELOPE_DEPTH = { reserve: 2, start: 2, reserve_start: 2, execute: 2 } as const;
 
 /**
  * How deep a caller's `arguments` may nest (the object itself is level 1) so
@@ -35,19 +35,28 @@ interface ArgumentSettings {
 const positive = (value: unknown): number | undefined => (typeof value === 'number' && Number.isSafeInteger(value) && value > 0 ? value : undefined);
 
 /**
- * RFC 8785 bytes a `reserve` body holds besides its arguments, at the
+ * RFC 8785 bytes a `reserve_start` body holds besides its arguments, at the
  * longest every field may be (names of 128 characters, the largest cost):
  * the kernel bounds the whole body by `max_request_bytes`, so arguments may
- * have at most that much less. (`start` carries less around them.)
+ * have at most that much less. (`reserve` is this less `executor_id`, and
+ * `start` carries less still.)
  */
 export const RESERVE_ENVELOPE_BYTES =
-  canonicalBytes({ request_id: 'x'.repeat(128), subject: 'x'.repeat(128), tool: 'x'.repeat(128), arguments: {}, capability_id: 'x'.repeat(128), cost_units: Number.MAX_SAFE_INTEGER }).length - 2;
+  canonicalBytes({
+    request_id: 'x'.repeat(128),
+    subject: 'x'.repeat(128),
+    tool: 'x'.repeat(128),
+    arguments: {},
+    capability_id: 'x'.repeat(128),
+    cost_units: Number.MAX_SAFE_INTEGER,
+    executor_id: 'x'.repeat(128),
+  }).length - 2;
 
 /**
  * The argument bound for a tool, resolved from the kernel settings the way
  * the kernel resolves it: the tool's own entry, else
  * `argument_bytes_default`, else 32 KiB or `max_request_bytes` if lower —
- * and never more than fits a `reserve` body of `max_request_bytes`, so
+ * and never more than fits a `reserve_start` body of `max_request_bytes`, so
  * arguments the API takes are never refused by the kernel as a whole
  * request. Bytes of the RFC 8785 form of the arguments.
  */

@@ -75,21 +75,32 @@ export const grantView = z.strictObject({
   cost_units_held: nonNegativeInt,
 });
 
+const reserveRequest = z.strictObject({
+  request_id: identifier,
+  subject: identifier,
+  tool: toolName,
+  arguments: jsonObject,
+  capability_id: identifier.nullable(),
+  cost_units: nonNegativeInt,
+});
+const reserveResult = decision.extend({
+  nonce: z.strictObject({ id: identifier, expires_at: timestampMs }).nullable(),
+  expected: invocation.nullable(),
+});
+/**
+ * Executor pools: the executor to address the authorization to, one whose
+ * current pin serves the tool (else start_denied, tool_unknown). Absent:
+ * the executor chosen at reserve. Not part of what makes a retry the same
+ * start: a retry gets the first authorization, whichever executor it names.
+ */
+const startExecutor = identifier.optional();
+const startResult = decision.extend({ authorization: artifactText.nullable(), expected: invocation.nullable() });
+
 export const KERNEL_MESSAGES = {
   reserve: {
     to: ['kernel'],
-    request: z.strictObject({
-      request_id: identifier,
-      subject: identifier,
-      tool: toolName,
-      arguments: jsonObject,
-      capability_id: identifier.nullable(),
-      cost_units: nonNegativeInt,
-    }),
-    result: decision.extend({
-      nonce: z.strictObject({ id: identifier, expires_at: timestampMs }).nullable(),
-      expected: invocation.nullable(),
-    }),
+    request: reserveRequest,
+    result: reserveResult,
   },
   start: {
     to: ['kernel'],
@@ -97,15 +108,19 @@ export const KERNEL_MESSAGES = {
       request_id: identifier,
       nonce_id: identifier,
       arguments: jsonObject,
-      /**
-       * Executor pools: the executor to address the authorization to, one whose
-       * current pin serves the tool (else start_denied, tool_unknown). Absent:
-       * the executor chosen at reserve. Not part of what makes a retry the same
-       * start: a retry gets the first authorization, whichever executor it names.
-       */
-      executor_id: identifier.optional(),
+      executor_id: startExecutor,
     }),
-    result: decision.extend({ authorization: artifactText.nullable(), expected: invocation.nullable() }),
+    result: startResult,
+  },
+  /**
+   * A reserve and, when it allows, the start that names its nonce, decided in
+   * one transaction (docs/PROTOCOL.md §6): the two answers, each what the
+   * message alone would answer; `start` is null when the reserve did not allow.
+   */
+  reserve_start: {
+    to: ['kernel'],
+    request: reserveRequest.extend({ executor_id: startExecutor }),
+    result: z.strictObject({ reserve: reserveResult, start: startResult.nullable() }),
   },
   settle: {
     to: ['kernel'],

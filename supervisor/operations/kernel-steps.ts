@@ -18,15 +18,36 @@ export function reserveRequestOf(request: Omit<BoundRequest, 'capability_id'>): 
   return { request_id: request.request_id, subject: request.subject, tool: request.tool, arguments: request.arguments, capability_id: null, cost_units: request.cost_units };
 }
 
+/**
+ * Reserve and start in one exchange (`reserve_start`, docs/PROTOCOL.md §6):
+ * the supervisor writes nothing durable between the two decisions, so the
+ * kernel takes both in one transaction, one commit and one round trip
+ * fewer than the two messages (docs/PERFORMANCE.md, "Reserve and start in
+ * one exchange"). Each answer is handled as its own message's would be.
+ */
 export async function reserveStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
-  const result = await askKernel(ctx, 'reserve', reserveRequestOf({ ...row, arguments: JSON.parse(row.arguments) as JsonObject }), row.request_id);
-  if (result.verdict === 'allow' && result.nonce && result.expected) {
-    checkExpectation(ctx, row, result.expected);
-    // In memory until the attempt is written: a repeated reserve answers the same (ARCHITECTURE.md §6.6).
-    // The expectation is checked here and not kept: after the start it is the authorization's own invocation (expectedOf).
-    return ctx.store.movePhaseLater(row.request_id, 'reserved', { nonce_id: result.nonce.id, receipt: result.receipt ?? undefined });
-  }
-  return afterKernelState(ctx, row, result.state, result.receipt, result.reason);
+  // Any running executor of the tool may take it (children/pool.ts), counted in flight at once so concurrent
+  // requests see each other's choice; counted as routed to it once the reservation is allowed.
+  const chosen = await ctx.pool?.pick(row.tool, ctx.signal);
+  if (chosen) ctx.pool!.track(row.request_id, chosen.identityId);
+  const answer = await askKernel(
+    ctx,
+    'reserve_start',
+    { ...reserveRequestOf({ ...row, arguments: JSON.parse(row.arguments) as JsonObject }), ...(chosen ? { executor_id: chosen.identityId } : {}) },
+    row.request_id,
+  );
+  const reserved = answer.reserve;
+  if (reserved.verdict !== 'allow' || !reserved.nonce || !reserved.expected) return afterKernelState(ctx, row, reserved.state, reserved.receipt, reserved.reason);
+  if (chosen) ctx.pool!.track(row.request_id, chosen.identityId, true);
+  checkExpectation(ctx, row, reserved.expected);
+  // In memory until the attempt is written: a repeated reserve answers the same (ARCHITECTURE.md §6.6).
+  // The expectation is checked here and not kept: after the start it is the authorization's own invocation (expectedOf).
+  const reservedRow = ctx.store.movePhaseLater(row.request_id, 'reserved', { nonce_id: reserved.nonce.id, receipt: reserved.receipt ?? undefined });
+  const started = answer.start;
+  // An allowed reserve always comes with its start; without one, the start step asks for it.
+  if (!started) return reservedRow;
+  if (started.verdict === 'allow' && started.authorization) return adoptAuthorization(ctx, reservedRow, started.authorization);
+  return afterKernelState(ctx, reservedRow, started.state, started.receipt, started.reason);
 }
 
 export async function startStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {

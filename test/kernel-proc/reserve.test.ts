@@ -175,6 +175,16 @@ describe('kernel-proc: reserve', function () {
     expect((await kernel.request('operation.get', { operation_id: null, request_id: 'size-past' })).operation).to.equal(null);
   });
 
+  it('bounds a reserve_start body the same way: exactly max_request_bytes taken, one byte more refused', async () => {
+    const at = reserveOfSize('rs-size-at', 'big/wide', 1024);
+    expect(canonicalBytes(at).length).to.equal(1024);
+    expect((await kernel.request('reserve_start', at)).reserve.verdict).to.equal('allow');
+    const refusal = await refused(kernel.request('reserve_start', reserveOfSize('rs-size-past', 'big/wide', 1025)));
+    expect(refusal.code).to.equal('body_too_large');
+    expect(refusal.message).to.match(/reserve_start request is 1025 bytes .* max_request_bytes is 1024/);
+    expect((await kernel.request('operation.get', { operation_id: null, request_id: 'rs-size-past' })).operation).to.equal(null);
+  });
+
   it('allows four invocations of a 4-invocation grant and denies exactly the fifth: budget_exhausted', async () => {
     const grant = await kernel.request('grant.add', grantBody(TOOL, { max_invocations: 4 }));
     for (let i = 1; i <= 4; i += 1) {

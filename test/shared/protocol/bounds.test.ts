@@ -1,5 +1,5 @@
 // The argument bound the API and the CLI apply is the kernel's, resolved the
-// same way, and never more than fits a reserve body of max_request_bytes.
+// same way, and never more than fits a reserve_start body of max_request_bytes.
 import { expect } from 'chai';
 import { canonicalBytes } from '../../../shared/canonical/jcs.js';
 import { RESERVE_ENVELOPE_BYTES, argumentBytesBound } from '../../../shared/protocol/bounds.js';
@@ -23,12 +23,13 @@ describe('the argument bound shared by the kernel, the API and the CLI', () => {
     });
   }
 
-  it('arguments at the bound with every other field at its longest make a reserve body of exactly max_request_bytes', () => {
+  it('arguments at the bound with every other field at its longest make a reserve_start body of exactly max_request_bytes, a reserve body less', () => {
     const settings = { max_request_bytes: 1024, argument_bytes_default: 1024 };
     const bound = argumentBytesBound(settings, TOOL);
     const args = { note: 'x'.repeat(bound - '{"note":""}'.length) };
     expect(canonicalBytes(args).length).to.equal(bound);
     const reserve = { request_id: 'r'.repeat(128), subject: 's'.repeat(128), tool: 't'.repeat(128), arguments: args, capability_id: 'c'.repeat(128), cost_units: Number.MAX_SAFE_INTEGER };
-    expect(canonicalBytes(reserve).length).to.equal(settings.max_request_bytes);
+    expect(canonicalBytes({ ...reserve, executor_id: 'e'.repeat(128) }).length).to.equal(settings.max_request_bytes);
+    expect(canonicalBytes(reserve).length).to.be.below(settings.max_request_bytes);
   });
 });
