@@ -17,13 +17,17 @@ import { reserve } from './reserve.js';
 import { start } from './start.js';
 
 export function reserveStart(kernel: Kernel, request: RequestOf<'reserve_start'>, context: UnitContext): ResultOf<'reserve_start'> {
-  const { executor_id: executorId, ...reserveRequest } = request;
+  const { executor_id: executorId, request_binding_hash: hostBinding, ...reserveRequest } = request;
   const reserved = reserve(kernel, reserveRequest, context);
   if (reserved.verdict !== 'allow' || reserved.nonce === null) return { reserve: reserved, start: null };
+  // The host checks the reservation's invocation against its own log before it acts on an authorization
+  // (ARCHITECTURE.md §6.2); with the two decided at once, the kernel checks the binding first, so a
+  // reservation the host would disown is refused, its hold released, and no authorization signed.
   const started = start(
     kernel,
     { request_id: request.request_id, nonce_id: reserved.nonce.id, arguments: request.arguments, ...(executorId === undefined ? {} : { executor_id: executorId }) },
     context,
+    hostBinding,
   );
   return { reserve: reserved, start: started };
 }

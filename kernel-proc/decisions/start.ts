@@ -45,7 +45,12 @@ export function startRequestDigest(request: StartRequest, parameters = parameter
   });
 }
 
-export function start(kernel: Kernel, request: StartRequest, context: UnitContext): StartResult {
+/**
+ * `hostBinding`: reserve_start's `request_binding_hash`, the binding the host
+ * logged for this request; a reservation bound otherwise is refused rather
+ * than started (reserve-start.ts).
+ */
+export function start(kernel: Kernel, request: StartRequest, context: UnitContext, hostBinding?: string): StartResult {
   const { store } = kernel;
   const operation = store.operations.get(operationIdFor(request.request_id));
   if (!operation) throw new CustodyError('operation_unknown', `no reservation for request id ${request.request_id}; reserve first`);
@@ -73,7 +78,13 @@ export function start(kernel: Kernel, request: StartRequest, context: UnitContex
 
   // 3. The nonce and the arguments.
   if (operation.state !== 'reserved') return refuseSecondStart(kernel, operation, nonce, request, requestDigest, now);
-  const judged = judgeStart(kernel, operation, nonce, request, parameters, now);
+  const judged =
+    hostBinding !== undefined && hostBinding !== operation.request_binding_hash
+      ? {
+          code: 'invocation_mismatch' as const,
+          message: `request ${operation.request_id} was reserved under binding ${operation.request_binding_hash.slice(0, 16)}…, the host logged ${hostBinding.slice(0, 16)}…; it is not started`,
+        }
+      : judgeStart(kernel, operation, nonce, request, parameters, now);
   if ('code' in judged) return refuseReservation(kernel, operation, nonce, judged, requestDigest, context);
   return commitStart(kernel, operation, judged, requestDigest, context);
 }

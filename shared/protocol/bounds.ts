@@ -50,6 +50,7 @@ export const RESERVE_ENVELOPE_BYTES =
     capability_id: 'x'.repeat(128),
     cost_units: Number.MAX_SAFE_INTEGER,
     executor_id: 'x'.repeat(128),
+    request_binding_hash: 'x'.repeat(64),
   }).length - 2;
 
 /**

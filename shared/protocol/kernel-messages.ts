@@ -116,10 +116,12 @@ export const KERNEL_MESSAGES = {
    * A reserve and, when it allows, the start that names its nonce, decided in
    * one transaction (docs/PROTOCOL.md §6): the two answers, each what the
    * message alone would answer; `start` is null when the reserve did not allow.
+   * `request_binding_hash` is the host's own binding of the request (§8): a
+   * reservation bound otherwise is not started (invocation_mismatch).
    */
   reserve_start: {
     to: ['kernel'],
-    request: reserveRequest.extend({ executor_id: startExecutor }),
+    request: reserveRequest.extend({ executor_id: startExecutor, request_binding_hash: hex32 }),
     result: z.strictObject({ reserve: reserveResult, start: startResult.nullable() }),
   },
   settle: {

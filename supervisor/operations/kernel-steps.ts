@@ -33,12 +33,17 @@ export async function reserveStep(ctx: OperationContext, row: RequestRow): Promi
   const answer = await askKernel(
     ctx,
     'reserve_start',
-    { ...reserveRequestOf({ ...row, arguments: JSON.parse(row.arguments) as JsonObject }), ...(chosen ? { executor_id: chosen.identityId } : {}) },
+    {
+      ...reserveRequestOf({ ...row, arguments: JSON.parse(row.arguments) as JsonObject }),
+      ...(chosen ? { executor_id: chosen.identityId } : {}),
+      // The kernel starts it only if it reserved it under this binding (kernel-proc/decisions/reserve-start.ts).
+      request_binding_hash: row.binding_hash,
+    },
     row.request_id,
   );
   const reserved = answer.reserve;
   if (reserved.verdict !== 'allow' || !reserved.nonce || !reserved.expected) return afterKernelState(ctx, row, reserved.state, reserved.receipt, reserved.reason);
-  if (chosen) ctx.pool!.track(row.request_id, chosen.identityId, true);
+  if (chosen && answer.start?.verdict === 'allow') ctx.pool!.track(row.request_id, chosen.identityId, true);
   checkExpectation(ctx, row, reserved.expected);
   // In memory until the attempt is written: a repeated reserve answers the same (ARCHITECTURE.md §6.6).
   // The expectation is checked here and not kept: after the start it is the authorization's own invocation (expectedOf).

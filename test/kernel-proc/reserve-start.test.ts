@@ -5,6 +5,7 @@
 // a kill -9 after that commit keeps both; a denied reserve has no start.
 import { expect } from 'chai';
 import { decodeArtifact } from '../../shared/artifacts/artifact.js';
+import { bindRequest } from '../../shared/protocol/binding.js';
 import type { RequestOf } from '../../shared/protocol/messages.js';
 import { KernelProcess, KernelRoot, TOOL, grantBody, holdOf, pinBody, refused, reserveBody, testExecutor, verifyReceipt } from './helpers.js';
 
@@ -16,7 +17,11 @@ describe('kernel-proc: reserve_start', function () {
   let kernel: KernelProcess;
   let grant: string;
 
-  const body = (id: string, overrides: Partial<RequestOf<'reserve_start'>> = {}): RequestOf<'reserve_start'> => ({ ...reserveBody(id, { capability_id: grant }), ...overrides });
+  /** The request as a host sends it: with its own binding of what it asks for. */
+  const body = (id: string, overrides: Partial<RequestOf<'reserve_start'>> = {}): RequestOf<'reserve_start'> => {
+    const request = { ...reserveBody(id, { capability_id: grant }), ...overrides };
+    return { request_binding_hash: bindRequest(request).request_binding_hash, ...request };
+  };
   const head = () => root.read<{ seq: number }>('SELECT seq FROM head')[0]!.seq;
   const stateOf = (operationId: string) => root.read<{ state: string }>('SELECT state FROM operations WHERE operation_id = ?', operationId)[0]?.state;
 
@@ -73,6 +78,19 @@ describe('kernel-proc: reserve_start', function () {
     expect(answer.start).to.include({ verdict: 'deny', reason: 'tool_unknown', state: 'start_denied', authorization: null });
     expect(verifyReceipt(answer.start!.receipt!, root.publicKey)).to.include({ decision: 'start', state: 'start_denied' });
     expect(holdOf(root, answer.reserve.operation_id)!.state).to.equal('released');
+  });
+
+  it('does not start a reservation bound otherwise than the host logged: invocation_mismatch, start_denied, the hold released, no authorization', async () => {
+    const before = head();
+    const answer = await kernel.request('reserve_start', body('rs-unbound', { request_binding_hash: 'f'.repeat(64) }));
+    expect(head()).to.equal(before + 1);
+    expect(answer.reserve.verdict).to.equal('allow');
+    expect(answer.start).to.include({ verdict: 'deny', reason: 'invocation_mismatch', state: 'start_denied', authorization: null });
+    expect(verifyReceipt(answer.start!.receipt!, root.publicKey)).to.include({ decision: 'start', reason: 'invocation_mismatch', state: 'start_denied' });
+    expect(holdOf(root, answer.reserve.operation_id)!.state).to.equal('released');
+    expect(root.read('SELECT authorization FROM operations WHERE operation_id = ?', answer.reserve.operation_id)).to.deep.equal([{ authorization: null }]);
+    // Asked again, the same refusal: nothing moves a terminal operation.
+    expect(JSON.stringify(await kernel.request('reserve_start', body('rs-unbound', { request_binding_hash: 'f'.repeat(64) })))).to.equal(JSON.stringify(answer));
   });
 
   it('continues a reservation made by reserve alone: the start half starts it', async () => {

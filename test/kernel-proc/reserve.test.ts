@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { artifactDigest } from '../../shared/artifacts/artifact.js';
 import { canonicalBytes } from '../../shared/canonical/jcs.js';
-import { operationIdFor, parametersDigest, requestBindingHash } from '../../shared/protocol/binding.js';
+import { bindRequest, operationIdFor, parametersDigest, requestBindingHash } from '../../shared/protocol/binding.js';
 import type { RequestOf } from '../../shared/protocol/messages.js';
 import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, reserveBody, testExecutor, verifyReceipt, refused } from './helpers.js';
 
@@ -176,10 +176,18 @@ describe('kernel-proc: reserve', function () {
   });
 
   it('bounds a reserve_start body the same way: exactly max_request_bytes taken, one byte more refused', async () => {
-    const at = reserveOfSize('rs-size-at', 'big/wide', 1024);
+    // The binding is of the bound fields only: computed on the padded request, it does not change its size.
+    const member = canonicalBytes({ request_binding_hash: 'b'.repeat(64) }).length - 2 + 1; // "request_binding_hash":"…" and its comma
+    const withBinding = (requestId: string, bytes: number): RequestOf<'reserve_start'> => {
+      const sized = reserveOfSize(requestId, 'big/wide', bytes - member);
+      return { ...sized, request_binding_hash: bindRequest(sized).request_binding_hash };
+    };
+    const at = withBinding('rs-size-at', 1024);
     expect(canonicalBytes(at).length).to.equal(1024);
     expect((await kernel.request('reserve_start', at)).reserve.verdict).to.equal('allow');
-    const refusal = await refused(kernel.request('reserve_start', reserveOfSize('rs-size-past', 'big/wide', 1025)));
+    const past = withBinding('rs-size-past', 1025);
+    expect(canonicalBytes(past).length).to.equal(1025);
+    const refusal = await refused(kernel.request('reserve_start', past));
     expect(refusal.code).to.equal('body_too_large');
     expect(refusal.message).to.match(/reserve_start request is 1025 bytes .* max_request_bytes is 1024/);
     expect((await kernel.request('operation.get', { operation_id: null, request_id: 'rs-size-past' })).operation).to.equal(null);

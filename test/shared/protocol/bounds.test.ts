@@ -29,7 +29,7 @@ describe('the argument bound shared by the kernel, the API and the CLI', () => {
     const args = { note: 'x'.repeat(bound - '{"note":""}'.length) };
     expect(canonicalBytes(args).length).to.equal(bound);
     const reserve = { request_id: 'r'.repeat(128), subject: 's'.repeat(128), tool: 't'.repeat(128), arguments: args, capability_id: 'c'.repeat(128), cost_units: Number.MAX_SAFE_INTEGER };
-    expect(canonicalBytes({ ...reserve, executor_id: 'e'.repeat(128) }).length).to.equal(settings.max_request_bytes);
+    expect(canonicalBytes({ ...reserve, executor_id: 'e'.repeat(128), request_binding_hash: 'b'.repeat(64) }).length).to.equal(settings.max_request_bytes);
     expect(canonicalBytes(reserve).length).to.be.below(settings.max_request_bytes);
   });
 });

@@ -25,7 +25,7 @@ function nested(depth: number): Record<string, unknown> {
 const CARRIERS: Record<keyof typeof ARGUMENTS_ENVELOPE_DEPTH, (args: Record<string, unknown>) => Record<string, unknown>> = {
   reserve: (args) => ({ request_id: 'r-1', subject: 'agent', tool: 'review-notes/append', arguments: args, capability_id: null, cost_units: 0 }),
   start: (args) => ({ request_id: 'r-1', nonce_id: 'n-1', arguments: args }),
-  reserve_start: (args) => ({ request_id: 'r-1', subject: 'agent', tool: 'review-notes/append', arguments: args, capability_id: null, cost_units: 0, executor_id: 'default' }),
+  reserve_start: (args) => ({ request_id: 'r-1', subject: 'agent', tool: 'review-notes/append', arguments: args, capability_id: null, cost_units: 0, executor_id: 'default', request_binding_hash: HEX }),
   execute: (args) => ({
     authorization: '{}',
     expected: { operation_id: HEX, request_id: 'r-1', request_binding_hash: HEX, capability_id: 'cap-1', capability_digest: HEX, tool: 'review-notes/append', parameters_digest: HEX },
