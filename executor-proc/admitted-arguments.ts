@@ -1,5 +1,5 @@
 // Arguments the adapter admitted at `arguments.check`, remembered for the
-// `execute` that follows (docs/PERFORMANCE.md, "One argument check per
+// `execute` that follows (docs/PERFORMANCE.md, "Stop 19: one argument check per
 // operation"). The supervisor asks the check just before it reserves a new
 // request; without this memory the execute of the same arguments asked the
 // adapter host the same question again, one more round trip between two
@@ -22,10 +22,6 @@ export class AdmittedArguments {
 
   constructor(max: number) {
     this.#max = max;
-  }
-
-  get size(): number {
-    return this.#entries.size;
   }
 
   /** The adapter host of `generation` admitted these arguments for `tool`. */

@@ -78,13 +78,7 @@ export function start(kernel: Kernel, request: StartRequest, context: UnitContex
 
   // 3. The nonce and the arguments.
   if (operation.state !== 'reserved') return refuseSecondStart(kernel, operation, nonce, request, requestDigest, now);
-  const judged =
-    hostBinding !== undefined && hostBinding !== operation.request_binding_hash
-      ? {
-          code: 'invocation_mismatch' as const,
-          message: `request ${operation.request_id} was reserved under binding ${operation.request_binding_hash.slice(0, 16)}…, the host logged ${hostBinding.slice(0, 16)}…; it is not started`,
-        }
-      : judgeStart(kernel, operation, nonce, request, parameters, now);
+  const judged = judgeStart(kernel, operation, nonce, request, parameters, now, hostBinding);
   if ('code' in judged) return refuseReservation(kernel, operation, nonce, judged, requestDigest, context);
   return commitStart(kernel, operation, judged, requestDigest, context);
 }
@@ -131,7 +125,14 @@ function judgeStart(
   request: StartRequest,
   parameters: string,
   now: number,
+  hostBinding: string | undefined,
 ): StartRefusal | StartAdmission {
+  if (hostBinding !== undefined && hostBinding !== operation.request_binding_hash) {
+    return {
+      code: 'invocation_mismatch',
+      message: `request ${operation.request_id} was reserved under binding ${operation.request_binding_hash.slice(0, 16)}…, the host logged ${hostBinding.slice(0, 16)}…; it is not started`,
+    };
+  }
   if (!nonce || request.nonce_id !== nonce.nonce_id) {
     return { code: 'nonce_unknown', message: `nonce ${request.nonce_id.slice(0, 20)} is not the nonce of operation ${operation.request_id}` };
   }

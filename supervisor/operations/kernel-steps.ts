@@ -8,7 +8,7 @@ import { type Invocation, answeredOutput, authorizationBody } from '../../shared
 import { type BoundRequest, parametersDigest } from '../../shared/protocol/binding.js';
 import type { JsonObject } from '../../shared/protocol/common.js';
 import type { OperationState } from '../../shared/protocol/kernel-messages.js';
-import type { RequestOf } from '../../shared/protocol/messages.js';
+import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import type { RequestRow } from '../store/supervisor-store.js';
 import { type OperationContext, askKernel } from './context.js';
 import { REFUSED_STATES, SETTLED_STATES } from './outcome.js';
@@ -22,14 +22,11 @@ export function reserveRequestOf(request: Omit<BoundRequest, 'capability_id'>): 
  * Reserve and start in one exchange (`reserve_start`, docs/PROTOCOL.md §6):
  * the supervisor writes nothing durable between the two decisions, so the
  * kernel takes both in one transaction, one commit and one round trip
- * fewer than the two messages (docs/PERFORMANCE.md, "Reserve and start in
- * one exchange"). Each answer is handled as its own message's would be.
+ * fewer than the two messages (docs/PERFORMANCE.md, "Stop 19: reserve and
+ * start in one exchange"). Each answer is handled as its own message's would be.
  */
 export async function reserveStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
-  // Any running executor of the tool may take it (children/pool.ts), counted in flight at once so concurrent
-  // requests see each other's choice; counted as routed to it once the reservation is allowed.
-  const chosen = await ctx.pool?.pick(row.tool, ctx.signal);
-  if (chosen) ctx.pool!.track(row.request_id, chosen.identityId);
+  const chosen = await pickExecutor(ctx, row);
   const answer = await askKernel(
     ctx,
     'reserve_start',
@@ -48,18 +45,13 @@ export async function reserveStep(ctx: OperationContext, row: RequestRow): Promi
   // In memory until the attempt is written: a repeated reserve answers the same (ARCHITECTURE.md §6.6).
   // The expectation is checked here and not kept: after the start it is the authorization's own invocation (expectedOf).
   const reservedRow = ctx.store.movePhaseLater(row.request_id, 'reserved', { nonce_id: reserved.nonce.id, receipt: reserved.receipt ?? undefined });
-  const started = answer.start;
   // An allowed reserve always comes with its start; without one, the start step asks for it.
-  if (!started) return reservedRow;
-  if (started.verdict === 'allow' && started.authorization) return adoptAuthorization(ctx, reservedRow, started.authorization);
-  return afterKernelState(ctx, reservedRow, started.state, started.receipt, started.reason);
+  return answer.start ? afterStart(ctx, reservedRow, answer.start) : reservedRow;
 }
 
 export async function startStep(ctx: OperationContext, row: RequestRow): Promise<RequestRow> {
   if (!row.nonce_id) throw new CustodyError('internal', `supervisor.db: request ${row.request_id} is reserved without a nonce`);
-  // Not started yet: any running executor of the tool may take it (children/pool.ts); counted at once,
-  // so concurrent starts see each other's choice.
-  const chosen = await ctx.pool?.pick(row.tool, ctx.signal);
+  const chosen = await pickExecutor(ctx, row);
   if (chosen) ctx.pool!.track(row.request_id, chosen.identityId, true);
   const result = await askKernel(ctx, 'start', {
     request_id: row.request_id,
@@ -67,6 +59,23 @@ export async function startStep(ctx: OperationContext, row: RequestRow): Promise
     arguments: JSON.parse(row.arguments) as JsonObject,
     ...(chosen ? { executor_id: chosen.identityId } : {}),
   }, row.request_id);
+  return afterStart(ctx, row, result);
+}
+
+/**
+ * The executor a start is addressed to: any running executor of the tool
+ * (children/pool.ts), counted in flight on it at once so that concurrent
+ * requests see each other's choice; counted as routed to it by the caller
+ * once the start is asked or allowed.
+ */
+async function pickExecutor(ctx: OperationContext, row: RequestRow) {
+  const chosen = await ctx.pool?.pick(row.tool, ctx.signal);
+  if (chosen) ctx.pool!.track(row.request_id, chosen.identityId);
+  return chosen;
+}
+
+/** A start's answer: its authorization adopted, or the state it left the operation in. */
+function afterStart(ctx: OperationContext, row: RequestRow, result: ResultOf<'start'>): Promise<RequestRow> | RequestRow {
   if (result.verdict === 'allow' && result.authorization) return adoptAuthorization(ctx, row, result.authorization);
   return afterKernelState(ctx, row, result.state, result.receipt, result.reason);
 }
