@@ -33,6 +33,8 @@ export async function custody(args: readonly string[], options: { env?: NodeJS.P
 
 /** The fixture adapters of test/fixtures/executor-adapters.ts, loaded the way an operator loads a tool. */
 export const FIXTURE_ADAPTERS = distPath('test', 'fixtures', 'executor-adapters.js');
+/** The executor `default` with the fixture adapters beside review-notes (test/fixtures/executor-adapters.ts), as custody.json names it. */
+export const FIXTURE_EXECUTOR = { name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] };
 
 /** Fast timings for tests: short heartbeats, backoffs and sweeps. */
 export const FAST_TIMING = {

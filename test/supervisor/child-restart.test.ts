@@ -4,7 +4,7 @@
 // killed, reaped and restarted with its operations reconciled.
 import { expect } from 'chai';
 import path from 'node:path';
-import { type TestService, FIXTURE_ADAPTERS, sqlite, startService } from '../helpers/service.js';
+import { FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 import { until } from '../helpers/eventually.js';
 
 interface ChildRow {
@@ -103,7 +103,7 @@ describe('a failed child comes back', function () {
   });
 
   it('kills, reaps and restarts an executor stopped past its heartbeat, and reconciles the operation it held', async () => {
-    service = await startService({ config: { executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS], deadlines_ms: { '*': 30_000 } }] } });
+    service = await startService({ config: { executors: [{ ...FIXTURE_EXECUTOR, deadlines_ms: { '*': 30_000 } }] } });
     expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
     const request = { tool: 'fixture/sleep', request_id: 'held-by-a-stopped-executor', arguments: { ms: 20_000 } };
     expect((await service.http('POST', '/v1/invoke', { ...request, wait_ms: 50 }, 'agent')).status).to.equal(202);

@@ -22,7 +22,7 @@ import { parseConfig } from '../../supervisor/config/load.js';
 import { initState } from '../../supervisor/init.js';
 import { collectingLogger } from '../helpers/children.js';
 import { eventually } from '../helpers/eventually.js';
-import { FAST_TIMING, FIXTURE_ADAPTERS, type TestService, initTestState, startService } from '../helpers/service.js';
+import { FAST_TIMING, FIXTURE_EXECUTOR, initTestState, startService, type TestService } from '../helpers/service.js';
 
 /** How a row reaches its cutpoint. */
 type Walk =
@@ -150,7 +150,7 @@ function configFor(row: Row): Record<string, unknown> {
     // Rows that kill twice kill on purpose: quarantine (its own tests in
     // quarantine.test.ts) would park the request after the second crash.
     restart: { max_restarts: 20, period_s: 60, backoff_initial_ms: 20, backoff_max_ms: 200, quarantine_after_crashes: 10 },
-    executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }],
+    executors: [FIXTURE_EXECUTOR],
     // A short window lets an archive row pass its operation's window without a long wait.
     kernel: { settings: { ...(row.walk === 'archive' ? { execution_window_ms: 3_000 } : {}), ...row.kernel } },
   };

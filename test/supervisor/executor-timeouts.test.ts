@@ -9,7 +9,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isGone } from '../../supervisor/children/proc-stat.js';
-import { type TestService, FIXTURE_ADAPTERS, startService } from '../helpers/service.js';
+import { FIXTURE_EXECUTOR, startService, type TestService } from '../helpers/service.js';
 
 const run = promisify(execFile);
 
@@ -43,7 +43,7 @@ describe('executor-side and supervisor-side deadlines', function () {
   });
 
   it("answers an executor's own argument-check timeout as argument_check_timeout, kills nothing, and releases the hold", async () => {
-    service = await startService({ config: { executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS], deadlines_ms: { '*': 30_000 } }] } });
+    service = await startService({ config: { executors: [{ ...FIXTURE_EXECUTOR, deadlines_ms: { '*': 30_000 } }] } });
     expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
     const before = await executorPid(service);
     // The fixture's schema blocks its adapter host for 1.5 s; its own deadline is 300 ms, the watchdog's 30 s.
@@ -62,7 +62,7 @@ describe('executor-side and supervisor-side deadlines', function () {
     this.slow(30_000);
     service = await startService({
       config: {
-        executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS], deadlines_ms: { '*': 30_000, 'fixture/sleep': 1 } }],
+        executors: [{ ...FIXTURE_EXECUTOR, deadlines_ms: { '*': 30_000, 'fixture/sleep': 1 } }],
         kernel: { settings: { execution_window_ms: 2000 } },
         // The stopped executor is the sweep's to find hung, not the heartbeat's.
         timing: { heartbeat_interval_ms: 1000, heartbeat_timeout_ms: 60_000, reconcile_exchange_ms: 1000 },

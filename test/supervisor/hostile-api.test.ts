@@ -8,7 +8,7 @@ import { expect } from 'chai';
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
 import { isErrorCode } from '../../shared/errors.js';
-import { type TestService, FIXTURE_ADAPTERS, sqlite, startService } from '../helpers/service.js';
+import { FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 import { rawHttp } from '../helpers/raw-http.js';
 
 /** The arguments of issue 8's reproduction 1: {"x":[[[…1…]]]} with `arrays` levels of arrays. */
@@ -60,7 +60,7 @@ describe('hostile input at the control API', function () {
     service = await startService({
       config: {
         kernel: { settings: { argument_bytes_default: ARGUMENT_BOUND } },
-        executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }],
+        executors: [FIXTURE_EXECUTOR],
       },
     });
     agent = readFileSync(service.paths.agentToken, 'utf8').trim();

@@ -7,7 +7,7 @@ import { expect } from 'chai';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { FIXTURE_ADAPTERS, type TestService, sqlite, startService } from '../helpers/service.js';
+import { FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 
 const COUNT = 100_000;
 
@@ -17,7 +17,7 @@ describe("the supervisor's copy of an output", function () {
   let db: string;
 
   before(async () => {
-    service = await startService({ config: { executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }] } });
+    service = await startService({ config: { executors: [FIXTURE_EXECUTOR] } });
     db = path.join(service.paths.supervisorDir, 'supervisor.db');
     expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
   });

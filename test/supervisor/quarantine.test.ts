@@ -14,7 +14,7 @@ import { SupervisorStore } from '../../supervisor/store/supervisor-store.js';
 import { collectingLogger } from '../helpers/children.js';
 import { KERNEL_ENTRY } from '../../supervisor/children/specs.js';
 import { distPath } from '../helpers/children.js';
-import { type TestService, FIXTURE_ADAPTERS, sqlite, startService } from '../helpers/service.js';
+import { FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 
 type Incident = { kind: string; child: string | null; code: string | null; operation_id: string | null; message: string };
 
@@ -24,7 +24,7 @@ type Incident = { kind: string; child: string | null; code: string | null; opera
  * later request on it fails with it.
  */
 const CONFIG = {
-  executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }],
+  executors: [FIXTURE_EXECUTOR],
   restart: { max_restarts: 2, period_s: 3600, backoff_initial_ms: 50, backoff_max_ms: 500 },
 };
 

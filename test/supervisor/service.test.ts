@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { isGone } from '../../supervisor/children/proc-stat.js';
 import { EXECUTOR_ENTRY } from '../../supervisor/children/specs.js';
-import { CLI, type TestService, FIXTURE_ADAPTERS, custody, sqlite, startService } from '../helpers/service.js';
+import { CLI, custody, FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 
 describe('the control API', function () {
   this.timeout(60_000);
@@ -153,7 +153,7 @@ describe('a graceful stop', function () {
 
   it('lets operations in flight finish on SIGTERM, stops and reaps the children, and exits 0', async () => {
     const service = await startService({
-      config: { executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }] },
+      config: { executors: [FIXTURE_EXECUTOR] },
     });
     try {
       await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 });
@@ -175,7 +175,7 @@ describe('a graceful stop', function () {
 
   it('takes no new request once stopping, while the one in flight completes', async () => {
     const service = await startService({
-      config: { executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }] },
+      config: { executors: [FIXTURE_EXECUTOR] },
     });
     try {
       await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 });

@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { isCustodyError } from '../../shared/errors.js';
 import { acquireDirLock } from '../../shared/store/dir-lock.js';
 import { isGone } from '../../supervisor/children/proc-stat.js';
-import { type TestService, FIXTURE_ADAPTERS, custody, sqlite, startService } from '../helpers/service.js';
+import { custody, FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 
 /** proper-lockfile's staleness that this lock replaced: a stop longer than it used to cost the holder its lock. */
 const OLD_STALE_MS = 5000;
@@ -21,7 +21,7 @@ async function childPid(service: TestService, role: 'kernel' | 'executor'): Prom
 }
 
 const config = {
-  executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS], deadlines_ms: { '*': 30_000 } }],
+  executors: [{ ...FIXTURE_EXECUTOR, deadlines_ms: { '*': 30_000 } }],
   // Long enough that the stopped executor is not the heartbeat's business here.
   timing: { heartbeat_interval_ms: 1000, heartbeat_timeout_ms: 30_000 },
 };

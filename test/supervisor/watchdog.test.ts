@@ -8,7 +8,7 @@ import path from 'node:path';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { isGone } from '../../supervisor/children/proc-stat.js';
 import { groupAlive } from '../../supervisor/children/process-group.js';
-import { type TestService, FIXTURE_ADAPTERS, sqlite, startService } from '../helpers/service.js';
+import { FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 
 interface Outcome {
   phase: string;
@@ -47,7 +47,7 @@ async function incidentsOf(service: TestService, operationId: string): Promise<I
 
 function fixtureConfig(deadlines: Record<string, number>) {
   return {
-    executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS], deadlines_ms: { '*': 30_000, ...deadlines } }],
+    executors: [{ ...FIXTURE_EXECUTOR, deadlines_ms: { '*': 30_000, ...deadlines } }],
   };
 }
 

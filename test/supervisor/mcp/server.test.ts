@@ -12,7 +12,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { artifactDigest, readEnvelope } from '../../../shared/artifacts/artifact.js';
 import { requestIdFor } from '../../../supervisor/mcp/server.js';
 import { mcpNameOf, toolOfMcpName } from '../../../supervisor/mcp/names.js';
-import { CLI, FIXTURE_ADAPTERS, type TestService, startService } from '../../helpers/service.js';
+import { CLI, FIXTURE_EXECUTOR, startService, type TestService } from '../../helpers/service.js';
 
 const TOOL = 'review-notes__append';
 
@@ -173,7 +173,7 @@ describe('custody mcp with a slow tool', function () {
   let client: Client;
 
   before(async () => {
-    service = await startService({ config: { executors: [{ name: 'default', tools: ['review-notes/*', 'fixture/*'], adapters: [FIXTURE_ADAPTERS] }] } });
+    service = await startService({ config: { executors: [FIXTURE_EXECUTOR] } });
     await service.http('POST', '/v1/grants', { tool: 'fixture/sleep', max_invocations: 10, ttl_ms: 3_600_000 });
     ({ client } = await connectMcp(['--state', service.dir, '--wait', '1s']));
   });
