@@ -7,7 +7,7 @@
 // is pinned in flight.
 // With CUSTODY_FAULT_DIR set, each cutpoint fires once: a marker file created
 // there (O_EXCL) before the kill keeps the restarted process from dying again.
-import { closeSync, existsSync, openSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, openSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -52,7 +52,7 @@ const PAUSE_POLL_MS = 10;
 export async function pausePoint(role: string, cutpoint: string): Promise<void> {
   const dir = process.env.CUSTODY_FAULT_DIR;
   if (!dir || !faultArmed(role, cutpoint)) return;
-  writeFileSync(path.join(dir, `${role}.${cutpoint}.reached`), `${process.pid}\n`);
+  markReached(dir, role, cutpoint);
   const release = path.join(dir, `${role}.${cutpoint}.release`);
   while (!existsSync(release)) await sleep(PAUSE_POLL_MS);
 }
@@ -65,8 +65,19 @@ export async function pausePoint(role: string, cutpoint: string): Promise<void> 
 export function holdPoint(role: string, cutpoint: string): void {
   const dir = process.env.CUSTODY_FAULT_DIR;
   if (!dir || !faultArmed(role, cutpoint)) return;
-  writeFileSync(path.join(dir, `${role}.${cutpoint}.reached`), `${process.pid}\n`);
+  markReached(dir, role, cutpoint);
   const release = path.join(dir, `${role}.${cutpoint}.release`);
   const cell = new Int32Array(new SharedArrayBuffer(4));
   while (!existsSync(release)) Atomics.wait(cell, 0, 0, PAUSE_POLL_MS);
+}
+
+/**
+ * `<dir>/<role>.<cutpoint>.reached` holding this pid, there whole or not at
+ * all: written beside it and renamed, so a test that sees the file reads the
+ * pid (a plain write let it read an empty file, and then pid 0).
+ */
+function markReached(dir: string, role: string, cutpoint: string): void {
+  const reached = path.join(dir, `${role}.${cutpoint}.reached`);
+  writeFileSync(`${reached}.${process.pid}.tmp`, `${process.pid}\n`);
+  renameSync(`${reached}.${process.pid}.tmp`, reached);
 }
