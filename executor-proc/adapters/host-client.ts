@@ -9,8 +9,8 @@
 // so the supervisor's group kill reaches it, and it exits when its IPC
 // channel to the executor closes.
 import { type ChildProcess, fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { CustodyError, isErrorCode } from '../../shared/errors.js';
+import { programPath } from '../../shared/entry-points.js';
 import type { Logger } from '../../shared/log.js';
 import type { AdapterDescriptor } from './contract.js';
 import { withTimeout } from '../../shared/timeout.js';
@@ -27,7 +27,7 @@ import {
 } from './host-protocol.js';
 import { forwardLines } from './output-lines.js';
 
-const HOST_MAIN = fileURLToPath(new URL('./host/main.js', import.meta.url));
+const HOST_MAIN = programPath('adapter-host');
 const START_TIMEOUT_MS = 15_000;
 const OUTPUT_LINE_MAX = 2048;
 

@@ -2,16 +2,14 @@
 // default, or any command from custody.json that speaks the wire on stdio),
 // its settings and its pins.
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { programPath } from '../../shared/entry-points.js';
 import type { JsonObject } from '../../shared/protocol/common.js';
 import type { CustodyConfig, ExecutorConfig } from '../config/schema.js';
 import type { StatePaths } from '../paths.js';
 import type { ChildSpec } from './child-handle.js';
 
-const DIST_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-
-export const KERNEL_ENTRY = path.join(DIST_ROOT, 'kernel-proc', 'main.js');
-export const EXECUTOR_ENTRY = path.join(DIST_ROOT, 'executor-proc', 'main.js');
+export const KERNEL_ENTRY = programPath('kernel');
+export const EXECUTOR_ENTRY = programPath('executor');
 
 export function kernelArgv(config: CustodyConfig, paths: StatePaths): string[] {
   return config.kernel.argv ?? [process.execPath, KERNEL_ENTRY, '--dir', paths.kernelDir];

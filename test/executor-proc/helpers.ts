@@ -15,11 +15,12 @@ import type { Invocation } from '../../shared/protocol/artifacts.js';
 import { operationIdFor, parametersDigest } from '../../shared/protocol/binding.js';
 import type { JsonObject } from '../../shared/protocol/common.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
+import { programPath } from '../../shared/entry-points.js';
 import { collectingLogger, distPath } from '../helpers/children.js';
 
 export const KERNEL = Signer.fromSeed(Buffer.alloc(32, 7));
 export const OTHER_KERNEL = Signer.fromSeed(Buffer.alloc(32, 9));
-export const EXECUTOR_MAIN = distPath('executor-proc', 'main.js');
+export const EXECUTOR_MAIN = programPath('executor');
 export const FIXTURE_ADAPTERS = distPath('test', 'fixtures', 'executor-adapters.js');
 export const NOTE_TOOL = 'review-notes/append';
 

@@ -9,10 +9,12 @@ import { promisify } from 'node:util';
 import { parseConfig } from '../../supervisor/config/load.js';
 import { initState } from '../../supervisor/init.js';
 import { type StatePaths, statePaths } from '../../supervisor/paths.js';
+import { programPath } from '../../shared/entry-points.js';
 import { collectingLogger, distPath } from './children.js';
 
 const run = promisify(execFile);
-export const CLI = distPath('supervisor', 'cli', 'main.js');
+/** The `custody` program as the package's bin runs it (its bundle, shared/entry-points.ts). */
+export const CLI = programPath('custody');
 
 export interface CliResult {
   readonly code: number;

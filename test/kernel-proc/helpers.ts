@@ -16,7 +16,8 @@ import type { ReportBody } from '../../shared/protocol/artifacts.js';
 import type { JsonObject } from '../../shared/protocol/common.js';
 import type { MessageKind, RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
-import { collectingLogger, distPath } from '../helpers/children.js';
+import { programPath } from '../../shared/entry-points.js';
+import { collectingLogger } from '../helpers/children.js';
 
 export const TOOL = 'review-notes/append';
 
@@ -112,7 +113,7 @@ export class KernelProcess {
     const { log } = collectingLogger();
     const faults = options.faults ?? [];
     const session = await spawnChild({
-      argv: [process.execPath, distPath('kernel-proc', 'main.js'), '--dir', root.dir],
+      argv: [process.execPath, programPath('kernel'), '--dir', root.dir],
       env: {
         ...process.env,
         CUSTODY_TEST_CLOCK_FILE: root.clockFile,

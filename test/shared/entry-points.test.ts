@@ -1,0 +1,80 @@
+// The bundled programs (shared/entry-points.ts, scripts/bundle.ts): each is
+// the same program as its module entry, and a running service is made of
+// them, adapter host included, which finds its files from inside a bundle.
+import { expect } from 'chai';
+import { execFile } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { BUNDLE_DIR, PROGRAMS, type ProgramName, programPath } from '../../shared/entry-points.js';
+import { distPath } from '../helpers/children.js';
+import { FIXTURE_EXECUTOR, type TestService, startService } from '../helpers/service.js';
+
+const run = promisify(execFile);
+
+const cmdline = (pid: number): string[] => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+
+function childPids(pid: number): number[] {
+  return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+}
+
+describe('the bundled programs', function () {
+  this.timeout(60_000);
+
+  for (const program of ['custody', 'kernel', 'executor'] as const satisfies readonly ProgramName[]) {
+    it(`${program}: the bundle answers --help exactly as its module entry does`, async () => {
+      const bundled = await run(process.execPath, [programPath(program), '--help']);
+      const modular = await run(process.execPath, [distPath(PROGRAMS[program]), '--help']);
+      expect(bundled.stdout + bundled.stderr).to.have.length.above(100);
+      expect(bundled).to.deep.equal(modular);
+    });
+  }
+
+  it("gives every bundled module its own file's URL: import.meta.url appears only in each file's banner", () => {
+    const files = readdirSync(BUNDLE_DIR).filter((file) => file.endsWith('.js'));
+    expect(files.length).to.be.at.least(Object.keys(PROGRAMS).length);
+    let rewritten = 0;
+    for (const file of files) {
+      const lines = readFileSync(path.join(BUNDLE_DIR, file), 'utf8').split('\n');
+      const banner = lines.findIndex((line) => line.includes('__custodyCreateRequire(import.meta.url)'));
+      expect(banner, `${file} has the banner`).to.be.within(0, 1);
+      const elsewhere = lines.filter((line, index) => index !== banner && line.includes('import.meta.url'));
+      expect(elsewhere, `${file}: a module would see the bundle's URL as its own`).to.deep.equal([]);
+      rewritten += lines.filter((line) => line.includes('__custodyModuleUrl("shared/entry-points.js")')).length;
+    }
+    expect(rewritten, 'shared/entry-points.js finds dist/ from its own URL').to.be.at.least(1);
+  });
+
+  describe('a service started from them', () => {
+    let service: TestService;
+    before(async () => {
+      service = await startService({ config: { executors: [FIXTURE_EXECUTOR] } });
+    });
+    after(async () => {
+      await service?.stop();
+      service?.cleanup();
+    });
+
+    it('runs every process from its bundle and completes a call through the adapter host', async () => {
+      expect(cmdline(service.process.pid!)).to.include(programPath('custody'));
+      const status = await service.http('GET', '/v1/status');
+      const children = status.body.children as Array<{ name: string; role: string; pid: number }>;
+      const kernel = children.find((c) => c.role === 'kernel')!;
+      const executor = children.find((c) => c.role === 'executor')!;
+      expect(cmdline(kernel.pid)).to.include(programPath('kernel'));
+      expect(cmdline(executor.pid)).to.include(programPath('executor'));
+      const hosts = childPids(executor.pid).filter((pid) => cmdline(pid).includes(programPath('adapter-host')));
+      expect(hosts, 'the executor forked its adapter host from the bundle').to.have.length(1);
+
+      const answer = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'from the bundles' } }, 'agent');
+      expect(answer.body.outcome, JSON.stringify(answer.body)).to.equal('completed');
+    });
+
+    it("publishes a fixture adapter's zod schema, made by the adapter's own zod, as JSON Schema", async () => {
+      expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 10, ttl_ms: 3_600_000 })).status).to.equal(201);
+      const tools = (await service.http('GET', '/v1/tools', undefined, 'agent')).body.tools as Array<{ tool: string; input_schema: Record<string, unknown> | null }>;
+      const sleep = tools.find((t) => t.tool === 'fixture/sleep');
+      expect(sleep?.input_schema).to.have.nested.property('properties.ms.maximum', 60_000);
+    });
+  });
+});
