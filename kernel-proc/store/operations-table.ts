@@ -109,12 +109,20 @@ export class OperationsTable {
     this.#settle = db.prepare(`
       UPDATE operations SET state = @to, updated_at = @now, report_digest = @report_digest, flag = coalesce(@flag, flag)
       WHERE operation_id = @id AND state = @from`);
+    // A page is sorted out of a temporary b-tree of offset + limit entries, in
+    // memory (shared/store/sqlite-store.ts, temp_store): the inner query sorts
+    // keys only (~100 bytes a row, where whole rows took ~5 KB), and the outer
+    // one reads the page's rows by rowid.
     this.#list = db.prepare(`
-      SELECT ${ROW} FROM operations WHERE @states IS NULL OR state IN (SELECT value FROM json_each(@states))
-      ORDER BY created_at DESC, operation_id LIMIT @limit OFFSET @offset`);
+      SELECT ${ROW} FROM operations WHERE rowid IN (
+        SELECT rowid FROM operations WHERE @states IS NULL OR state IN (SELECT value FROM json_each(@states))
+        ORDER BY created_at DESC, operation_id LIMIT @limit OFFSET @offset)
+      ORDER BY created_at DESC, operation_id`);
     this.#inDoubt = db.prepare(`
-      SELECT ${ROW} FROM operations WHERE state IN (SELECT value FROM json_each(@states))
-      ORDER BY created_at, operation_id LIMIT @limit OFFSET @offset`);
+      SELECT ${ROW} FROM operations WHERE rowid IN (
+        SELECT rowid FROM operations WHERE state IN (SELECT value FROM json_each(@states))
+        ORDER BY created_at, operation_id LIMIT @limit OFFSET @offset)
+      ORDER BY created_at, operation_id`);
     this.#awaitAll = db.prepare(`
       UPDATE operations SET state = 'awaiting_report', updated_at = @now WHERE state = 'dispatch_committed'`);
     this.#report = db.prepare('SELECT report FROM reports WHERE operation_id = ?');

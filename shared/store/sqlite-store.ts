@@ -26,6 +26,8 @@ export interface StoreSpec {
 /** How long a statement waits on another connection (an operator's sqlite3 shell) before SQLITE_BUSY. */
 export const STORE_BUSY_TIMEOUT_MS = 5000;
 
+const TEMP_STORE_MEMORY = 2;
+
 /** Files SQLite keeps beside the database; they carry its data and get the same scrutiny. */
 const SIDECAR_SUFFIXES = ['-wal', '-shm', '-journal'] as const;
 
@@ -190,12 +192,23 @@ function applyPragmas(spec: StoreSpec, file: string, db: Database.Database): voi
   }
   db.pragma('synchronous = FULL');
   db.pragma('foreign_keys = ON');
+  // Every statement of a multi-statement transaction keeps a statement journal
+  // (to undo that statement alone); past 64 KiB SQLite moved it into a file it
+  // created and unlinked in /var/tmp, and the kernel's start and settle
+  // transactions passed that on almost every operation: an open, ~19 writes,
+  // an unlink and a close each time, and file-system journal work for the
+  // fsyncs that followed (docs/PERFORMANCE.md, "Statement journals in
+  // memory"). Temporary data is never durable, so memory loses nothing. Sorts
+  // go to memory too: a read whose sort could grow with history sorts keys
+  // only (ops.list) or sorts in JavaScript what it returns anyway.
+  db.pragma(`temp_store = ${TEMP_STORE_MEMORY}`);
   const synchronous = db.pragma('synchronous', { simple: true });
   const foreignKeys = db.pragma('foreign_keys', { simple: true });
-  if (synchronous !== SYNCHRONOUS_FULL || foreignKeys !== 1) {
+  const tempStore = db.pragma('temp_store', { simple: true });
+  if (synchronous !== SYNCHRONOUS_FULL || foreignKeys !== 1 || tempStore !== TEMP_STORE_MEMORY) {
     throw new CustodyError(
       'internal',
-      `${spec.label} store ${file}: pragmas did not take (synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)})`,
+      `${spec.label} store ${file}: pragmas did not take (synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)}, temp_store=${String(tempStore)})`,
     );
   }
 }

@@ -118,6 +118,11 @@ export function supervisorStoreSpec(dir: string): StoreSpec {
  * Writes per grouped transaction. A size, not a behaviour: more waiting
  * writes simply take the next transaction in the same turn.
  */
+/** Oldest first; Array.prototype.sort is stable, so equal times keep the table's order. */
+function byCreation(rows: RequestRow[]): RequestRow[] {
+  return rows.sort((a, b) => a.created_at - b.created_at);
+}
+
 const GROUP_COMMIT_MAX_WRITES = 256;
 
 export class SupervisorStore {
@@ -209,11 +214,13 @@ export class SupervisorStore {
     this.#setPhaseAny = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ?');
     this.#bumpAttempts = db.prepare('UPDATE requests SET attempts = attempts + 1, updated_at = ? WHERE request_id = ?');
     // A quarantined request is not open: nothing resumes it but an operator's release.
-    this.#openRequests = db.prepare("SELECT * FROM requests WHERE phase NOT IN ('settled', 'refused', 'quarantined') ORDER BY created_at");
+    // Both sorted here, not by SQLite: every row is returned anyway, and a sort in SQL
+    // would hold a second copy of them in memory (temp_store, shared/store/sqlite-store.ts).
+    this.#openRequests = db.prepare("SELECT * FROM requests WHERE phase NOT IN ('settled', 'refused', 'quarantined')");
     this.#quarantined = db.prepare("SELECT * FROM requests WHERE phase = 'quarantined' ORDER BY created_at");
     this.#crashesOf = db.prepare(`SELECT count(*) AS n FROM incidents WHERE operation_id = ? AND kind = '${CRASH_INCIDENT}'`);
     this.#getWitness = db.prepare('SELECT head FROM witness WHERE name = ?');
-    this.#dispatchedTo = db.prepare('SELECT * FROM requests WHERE executor = ? AND authorization IS NOT NULL ORDER BY created_at');
+    this.#dispatchedTo = db.prepare('SELECT * FROM requests WHERE executor = ? AND authorization IS NOT NULL');
     this.#raiseWitness = db.prepare(
       `INSERT INTO witness (name, head, updated_at) VALUES (@name, @head, @now)
        ON CONFLICT (name) DO UPDATE SET head = excluded.head, updated_at = excluded.updated_at WHERE excluded.head > witness.head`,
@@ -328,7 +335,7 @@ export class SupervisorStore {
 
   /** Every request whose authorization was dispatched to this executor identity, settled or not. */
   requestsDispatchedTo(executorId: string): RequestRow[] {
-    return this.#dispatchedTo.all(executorId);
+    return byCreation(this.#dispatchedTo.all(executorId));
   }
 
   /** Raise the witnessed heads (never lowered), all in one durable transaction. */
@@ -515,7 +522,7 @@ export class SupervisorStore {
   }
 
   openRequests(): RequestRow[] {
-    return this.#openRequests.all().map((row) => this.#known(row)!);
+    return byCreation(this.#openRequests.all()).map((row) => this.#known(row)!);
   }
 
   quarantinedRequests(): RequestRow[] {

@@ -56,6 +56,7 @@ describe('sqlite store', () => {
       expect(db.pragma('journal_mode', { simple: true })).to.equal('wal');
       expect(db.pragma('synchronous', { simple: true })).to.equal(2);
       expect(db.pragma('foreign_keys', { simple: true })).to.equal(1);
+      expect(db.pragma('temp_store', { simple: true })).to.equal(2);
       expect(db.pragma('busy_timeout', { simple: true })).to.equal(STORE_BUSY_TIMEOUT_MS);
       expect(db.pragma('user_version', { simple: true })).to.equal(2);
       expect(() => db.prepare('INSERT INTO notes (item_id, text) VALUES (42, ?)').run('dangling')).to.throw(/FOREIGN KEY/);
@@ -183,6 +184,38 @@ describe('sqlite store', () => {
       provisionStore(specIn(dir)).close();
       const stat = fs.lstatSync(file);
       expect(storeFileIdentity(file)).to.deep.equal({ dev: stat.dev, ino: stat.ino });
+    });
+  });
+  describe('temporary data', () => {
+    /** Files SQLite holds open in /var/tmp (or SQLITE_TMPDIR): created, unlinked at once, closed at commit. */
+    const openTempFiles = () =>
+      fs.readdirSync('/proc/self/fd').flatMap((fd) => {
+        try {
+          return [fs.readlinkSync(`/proc/self/fd/${fd}`)];
+        } catch {
+          return [];
+        }
+      }).filter((target) => target.includes('etilqs_'));
+
+    /** A transaction whose second statement rewrites ~200 KiB of pages the first one made dirty: its statement journal passes 64 KiB. */
+    function bigStatementJournal(db: Database.Database): string[] {
+      db.exec('BEGIN IMMEDIATE');
+      try {
+        db.prepare("INSERT INTO items (body) SELECT printf('%.2000c', 'y') FROM json_each(?)").run(JSON.stringify(Array.from({ length: 100 }, (_, i) => i)));
+        db.prepare("UPDATE items SET body = body || 'z'").run();
+        return openTempFiles();
+      } finally {
+        db.exec('COMMIT');
+      }
+    }
+
+    it('keeps statement journals in memory: a large statement inside a transaction opens no temporary file', () => {
+      provisionStore(specIn(dir)).close();
+      const db = keep(openStore(specIn(dir)));
+      expect(bigStatementJournal(db)).to.deep.equal([]);
+      // The same transaction on a connection with SQLite's default temp_store spills into a file: the check above can see one.
+      const plain = keep(new Database(file));
+      expect(bigStatementJournal(plain)).to.have.length(1);
     });
   });
 });
