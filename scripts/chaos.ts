@@ -17,12 +17,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { createLogger } from '../shared/log.js';
 import { parseConfig } from '../supervisor/config/load.js';
+import { programPath } from '../shared/entry-points.js';
 import { initState } from '../supervisor/init.js';
 import { statePaths } from '../supervisor/paths.js';
 import { checkInvariants } from './chaos/invariants.js';
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const CLI = path.resolve(HERE, '..', 'supervisor', 'cli', 'main.js');
+const CLI = programPath('custody');
 const TOOL = 'review-notes/append';
 
 type Target = 'kernel' | 'executor' | 'adapter_host' | 'supervisor';

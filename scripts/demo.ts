@@ -9,10 +9,11 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { createHash } from 'node:crypto';
+import { programPath } from '../shared/entry-points.js';
 
 const run = promisify(execFile);
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const CLI = path.join(HERE, '..', 'supervisor', 'cli', 'main.js');
+const CLI = programPath('custody');
 const SLOW_ADAPTER = path.join(HERE, 'demo', 'slow-note-adapter.js');
 
 const work = mkdtempSync(path.join(tmpdir(), 'custody-demo-'));

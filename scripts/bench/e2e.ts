@@ -9,8 +9,8 @@ import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
+import { programPath } from '../../shared/entry-points.js';
 import { createLogger } from '../../shared/log.js';
 import { parseConfig } from '../../supervisor/config/load.js';
 import { initState } from '../../supervisor/init.js';
@@ -18,8 +18,7 @@ import { statePaths } from '../../supervisor/paths.js';
 import { cpuBetween, reapedChildrenCpuMs, rssByRole, sampleTree, storeBytes } from './procfs.js';
 import { seedHistory } from './seed.js';
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const CLI = path.resolve(HERE, '..', '..', 'supervisor', 'cli', 'main.js');
+const CLI = programPath('custody');
 
 /** Durable commits of `rows` rows each (WAL, synchronous=FULL): transactions and rows per second. */
 export function measureSqliteCommits(ms: number, rows = 1): { rows_per_tx: number; tx_per_s: number; rows_per_s: number } {

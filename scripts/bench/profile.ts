@@ -15,11 +15,11 @@ import { createLogger } from '../../shared/log.js';
 import { parseConfig } from '../../supervisor/config/load.js';
 import { initState } from '../../supervisor/init.js';
 import { statePaths } from '../../supervisor/paths.js';
-import { fileURLToPath } from 'node:url';
+import { programPath } from '../../shared/entry-points.js';
 import { EXECUTOR_ENTRY, KERNEL_ENTRY } from '../../supervisor/children/specs.js';
 import { heaviest, summarizeProfile } from './cpuprofile.js';
 
-const CLI_ENTRY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'supervisor', 'cli', 'main.js');
+const CLI_ENTRY = programPath('custody');
 
 function summarize(file: string, label: string, operations: number, top: number): string {
   const summary = summarizeProfile(file);

@@ -114,15 +114,15 @@ export function supervisorStoreSpec(dir: string): StoreSpec {
   return { label: 'supervisor', dir, file: 'supervisor.db', migrations: SUPERVISOR_MIGRATIONS };
 }
 
-/**
- * Writes per grouped transaction. A size, not a behaviour: more waiting
- * writes simply take the next transaction in the same turn.
- */
 /** Oldest first; Array.prototype.sort is stable, so equal times keep the table's order. */
 function byCreation(rows: RequestRow[]): RequestRow[] {
   return rows.sort((a, b) => a.created_at - b.created_at);
 }
 
+/**
+ * Writes per grouped transaction. A size, not a behaviour: more waiting
+ * writes simply take the next transaction in the same turn.
+ */
 const GROUP_COMMIT_MAX_WRITES = 256;
 
 export class SupervisorStore {
