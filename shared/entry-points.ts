@@ -5,8 +5,10 @@
 // (docs/PERFORMANCE.md, "Process start"). The supervisor starts the bundles;
 // the module entries (dist/kernel-proc/main.js, ...) run the same code and stay
 // usable, for a remote executor's argv for one.
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { CustodyError } from './errors.js';
 
 /** Each program's name and its entry module, relative to dist/. */
 export const PROGRAMS = {
@@ -29,4 +31,13 @@ export const BUNDLE_DIR = path.join(DIST_ROOT, 'bundle');
 /** The file that runs `program`: its bundle. */
 export function programPath(program: ProgramName): string {
   return path.join(BUNDLE_DIR, `${program}.js`);
+}
+
+/** `programPath`, refused with what to do when the build has no bundles (only tsc ran). */
+export function installedProgram(program: ProgramName): string {
+  const file = programPath(program);
+  if (!existsSync(file)) {
+    throw new CustodyError('not_found', `${file} is missing: this build has no bundled programs; run \`npm run build\`, which ends by bundling them (scripts/bundle.ts)`);
+  }
+  return file;
 }

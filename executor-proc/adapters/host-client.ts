@@ -9,8 +9,8 @@
 // so the supervisor's group kill reaches it, and it exits when its IPC
 // channel to the executor closes.
 import { type ChildProcess, fork } from 'node:child_process';
-import { CustodyError, isErrorCode } from '../../shared/errors.js';
-import { programPath } from '../../shared/entry-points.js';
+import { CustodyError, isErrorCode, toCustodyError } from '../../shared/errors.js';
+import { installedProgram } from '../../shared/entry-points.js';
 import type { Logger } from '../../shared/log.js';
 import type { AdapterDescriptor } from './contract.js';
 import { withTimeout } from '../../shared/timeout.js';
@@ -27,7 +27,6 @@ import {
 } from './host-protocol.js';
 import { forwardLines } from './output-lines.js';
 
-const HOST_MAIN = programPath('adapter-host');
 const START_TIMEOUT_MS = 15_000;
 const OUTPUT_LINE_MAX = 2048;
 
@@ -115,7 +114,13 @@ export class AdapterHost {
   }
 
   #spawn(): Promise<ChildProcess> {
-    const child = fork(HOST_MAIN, [HOST_ARGS_FLAG, JSON.stringify(this.#config)], {
+    let program: string;
+    try {
+      program = installedProgram('adapter-host');
+    } catch (error) {
+      return Promise.reject(toCustodyError(error));
+    }
+    const child = fork(program, [HOST_ARGS_FLAG, JSON.stringify(this.#config)], {
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       serialization: 'json',
       execArgv: [],

@@ -2,7 +2,7 @@
 // default, or any command from custody.json that speaks the wire on stdio),
 // its settings and its pins.
 import path from 'node:path';
-import { programPath } from '../../shared/entry-points.js';
+import { installedProgram, programPath } from '../../shared/entry-points.js';
 import type { JsonObject } from '../../shared/protocol/common.js';
 import type { CustodyConfig, ExecutorConfig } from '../config/schema.js';
 import type { StatePaths } from '../paths.js';
@@ -12,13 +12,13 @@ export const KERNEL_ENTRY = programPath('kernel');
 export const EXECUTOR_ENTRY = programPath('executor');
 
 export function kernelArgv(config: CustodyConfig, paths: StatePaths): string[] {
-  return config.kernel.argv ?? [process.execPath, KERNEL_ENTRY, '--dir', paths.kernelDir];
+  return config.kernel.argv ?? [process.execPath, installedProgram('kernel'), '--dir', paths.kernelDir];
 }
 
 export function executorArgv(executor: ExecutorConfig, paths: StatePaths): string[] {
   if (executor.argv) return executor.argv;
   const adapters = executor.adapters.flatMap((module) => ['--adapter', path.resolve(paths.root, module)]);
-  return [process.execPath, EXECUTOR_ENTRY, '--dir', paths.executorDir(executor.name), '--resources', paths.resourcesDir, ...adapters];
+  return [process.execPath, installedProgram('executor'), '--dir', paths.executorDir(executor.name), '--resources', paths.resourcesDir, ...adapters];
 }
 
 /**

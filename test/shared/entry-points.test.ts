@@ -3,10 +3,11 @@
 // them, adapter host included, which finds its files from inside a bundle.
 import { expect } from 'chai';
 import { execFile } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { BUNDLE_DIR, PROGRAMS, type ProgramName, programPath } from '../../shared/entry-points.js';
+import { BUNDLE_DIR, DIST_ROOT, PROGRAMS, type ProgramName, programPath } from '../../shared/entry-points.js';
 import { distPath } from '../helpers/children.js';
 import { FIXTURE_EXECUTOR, type TestService, startService } from '../helpers/service.js';
 
@@ -43,6 +44,23 @@ describe('the bundled programs', function () {
       rewritten += lines.filter((line) => line.includes('__custodyModuleUrl("shared/entry-points.js")')).length;
     }
     expect(rewritten, 'shared/entry-points.js finds dist/ from its own URL').to.be.at.least(1);
+  });
+
+  it('refuses to provision from a build without them, and says to run npm run build', async () => {
+    // The compiled modules alone (as `tsc` leaves them), in a folder whose node_modules is this checkout's.
+    const root = mkdtempSync(path.join(tmpdir(), 'custody-nobundle-'));
+    try {
+      for (const dir of ['shared', 'supervisor', 'kernel-proc', 'executor-proc']) cpSync(path.join(DIST_ROOT, dir), path.join(root, 'dist', dir), { recursive: true });
+      symlinkSync(path.join(DIST_ROOT, '..', 'node_modules'), path.join(root, 'node_modules'));
+      const failed = await run(process.execPath, [path.join(root, 'dist', PROGRAMS.custody), 'init', '--state', path.join(root, 'state')]).then(
+        () => null,
+        (error: { code: number; stderr: string }) => error,
+      );
+      expect(failed, 'init fails').to.not.equal(null);
+      expect(failed!.stderr).to.include(`${path.join(root, 'dist', 'bundle', 'kernel.js')} is missing`).and.include('npm run build').and.include('[not_found]');
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 
   describe('a service started from them', () => {
