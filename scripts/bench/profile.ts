@@ -16,7 +16,6 @@ import { parseConfig } from '../../supervisor/config/load.js';
 import { initState } from '../../supervisor/init.js';
 import { statePaths } from '../../supervisor/paths.js';
 import { programPath } from '../../shared/entry-points.js';
-import { EXECUTOR_ENTRY, KERNEL_ENTRY } from '../../supervisor/children/specs.js';
 import { heaviest, summarizeProfile } from './cpuprofile.js';
 
 const CLI_ENTRY = programPath('custody');
@@ -41,8 +40,8 @@ async function main(): Promise<void> {
   const prof = ['--cpu-prof', `--cpu-prof-dir=${profiles}`];
   const config = parseConfig({
     port: 0,
-    kernel: { argv: [process.execPath, ...prof, KERNEL_ENTRY, '--dir', paths.kernelDir] },
-    executors: [{ name: 'default', argv: [process.execPath, ...prof, EXECUTOR_ENTRY, '--dir', paths.executorDir('default'), '--resources', paths.resourcesDir] }],
+    kernel: { argv: [process.execPath, ...prof, programPath('kernel'), '--dir', paths.kernelDir] },
+    executors: [{ name: 'default', argv: [process.execPath, ...prof, programPath('executor'), '--dir', paths.executorDir('default'), '--resources', paths.resourcesDir] }],
   });
   await initState(root, { config, log: createLogger({}, { level: 'error' }), onChildStderr: () => undefined });
   for (const file of readdirSync(profiles)) rmSync(path.join(profiles, file));

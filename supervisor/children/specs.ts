@@ -2,14 +2,11 @@
 // default, or any command from custody.json that speaks the wire on stdio),
 // its settings and its pins.
 import path from 'node:path';
-import { installedProgram, programPath } from '../../shared/entry-points.js';
+import { installedProgram } from '../../shared/entry-points.js';
 import type { JsonObject } from '../../shared/protocol/common.js';
 import type { CustodyConfig, ExecutorConfig } from '../config/schema.js';
 import type { StatePaths } from '../paths.js';
 import type { ChildSpec } from './child-handle.js';
-
-export const KERNEL_ENTRY = programPath('kernel');
-export const EXECUTOR_ENTRY = programPath('executor');
 
 export function kernelArgv(config: CustodyConfig, paths: StatePaths): string[] {
   return config.kernel.argv ?? [process.execPath, installedProgram('kernel'), '--dir', paths.kernelDir];

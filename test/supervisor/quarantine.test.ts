@@ -12,7 +12,7 @@ import { operationIdFor } from '../../shared/protocol/binding.js';
 import { attributeCrash } from '../../supervisor/operations/quarantine.js';
 import { SupervisorStore } from '../../supervisor/store/supervisor-store.js';
 import { collectingLogger } from '../helpers/children.js';
-import { KERNEL_ENTRY } from '../../supervisor/children/specs.js';
+import { programPath } from '../../shared/entry-points.js';
 import { distPath } from '../helpers/children.js';
 import { FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 
@@ -132,7 +132,7 @@ describe('a request that kills the kernel every time it is sent', function () {
     // fails the kernel and stops the service.
     service = await startService({
       config: (root) => ({
-        kernel: { argv: [process.execPath, distPath('test', 'fixtures', 'kernel-tripwire.js'), 'poison-kernel', process.execPath, KERNEL_ENTRY, '--dir', path.join(root, 'kernel')] },
+        kernel: { argv: [process.execPath, distPath('test', 'fixtures', 'kernel-tripwire.js'), 'poison-kernel', process.execPath, programPath('kernel'), '--dir', path.join(root, 'kernel')] },
         restart: { max_restarts: 1, period_s: 3600, backoff_initial_ms: 50, backoff_max_ms: 500 },
       }),
     });

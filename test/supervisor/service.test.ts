@@ -6,7 +6,7 @@ import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { isGone } from '../../supervisor/children/proc-stat.js';
-import { EXECUTOR_ENTRY } from '../../supervisor/children/specs.js';
+import { programPath } from '../../shared/entry-points.js';
 import { CLI, custody, FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 
 describe('the control API', function () {
@@ -130,7 +130,7 @@ describe('an executor behind a wrapper command', function () {
         executors: [
           {
             name: 'wrapped',
-            argv: ['sh', '-c', `exec "${process.execPath}" "${EXECUTOR_ENTRY}" --dir "${path.join(root, 'executors', 'wrapped')}" --resources "${path.join(root, 'resources')}"`],
+            argv: ['sh', '-c', `exec "${process.execPath}" "${programPath('executor')}" --dir "${path.join(root, 'executors', 'wrapped')}" --resources "${path.join(root, 'resources')}"`],
           },
         ],
       }),
