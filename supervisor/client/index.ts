@@ -6,6 +6,7 @@
 // API use (shared/errors.ts); the README's "Exit codes" table says what each
 // class means.
 import { readFileSync } from 'node:fs';
+import { type IncomingMessage, request as httpRequest, type RequestOptions } from 'node:http';
 import { CustodyError, isErrorCode } from '../../shared/errors.js';
 import { newRequestId } from '../../shared/request-id.js';
 import { statePaths } from '../paths.js';
@@ -150,6 +151,53 @@ export { newRequestId };
 /** Transport errors after which nothing reached the service. */
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOENT', 'EADDRNOTAVAIL', 'ENOTFOUND']);
 
+/** No byte from the service for this long ends the exchange as a transport failure (undici's fetch waits as long). */
+const SILENCE_LIMIT_MS = 300_000;
+
+type Requester = (url: URL, options: RequestOptions, answered: (response: IncomingMessage) => void) => ReturnType<typeof httpRequest>;
+
+/** node:https only for an https address: loading TLS would cost every other call its start-up time. */
+async function requesterFor(url: URL): Promise<Requester> {
+  return url.protocol === 'https:' ? (await import('node:https')).request : httpRequest;
+}
+
+/**
+ * One HTTP exchange with node:http, not fetch. Node's fetch (undici) parses
+ * HTTP in WebAssembly, which V8 compiles again in the background, and a
+ * process does not exit before that compile ends: a CLI call had its answer
+ * ~55 ms later and exited ~160 ms after printing it (docs/PERFORMANCE.md,
+ * "The CLI's HTTP client"). A failure carries Node's `code` (ECONNREFUSED,
+ * ECONNRESET, ...); a body cut short fails the exchange like a broken
+ * connection, since its status alone says nothing of what was decided.
+ */
+async function exchange(url: URL, method: string, headers: Record<string, string>, body: string | undefined): Promise<{ status: number; text: string }> {
+  const requester = await requesterFor(url);
+  return new Promise((resolve, reject) => {
+    const payload = body === undefined ? undefined : Buffer.from(body, 'utf8');
+    const request = requester(url, { method, headers: payload ? { ...headers, 'content-length': String(payload.length) } : headers, timeout: SILENCE_LIMIT_MS }, (response) => {
+      const chunks: Buffer[] = [];
+      response.on('data', (chunk: Buffer) => chunks.push(chunk));
+      response.on('end', () => resolve({ status: response.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+      response.on('error', reject);
+      response.on('close', () => {
+        if (!response.complete) reject(Object.assign(new Error('the connection closed in the middle of the answer'), { code: 'ECONNRESET' }));
+      });
+    });
+    request.on('timeout', () => request.destroy(Object.assign(new Error(`no answer within ${SILENCE_LIMIT_MS / 1000} s`), { code: 'ETIMEDOUT' })));
+    request.on('error', reject);
+    request.end(payload);
+  });
+}
+
+function parseAnswer(text: string): Record<string, unknown> {
+  try {
+    const value: unknown = JSON.parse(text);
+    return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const segment = (name: string) => encodeURIComponent(name);
 
@@ -161,6 +209,9 @@ export class CustodyClient {
 
   constructor(options: CustodyClientOptions) {
     this.url = options.url.replace(/\/+$/, '');
+    if (!URL.canParse(this.url) || !['http:', 'https:'].includes(new URL(this.url).protocol)) {
+      throw new CustodyError('usage', `the control API's address must be an http:// or https:// URL such as http://127.0.0.1:8421, got ${JSON.stringify(options.url.slice(0, 200))}`);
+    }
     this.#token = options.token;
     this.#retries = options.retries ?? 3;
     this.#retryDelayMs = options.retryDelayMs ?? 200;
@@ -300,27 +351,26 @@ export class CustodyClient {
    * have reached the service is `outcome_unknown`, naming what to ask again.
    */
   async #call(method: string, path: string, body: unknown, options: { idempotent: boolean; name?: string }): Promise<{ status: number; body: Record<string, unknown> }> {
+    const url = new URL(`${this.url}${path}`);
+    const headers = { authorization: `Bearer ${this.#token}`, 'content-type': 'application/json' };
+    const payload = body === undefined ? undefined : JSON.stringify(body);
     for (let attempt = 0; ; attempt++) {
-      let response: Response;
+      let response: { status: number; text: string };
       try {
-        response = await fetch(`${this.url}${path}`, {
-          method,
-          headers: { authorization: `Bearer ${this.#token}`, 'content-type': 'application/json' },
-          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-        });
+        response = await exchange(url, method, headers, payload);
       } catch (cause) {
-        const code = (cause as { cause?: { code?: string } }).cause?.code;
-        const notSent = method === 'GET' || (code !== undefined && NOT_SENT.has(code));
+        const code = (cause as { code?: unknown }).code;
+        const notSent = method === 'GET' || (typeof code === 'string' && NOT_SENT.has(code));
         if ((options.idempotent || notSent) && attempt < this.#retries) {
           await sleep(this.#retryDelayMs * 2 ** attempt);
           continue;
         }
-        const why = code ?? (cause as Error).message;
+        const why = typeof code === 'string' ? code : (cause as Error).message;
         if (notSent) throw new CustodyError('service_unavailable', `custody does not answer at ${this.url}: ${why}`, { cause });
         const again = options.name ? `; ask again with the same name (${options.name})` : '';
         throw new CustodyError('outcome_unknown', `the connection to custody broke after ${method} ${path} was sent (${why}); it may still complete${again}`, { cause });
       }
-      const answer = (await response.json().catch(() => ({}))) as Record<string, unknown>;
+      const answer = parseAnswer(response.text);
       if (response.status >= 400) {
         const code = typeof answer.code === 'string' && isErrorCode(answer.code) ? answer.code : 'internal';
         throw new CustodyError(code, typeof answer.message === 'string' ? answer.message : `HTTP ${response.status} from ${method} ${path}`);

@@ -1,9 +1,12 @@
 // CustodyClient's transport: the request id is chosen before sending, a
 // connection broken after the request was sent is retried with the same body,
 // a call that starts nothing new (a grant) is not, and when retries run out
-// the error says whether anything may have arrived.
+// the error says whether anything may have arrived. It speaks node:http, not
+// fetch, whose WebAssembly parser held every CLI call ~150 ms at exit.
 import { expect } from 'chai';
+import { execFile } from 'node:child_process';
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
+import { promisify } from 'node:util';
 import { CustodyClient, CustodyError } from '../../../supervisor/client/index.js';
 
 interface Seen {
@@ -12,8 +15,12 @@ interface Seen {
   readonly body: Record<string, unknown>;
 }
 
-/** A stand-in service that breaks the first `breaks` connections after reading the request, then answers. */
-async function flakyServer(breaks: number, answer: (seen: Seen) => { status: number; body: unknown }): Promise<{ url: string; seen: Seen[]; server: Server }> {
+/**
+ * A stand-in service that breaks the first `breaks` connections after reading
+ * the request (`halfway`: after sending the status and half of the answer),
+ * then answers.
+ */
+async function flakyServer(breaks: number, answer: (seen: Seen) => { status: number; body: unknown }, halfway = false): Promise<{ url: string; seen: Seen[]; server: Server }> {
   const seen: Seen[] = [];
   let broken = 0;
   const server = createServer((request: IncomingMessage, response: ServerResponse) => {
@@ -23,12 +30,18 @@ async function flakyServer(breaks: number, answer: (seen: Seen) => { status: num
       const text = Buffer.concat(chunks).toString('utf8');
       const entry = { method: request.method ?? '', url: request.url ?? '', body: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
       seen.push(entry);
+      const { status, body } = answer(entry);
       if (broken < breaks) {
         broken++;
-        request.socket.destroy();
+        if (halfway) {
+          const text = JSON.stringify(body);
+          response.writeHead(status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) });
+          response.write(text.slice(0, text.length >> 1), () => request.socket.destroy());
+        } else {
+          request.socket.destroy();
+        }
         return;
       }
-      const { status, body } = answer(entry);
       response.writeHead(status, { 'content-type': 'application/json' });
       response.end(JSON.stringify(body));
     });
@@ -66,6 +79,40 @@ describe('CustodyClient transport', () => {
     expect((error as CustodyError).code).to.equal('outcome_unknown');
     expect((error as CustodyError).message).to.contain('mine-1');
     expect(fake.seen.map((s) => s.body.request_id)).to.deep.equal(['mine-1', 'mine-1', 'mine-1']);
+  });
+
+  it('takes an answer cut short after its status for a broken connection: the invoke is asked again with the same request id', async () => {
+    const fake = await flakyServer(1, (seen) => ({ status: 200, body: outcome(String(seen.body.request_id)) }), true);
+    servers.push(fake.server);
+    const client = new CustodyClient({ url: fake.url, token: 'x', retries: 3, retryDelayMs: 1 });
+    const answer = await client.invoke({ tool: 'review-notes/append', request_id: 'mine-3' });
+    expect(fake.seen.map((s) => s.body.request_id)).to.deep.equal(['mine-3', 'mine-3']);
+    expect(answer).to.include({ request_id: 'mine-3', outcome: 'completed', http_status: 200 });
+    // Not retried, the same cut is an unknown outcome, never a half-read answer.
+    const cut = await flakyServer(1, () => ({ status: 201, body: { capability: 'x'.repeat(4000) } }), true);
+    servers.push(cut.server);
+    const error = await new CustodyClient({ url: cut.url, token: 'x', retries: 3, retryDelayMs: 1 })
+      .addGrant({ tool: 'review-notes/*', max_invocations: 1, ttl_ms: 1000 })
+      .catch((e: unknown) => e);
+    expect(error).to.have.property('code', 'outcome_unknown');
+    expect(cut.seen).to.have.length(1);
+  });
+
+  it('refuses an address that is not an http:// or https:// URL when it is made, saying what one looks like', () => {
+    for (const url of ['127.0.0.1:8421', 'ftp://127.0.0.1:8421', '']) {
+      expect(() => new CustodyClient({ url, token: 'x' }), url).to.throw(CustodyError, /must be an http:\/\/ or https:\/\/ URL such as http:\/\/127\.0\.0\.1:8421/).with.property('code', 'usage');
+    }
+  });
+
+  it('does not load Node\'s fetch (undici) in a process that makes calls', async () => {
+    const fake = await flakyServer(0, () => ({ status: 200, body: { status: 'ok', pid: 1, uptime_ms: 1 } }));
+    servers.push(fake.server);
+    const client = new URL('../../../supervisor/client/index.js', import.meta.url).href;
+    const script = `const { CustodyClient } = await import(${JSON.stringify(client)});
+      const health = await new CustodyClient({ url: ${JSON.stringify(fake.url)}, token: 'x' }).health();
+      console.log(JSON.stringify({ health, undici: process.moduleLoadList.filter((name) => /undici/.test(name)) }));`;
+    const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script]);
+    expect(JSON.parse(stdout)).to.deep.equal({ health: { status: 'ok', pid: 1, uptime_ms: 1 }, undici: [] });
   });
 
   it('does not retry adding a grant after a broken connection (a second grant would be a second grant)', async () => {
