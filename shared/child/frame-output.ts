@@ -10,6 +10,9 @@ import { format } from 'node:util';
 export interface FrameSink {
   write(chunk: Buffer): boolean;
   on(event: 'error', listener: (error: Error) => void): unknown;
+  /** Hold writes until uncork: the channel sends the frames of one turn in one write (shared/wire/channel.ts). */
+  cork(): void;
+  uncork(): void;
 }
 
 let taken: FrameSink | null = null;
@@ -31,6 +34,14 @@ export function takeFrameOutput(): FrameSink {
   taken = {
     write: realWrite,
     on: (event, listener) => stdout.on(event, listener),
+    cork: () => stdout.cork(),
+    uncork: () => stdout.uncork(),
   };
+  // A process that exits in the turn it wrote a frame (a drill's exit 75, a
+  // service closing after its last answer) still sends it: what is held is
+  // written before the process ends, as an uncorked write would have been.
+  process.on('exit', () => {
+    while (stdout.writableCorked > 0) stdout.uncork();
+  });
   return taken;
 }

@@ -97,22 +97,27 @@ export class FrameChannel {
   }
 
   /**
-   * The frames written until the next tick leave together in one writev
-   * when the output can hold them: one system call and one wake-up of the
-   * reader instead of one per frame (docs/PERFORMANCE.md). From a promise
-   * continuation that is the rest of the turn's microtasks; from a plain
-   * callback (a stream's data handler), only what that callback writes.
-   * The order is kept; a frame waits at most for the rest of its turn.
+   * The frames written in one turn leave together in one writev when the
+   * output can hold them: one system call and one wake-up of the reader
+   * instead of one per frame (docs/PERFORMANCE.md, "Frames of one turn").
+   * The output is released on the tick after the turn's microtasks have all
+   * run (a microtask queues that tick, and ticks wait for the microtask
+   * queue to drain), so the answers a batch's promises send go out with
+   * what the batch wrote itself, such as the kernel's head frame before
+   * them. The order is kept; a frame waits at most for the rest of its
+   * turn, never for another event (an fsync, a timer).
    */
   #write(line: Buffer): void {
     const output = this.#output;
     if (!this.#corked && output.cork && output.uncork) {
       output.cork();
       this.#corked = true;
-      process.nextTick(() => {
-        this.#corked = false;
-        output.uncork!();
-      });
+      queueMicrotask(() =>
+        process.nextTick(() => {
+          this.#corked = false;
+          output.uncork!();
+        }),
+      );
     }
     output.write(line);
   }

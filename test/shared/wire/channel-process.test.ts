@@ -182,6 +182,16 @@ describe('channel over a real child process', function () {
     });
   }
 
+  it('delivers a frame the child sent in the turn it exited in (its output holds the frames of a turn until the turn ends)', async () => {
+    const heads: number[] = [];
+    const child = await startFixture({ onHead: (head) => void heads.push(head) });
+    const answer = child.channel.request('echo', { misbehave: 'head_then_exit' }).catch((e: unknown) => e);
+    expect(await child.exited).to.deep.equal({ code: 0, signal: null });
+    await child.drained;
+    expect(heads, 'the head frame written just before process.exit').to.deep.equal([7]);
+    expect(await answer).to.be.instanceOf(Error);
+  });
+
   it('lets the child finish and leave cleanly when its stdin ends', async () => {
     const child = await startFixture();
     await child.channel.request('ping', {});

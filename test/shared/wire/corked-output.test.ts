@@ -46,4 +46,23 @@ describe('frames written in one turn', () => {
     expect(await client.request('echo', { n: 6 })).to.deep.equal({ n: 6 });
     expect(writes).to.deep.equal([5, 1]);
   });
+
+  it('carry what a callback wrote itself and what promises it settled send later in its turn: the kernel\'s head frame and the answers of its batch', async () => {
+    const { client, writes, seen } = await recordedPair();
+    writes.length = 0;
+    // As kernel-proc/commit-queue.ts does from setImmediate: one frame at once, then answers from continuations a few hops down.
+    const answers = await new Promise<Array<Promise<unknown>>>((resolve) =>
+      setImmediate(() => {
+        const first = client.request('echo', { n: 1 });
+        const later = (async () => {
+          for (let hop = 0; hop < 3; hop++) await Promise.resolve();
+          return client.request('echo', { n: 2 });
+        })();
+        resolve([first, later]);
+      }),
+    );
+    expect(await Promise.all(answers)).to.deep.equal([{ n: 1 }, { n: 2 }]);
+    expect(writes, 'one write carried both frames').to.deep.equal([2]);
+    expect(seen).to.deep.equal([{ n: 1 }, { n: 2 }]);
+  });
 });
