@@ -25,12 +25,13 @@ const setExit = (code: number): void => {
 const program = new Command('custody')
   .description('Runs side-effecting tool calls under separated authority: a kernel decides, executors act at most once.')
   .addOption(new Option('--state <dir>', 'state directory (default: $CUSTODY_STATE or ./custody-state)'))
+  .addOption(new Option('--answer-timeout <duration>', 'how long a command waits for the service to answer, beyond its --wait (default 30s): a stopped or hung service then fails it').argParser(parseDuration))
   .showHelpAfterError()
   .exitOverride();
 
 const state = () => resolveStateDir(program.opts<{ state?: string }>().state);
 const json = (options: { json?: boolean }) => createOutput(options.json === true);
-const client = () => connect(state());
+const client = () => connect(state(), { answerTimeoutMs: program.opts<{ answerTimeout?: number }>().answerTimeout });
 /** The --arg values, files read under the tool's argument bound, before anything is sent. */
 const argumentsOf = (tool: string, specs: Record<string, ArgSource>) => resolveArguments(specs, argumentBoundFor(state(), tool));
 

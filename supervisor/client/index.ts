@@ -143,16 +143,24 @@ export interface CustodyClientOptions {
   readonly retries?: number;
   /** Pause before the first retry, doubled for each further one (default 200 ms). */
   readonly retryDelayMs?: number;
+  /**
+   * How long a call waits for the service's answer (default 30 s), beyond the
+   * `wait_ms` it asks the service to wait. A service that accepts the
+   * connection and never answers (stopped with SIGSTOP, or hung) then fails
+   * the call at once, not retried: a read as `service_unavailable`, a POST as
+   * `outcome_unknown`.
+   */
+  readonly answerTimeoutMs?: number;
 }
+
+/** What answerTimeoutMs is when not given. */
+export const DEFAULT_ANSWER_TIMEOUT_MS = 30_000;
 
 /** A request id as the CLI chooses one: `req-<time base36>-<12 hex>` (shared/request-id.ts). */
 export { newRequestId };
 
 /** Transport errors after which nothing reached the service. */
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOENT', 'EADDRNOTAVAIL', 'ENOTFOUND']);
-
-/** No byte from the service for this long ends the exchange as a transport failure (undici's fetch waits as long). */
-const SILENCE_LIMIT_MS = 300_000;
 
 type Requester = (url: URL, options: RequestOptions, answered: (response: IncomingMessage) => void) => ReturnType<typeof httpRequest>;
 
@@ -170,11 +178,11 @@ async function requesterFor(url: URL): Promise<Requester> {
  * ECONNRESET, ...); a body cut short fails the exchange like a broken
  * connection, since its status alone says nothing of what was decided.
  */
-async function exchange(url: URL, method: string, headers: Record<string, string>, body: string | undefined): Promise<{ status: number; text: string }> {
+async function exchange(url: URL, method: string, headers: Record<string, string>, body: string | undefined, silenceMs: number): Promise<{ status: number; text: string }> {
   const requester = await requesterFor(url);
   return new Promise((resolve, reject) => {
     const payload = body === undefined ? undefined : Buffer.from(body, 'utf8');
-    const request = requester(url, { method, headers: payload ? { ...headers, 'content-length': String(payload.length) } : headers, timeout: SILENCE_LIMIT_MS }, (response) => {
+    const request = requester(url, { method, headers: payload ? { ...headers, 'content-length': String(payload.length) } : headers, timeout: silenceMs }, (response) => {
       const chunks: Buffer[] = [];
       response.on('data', (chunk: Buffer) => chunks.push(chunk));
       response.on('end', () => resolve({ status: response.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
@@ -183,10 +191,24 @@ async function exchange(url: URL, method: string, headers: Record<string, string
         if (!response.complete) reject(Object.assign(new Error('the connection closed in the middle of the answer'), { code: 'ECONNRESET' }));
       });
     });
-    request.on('timeout', () => request.destroy(Object.assign(new Error(`no answer within ${SILENCE_LIMIT_MS / 1000} s`), { code: 'ETIMEDOUT' })));
+    request.on('timeout', () => request.destroy(new AnswerTimeout(silenceMs)));
     request.on('error', reject);
     request.end(payload);
   });
+}
+
+/** The service said nothing for as long as the call allowed. */
+class AnswerTimeout extends Error {
+  readonly code = 'ETIMEDOUT';
+  constructor(readonly silenceMs: number) {
+    super(`no answer within ${silenceMs} ms`);
+  }
+}
+
+/** The wait a body asks the service for (`wait_ms`), which the answer may take on top of answerTimeoutMs. */
+function askedWaitMs(body: unknown): number {
+  const wait = (body as { wait_ms?: unknown } | undefined)?.wait_ms;
+  return typeof wait === 'number' && Number.isSafeInteger(wait) && wait > 0 ? wait : 0;
 }
 
 function parseAnswer(text: string): Record<string, unknown> {
@@ -206,6 +228,7 @@ export class CustodyClient {
   readonly #token: string;
   readonly #retries: number;
   readonly #retryDelayMs: number;
+  readonly #answerTimeoutMs: number;
 
   constructor(options: CustodyClientOptions) {
     this.url = options.url.replace(/\/+$/, '');
@@ -215,6 +238,10 @@ export class CustodyClient {
     this.#token = options.token;
     this.#retries = options.retries ?? 3;
     this.#retryDelayMs = options.retryDelayMs ?? 200;
+    this.#answerTimeoutMs = options.answerTimeoutMs ?? DEFAULT_ANSWER_TIMEOUT_MS;
+    if (!Number.isSafeInteger(this.#answerTimeoutMs) || this.#answerTimeoutMs < 1) {
+      throw new CustodyError('usage', `answerTimeoutMs must be a whole number of milliseconds ≥ 1, got ${String(options.answerTimeoutMs)}`);
+    }
   }
 
   /**
@@ -222,7 +249,7 @@ export class CustodyClient {
    * supervisor/service.json, and its agent token (`role: 'control'` for the
    * control token). The address is read now: restart the service, make a new client.
    */
-  static fromState(stateDir: string, options: { role?: 'agent' | 'control'; retries?: number; retryDelayMs?: number } = {}): CustodyClient {
+  static fromState(stateDir: string, options: { role?: 'agent' | 'control'; retries?: number; retryDelayMs?: number; answerTimeoutMs?: number } = {}): CustodyClient {
     const paths = statePaths(stateDir);
     let port: unknown;
     try {
@@ -354,11 +381,13 @@ export class CustodyClient {
     const url = new URL(`${this.url}${path}`);
     const headers = { authorization: `Bearer ${this.#token}`, 'content-type': 'application/json' };
     const payload = body === undefined ? undefined : JSON.stringify(body);
+    const silenceMs = this.#answerTimeoutMs + askedWaitMs(body);
     for (let attempt = 0; ; attempt++) {
       let response: { status: number; text: string };
       try {
-        response = await exchange(url, method, headers, payload);
+        response = await exchange(url, method, headers, payload, silenceMs);
       } catch (cause) {
+        if (cause instanceof AnswerTimeout) throw this.#unanswered(method, path, cause, options.name);
         const code = (cause as { code?: unknown }).code;
         const notSent = method === 'GET' || (typeof code === 'string' && NOT_SENT.has(code));
         if ((options.idempotent || notSent) && attempt < this.#retries) {
@@ -377,5 +406,13 @@ export class CustodyClient {
       }
       return { status: response.status, body: answer };
     }
+  }
+
+  /** A call the service took and did not answer in time: asking again would wait as long, so it is not retried. */
+  #unanswered(method: string, path: string, cause: AnswerTimeout, name: string | undefined): CustodyError {
+    const waited = `custody at ${this.url} took ${method} ${path} and did not answer within ${cause.silenceMs} ms: it may be stopped (SIGSTOP) or hung`;
+    if (method === 'GET') return new CustodyError('service_unavailable', waited, { cause });
+    const again = name ? `; ask again with the same name (${name})` : '';
+    return new CustodyError('outcome_unknown', `${waited}; the call may still complete${again}`, { cause });
   }
 }

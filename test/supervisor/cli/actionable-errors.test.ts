@@ -161,3 +161,40 @@ describe('CLI answers about a failed executor name custody restart', function ()
     expect(result.stderr).to.match(/no executor serving review-notes\/append is running .*default failed; nothing was started .*custody status.*custody restart NAME.*ask again with the same name \[executor_unavailable\]/);
   });
 });
+
+describe('CLI against a stopped service', function () {
+  this.timeout(60_000);
+  let service: TestService;
+
+  before(async () => {
+    service = await startService();
+  });
+
+  after(async () => {
+    if (service?.process.pid) process.kill(service.process.pid, 'SIGCONT');
+    await service?.stop();
+    service?.cleanup();
+  });
+
+  it('gives up after --answer-timeout with service_unavailable (exit 5), saying the service may be stopped', async () => {
+    // A stopped supervisor still accepts the connection (the kernel's listen backlog) and never answers.
+    process.kill(service.process.pid!, 'SIGSTOP');
+    try {
+      const started = Date.now();
+      const result = await service.cli(['status', '--answer-timeout', '1s']);
+      expect(result.code, result.stdout + result.stderr).to.equal(5);
+      expect(result.stderr).to.match(/did not answer within 1000 ms: it may be stopped \(SIGSTOP\) or hung.*\[service_unavailable\]/);
+      expect(Date.now() - started, 'one wait of 1 s, not retried').to.be.within(1_000, 15_000);
+    } finally {
+      process.kill(service.process.pid!, 'SIGCONT');
+    }
+    const again = await service.cli(['status']);
+    expect(again.code, again.stderr).to.equal(0);
+  });
+
+  it('refuses an --answer-timeout that is not a duration (exit 2)', async () => {
+    const result = await service.cli(['status', '--answer-timeout', '0']);
+    expect(result.code).to.equal(2);
+    expect(result.stderr).to.match(/duration 0 is out of range/);
+  });
+});

@@ -115,6 +115,56 @@ describe('CustodyClient transport', () => {
     expect(JSON.parse(stdout)).to.deep.equal({ health: { status: 'ok', pid: 1, uptime_ms: 1 }, undici: [] });
   });
 
+  it('fails a call the service takes and never answers once answerTimeoutMs has passed, without retrying: a read as service_unavailable, a POST as outcome_unknown naming it', async () => {
+    // A stopped (SIGSTOP) service: the connection is accepted, the request read, nothing answered.
+    const seen: string[] = [];
+    const silent = createServer((request) => void seen.push(`${request.method} ${request.url}`));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    servers.push(silent);
+    const url = `http://127.0.0.1:${(silent.address() as { port: number }).port}`;
+    const client = new CustodyClient({ url, token: 'x', retries: 3, retryDelayMs: 1, answerTimeoutMs: 300 });
+    const started = Date.now();
+    const read = await client.status().catch((e: unknown) => e);
+    const readMs = Date.now() - started;
+    expect(read).to.be.instanceOf(CustodyError).with.property('code', 'service_unavailable');
+    expect((read as CustodyError).message).to.contain('did not answer within 300 ms').and.to.contain('stopped (SIGSTOP) or hung');
+    expect(readMs, 'waited the timeout, once').to.be.within(290, 2_000);
+    const posted = await client.invoke({ tool: 'review-notes/append', request_id: 'mine-4' }).catch((e: unknown) => e);
+    expect(posted).to.be.instanceOf(CustodyError).with.property('code', 'outcome_unknown');
+    expect((posted as CustodyError).message).to.contain('may still complete').and.to.contain('mine-4');
+    expect(seen, 'neither call was sent again').to.deep.equal(['GET /v1/status', 'POST /v1/invoke']);
+    silent.closeAllConnections();
+  });
+
+  it('waits the wait_ms a call asks the service for on top of answerTimeoutMs', async () => {
+    // The service answers 600 ms after the request: inside 500 + 300, past 100 + 300.
+    const slow = createServer((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { request_id: string };
+        setTimeout(() => {
+          response.writeHead(200, { 'content-type': 'application/json' });
+          response.end(JSON.stringify(outcome(body.request_id)));
+        }, 600);
+      });
+    });
+    await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+    servers.push(slow);
+    const client = new CustodyClient({ url: `http://127.0.0.1:${(slow.address() as { port: number }).port}`, token: 'x', retries: 0, answerTimeoutMs: 300 });
+    expect(await client.invoke({ tool: 'review-notes/append', request_id: 'mine-5', wait_ms: 500 })).to.include({ request_id: 'mine-5', http_status: 200 });
+    const past = await client.invoke({ tool: 'review-notes/append', request_id: 'mine-6', wait_ms: 100 }).catch((e: unknown) => e);
+    expect(past).to.have.property('code', 'outcome_unknown');
+    expect((past as CustodyError).message).to.contain('within 400 ms');
+  });
+
+  it('refuses an answerTimeoutMs that is not a whole number of milliseconds of at least 1', () => {
+    for (const answerTimeoutMs of [0, -1, 1.5, Number.NaN]) {
+      expect(() => new CustodyClient({ url: 'http://127.0.0.1:1', token: 'x', answerTimeoutMs }), String(answerTimeoutMs)).to.throw(CustodyError, /answerTimeoutMs must be a whole number/);
+    }
+    expect(new CustodyClient({ url: 'http://127.0.0.1:1', token: 'x', answerTimeoutMs: 1 }).url).to.equal('http://127.0.0.1:1');
+  });
+
   it('does not retry adding a grant after a broken connection (a second grant would be a second grant)', async () => {
     const fake = await flakyServer(1, () => ({ status: 201, body: {} }));
     servers.push(fake.server);
