@@ -16,11 +16,10 @@ import type { ChildHandle } from '../children/child-handle.js';
 import type { OperationState, OperationView } from '../../shared/protocol/kernel-messages.js';
 import type { ResultOf } from '../../shared/protocol/messages.js';
 import { refuseBeforeReserve } from './precheck.js';
+import { DEFAULT_WAIT_MS } from './wait.js';
 import type { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 
 type Answer = Promise<{ status?: number; body: unknown }>;
-
-const DEFAULT_WAIT_MS = 120_000;
 
 export function health(service: Service) {
   return { status: service.stopping ? 'stopping' : 'ok', pid: process.pid, uptime_ms: nowMs() - service.startedAt };

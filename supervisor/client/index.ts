@@ -12,6 +12,7 @@ import { newRequestId } from '../../shared/request-id.js';
 import { statePaths } from '../paths.js';
 import { readTokenFile } from '../tokens.js';
 import type { OperationOutcome } from '../operations/outcome-view.js';
+import { DEFAULT_WAIT_MS } from '../api/wait.js';
 
 export { CustodyError, isCustodyError, classOf, type ErrorCode, type ErrorClass } from '../../shared/errors.js';
 
@@ -145,7 +146,8 @@ export interface CustodyClientOptions {
   readonly retryDelayMs?: number;
   /**
    * How long a call waits for the service's answer (default 30 s), beyond the
-   * `wait_ms` it asks the service to wait. A service that accepts the
+   * `wait_ms` it asks the service to wait (for a POST that names none, the
+   * service's own 120 s, supervisor/api/wait.ts). A service that accepts the
    * connection and never answers (stopped with SIGSTOP, or hung) then fails
    * the call at once, not retried: a read as `service_unavailable`, a POST as
    * `outcome_unknown`.
@@ -205,10 +207,16 @@ class AnswerTimeout extends Error {
   }
 }
 
-/** The wait a body asks the service for (`wait_ms`), which the answer may take on top of answerTimeoutMs. */
-function askedWaitMs(body: unknown): number {
+/**
+ * How long the service may take to answer on purpose, on top of which
+ * answerTimeoutMs runs: a POST's `wait_ms`, or the service's own wait for a
+ * drive call that names none (a POST that drives nothing answers sooner);
+ * nothing for a read.
+ */
+function askedWaitMs(method: string, body: unknown): number {
+  if (method !== 'POST') return 0;
   const wait = (body as { wait_ms?: unknown } | undefined)?.wait_ms;
-  return typeof wait === 'number' && Number.isSafeInteger(wait) && wait > 0 ? wait : 0;
+  return typeof wait === 'number' && Number.isSafeInteger(wait) && wait >= 0 ? wait : DEFAULT_WAIT_MS;
 }
 
 function parseAnswer(text: string): Record<string, unknown> {
@@ -381,7 +389,7 @@ export class CustodyClient {
     const url = new URL(`${this.url}${path}`);
     const headers = { authorization: `Bearer ${this.#token}`, 'content-type': 'application/json' };
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    const silenceMs = this.#answerTimeoutMs + askedWaitMs(body);
+    const silenceMs = this.#answerTimeoutMs + askedWaitMs(method, body);
     for (let attempt = 0; ; attempt++) {
       let response: { status: number; text: string };
       try {

@@ -129,15 +129,15 @@ describe('CustodyClient transport', () => {
     expect(read).to.be.instanceOf(CustodyError).with.property('code', 'service_unavailable');
     expect((read as CustodyError).message).to.contain('did not answer within 300 ms').and.to.contain('stopped (SIGSTOP) or hung');
     expect(readMs, 'waited the timeout, once').to.be.within(290, 2_000);
-    const posted = await client.invoke({ tool: 'review-notes/append', request_id: 'mine-4' }).catch((e: unknown) => e);
+    const posted = await client.invoke({ tool: 'review-notes/append', request_id: 'mine-4', wait_ms: 0 }).catch((e: unknown) => e);
     expect(posted).to.be.instanceOf(CustodyError).with.property('code', 'outcome_unknown');
     expect((posted as CustodyError).message).to.contain('may still complete').and.to.contain('mine-4');
     expect(seen, 'neither call was sent again').to.deep.equal(['GET /v1/status', 'POST /v1/invoke']);
     silent.closeAllConnections();
   });
 
-  it('waits the wait_ms a call asks the service for on top of answerTimeoutMs', async () => {
-    // The service answers 600 ms after the request: inside 500 + 300, past 100 + 300.
+  it('waits the wait_ms a call asks the service for on top of answerTimeoutMs, and the service\'s own wait when it names none', async () => {
+    // The service answers 600 ms after the request: inside 500 + 300, past 100 + 300, inside 120 s + 300.
     const slow = createServer((request, response) => {
       const chunks: Buffer[] = [];
       request.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -156,6 +156,7 @@ describe('CustodyClient transport', () => {
     const past = await client.invoke({ tool: 'review-notes/append', request_id: 'mine-6', wait_ms: 100 }).catch((e: unknown) => e);
     expect(past).to.have.property('code', 'outcome_unknown');
     expect((past as CustodyError).message).to.contain('within 400 ms');
+    expect(await client.invoke({ tool: 'review-notes/append', request_id: 'mine-7' })).to.include({ request_id: 'mine-7', http_status: 200 });
   });
 
   it('refuses an answerTimeoutMs that is not a whole number of milliseconds of at least 1', () => {

@@ -1,0 +1,6 @@
+// How long a call that drives an operation (invoke, authorize, execute,
+// report, reconcile) waits for its end when its body names no `wait_ms`;
+// past it the answer is 202 with the state so far. The typed client waits
+// that long, plus its answerTimeoutMs, before it gives a call up
+// (supervisor/client/index.ts).
+export const DEFAULT_WAIT_MS = 120_000;
