@@ -80,7 +80,9 @@ printLoad(`governed ops,  1 in flight, the first ${e2e.sequential_cold.operation
 for (const load of [e2e.sequential, e2e.concurrent, e2e.wide]) printLoad(`governed ops, ${String(load.concurrency).padStart(2)} in flight`, load);
 const long = e2e.long_history;
 printLoad(`after ${long.seeded_operations} operations on the grant (seeded in ${long.seed_seconds.toFixed(1)} s), 16 in flight`, long);
-out(`  long history over fresh (16 in flight, each after a restart and the same warm-up): ${(long.ops_per_s / long.before_history.ops_per_s).toFixed(3)} (before the history: ${long.before_history.ops_per_s.toFixed(1)} ops/s)`);
+out(
+  `  long history over fresh (16 in flight, each after a start and the same warm-up, ${long.rounds.length} rounds alternated): ${long.ratio.toFixed(3)} (per round ${long.rounds.map((r) => `${r.history_ops_per_s.toFixed(1)}/${r.fresh_ops_per_s.toFixed(1)}`).join(', ')} ops/s)`,
+);
 out(`store bytes per operation: ${e2e.storage.bytes_per_op.toFixed(0)} (${roles(e2e.storage.bytes_per_op_by_store, (n) => n.toFixed(0))}) over ${e2e.storage.operations} operations`);
 out(`kill -9 of the executor → first operation started after it completed: ${e2e.recovery.kill_to_next_completed_ms.toFixed(0)} ms; outcomes ${JSON.stringify(e2e.recovery.outcomes)}`);
 

@@ -228,13 +228,17 @@ async function stopService(service: Running): Promise<void> {
 
 const sum = (sizes: Record<string, number>) => Object.values(sizes).reduce((a, b) => a + b, 0);
 
+/** Fresh and long-history loads, alternated this many times each. */
+const LONG_HISTORY_ROUNDS = 3;
+
 /**
  * Every end-to-end figure in one run on one state: cold start, supervisor
  * kill-to-serving, governed load at 1, 16 and 64 in flight (latency, CPU per
  * process, RSS), store bytes per operation (the stores measured with the
  * service stopped, so WAL files are checkpointed), then `history` operations
- * seeded on the same grant (seed.ts) and the 16-in-flight load again, and
- * last the executor kill-to-next-completed.
+ * seeded on the same grant (seed.ts) and the 16-in-flight load on it,
+ * alternated with the same load on a fresh state, and last the executor
+ * kill-to-next-completed.
  */
 export async function measureEndToEnd(scale = 1, history = 100_000) {
   const dir = mkdtempSync(path.join(tmpdir(), 'custody-bench-e2e-'));
@@ -267,19 +271,37 @@ export async function measureEndToEnd(scale = 1, history = 100_000) {
     const bytesAfter = storeBytes(root);
     const perStore = Object.fromEntries(Object.keys(bytesAfter).map((file) => [file, ((bytesAfter[file] ?? 0) - (bytesBefore[file] ?? 0)) / measured]));
     const storage = { operations: measured, bytes_per_op: (sum(bytesAfter) - sum(bytesBefore)) / measured, bytes_per_op_by_store: perStore, bytes_after: bytesAfter };
-    // The long-history ratio compares two loads taken the same way, back to
-    // back: a restarted service, the same unmeasured warm-up, then 16 in
-    // flight; the only difference is the seeded history (docs/PERFORMANCE.md
-    // "The seeded history").
-    const restartedLoad = async () => {
-      service = await startService(root);
+    // The long-history ratio: loads taken the same way (a started service,
+    // the same unmeasured warm-up, then 16 in flight) on a fresh state and
+    // on this one after the seeded history, alternated so that the machine's
+    // drift falls on both sides alike (docs/PERFORMANCE.md "The seeded history").
+    const freshRoot = path.join(dir, 'fresh');
+    await initState(freshRoot, { config, log: createLogger({}, { level: 'error' }), onChildStderr: () => undefined });
+    const loadOn = async (at: string, grantFirst: boolean) => {
+      service = await startService(at);
+      if (grantFirst) await call(service, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
       await runLoad(service, warmUp, 16);
       return runLoad(service, Math.round(1000 * scale), 16);
     };
-    const beforeHistory = await restartedLoad();
-    await stopService(service);
     const seeded = seedHistory(statePaths(root).kernelDir, capabilityId, history);
-    const longHistory = { seeded_operations: history, seed_seconds: seeded.seconds, before_history: beforeHistory, ...(await restartedLoad()) };
+    const rounds: Array<{ fresh: Awaited<ReturnType<typeof runLoad>>; history: Awaited<ReturnType<typeof runLoad>> }> = [];
+    for (let round = 0; round < LONG_HISTORY_ROUNDS; round++) {
+      const fresh = await loadOn(freshRoot, round === 0);
+      await stopService(service);
+      // The last one stays up: the executor kill below runs on it.
+      const onHistory = await loadOn(root, false);
+      if (round < LONG_HISTORY_ROUNDS - 1) await stopService(service);
+      rounds.push({ fresh, history: onHistory });
+    }
+    const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length;
+    const longHistory = {
+      seeded_operations: history,
+      seed_seconds: seeded.seconds,
+      rounds: rounds.map((r) => ({ fresh_ops_per_s: r.fresh.ops_per_s, history_ops_per_s: r.history.ops_per_s, ratio: r.history.ops_per_s / r.fresh.ops_per_s })),
+      ratio: mean(rounds.map((r) => r.history.ops_per_s)) / mean(rounds.map((r) => r.fresh.ops_per_s)),
+      before_history: rounds[rounds.length - 1]!.fresh,
+      ...rounds[rounds.length - 1]!.history,
+    };
     const recovery = await measureKillToRecovered(service);
     return { cold_start_ms: coldStartMs, supervisor_kill_to_serving: supervisorRestart, cli_call: cliCall, sequential_cold: cold, sequential, concurrent, wide, storage, long_history: longHistory, recovery };
   } finally {
