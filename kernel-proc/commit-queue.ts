@@ -18,6 +18,13 @@ export interface UnitContext {
   readonly now: number;
   /** Name a crash cutpoint (CUSTODY_FAULT=kernel:<name>) to pass once this unit's writes have committed. */
   afterCommit(cutpoint: string): void;
+  /**
+   * Run `then` once this unit's writes have committed, before any crash
+   * cutpoint and any answer of the batch; never if they did not (its savepoint or the batch
+   * rolled back). A log line that reports a decision is written from here,
+   * so it never tells of one that a full disk then undid.
+   */
+  whenCommitted(then: () => void): void;
 }
 
 export type Unit<T> = (context: UnitContext) => T;
@@ -88,12 +95,15 @@ export class CommitQueue {
     let advanced = false;
     const now = clock();
     const cutpoints: string[] = [];
+    const committed: Array<() => void> = [];
     const outcomes: Outcome[] = [];
     const runSavepoint = (unit: Unit<unknown>): Outcome => {
       const own: string[] = [];
+      const then: Array<() => void> = [];
       try {
-        const value = db.transaction(() => unit({ now, afterCommit: (name) => own.push(name) }))();
+        const value = db.transaction(() => unit({ now, afterCommit: (name) => own.push(name), whenCommitted: (callback) => then.push(callback) }))();
         cutpoints.push(...own);
+        committed.push(...then);
         return { ok: true, value };
       } catch (error) {
         return { ok: false, error: fromStore(error) };
@@ -121,7 +131,15 @@ export class CommitQueue {
     }
     log.debug('batch_committed', { units: batch.length });
     this.#options.onCommitted?.(batch.length);
-    // Committed. A test's kill -9 lands here: after the commit, before any answer.
+    // Committed: what the units asked for then (their log lines), and a
+    // test's kill -9 lands here, after the commit and before any answer.
+    for (const then of committed) {
+      try {
+        then();
+      } catch (error) {
+        log.error('after_commit_failed', errorFields(error));
+      }
+    }
     for (const cutpoint of cutpoints) crashPoint('kernel', cutpoint);
     // The head frame goes out before the answers, so the supervisor has witnessed it before it acts on them.
     if (advanced) headAdvanced?.();

@@ -8,10 +8,12 @@ import { publicKeyFromHex } from '../shared/crypto/ed25519.js';
 import { CustodyError } from '../shared/errors.js';
 import { toolPatternCovers } from '../shared/protocol/common.js';
 import type { RequestOf, ResultOf } from '../shared/protocol/messages.js';
+import type { UnitContext } from './commit-queue.js';
 import type { Kernel } from './kernel.js';
 import type { PinRow } from './store/pins-table.js';
 
-export function pinExecutor(kernel: Kernel, request: RequestOf<'executor.pin'>, now: number): ResultOf<'executor.pin'> {
+export function pinExecutor(kernel: Kernel, request: RequestOf<'executor.pin'>, context: UnitContext): ResultOf<'executor.pin'> {
+  const { now } = context;
   // Refuses a malformed, non-canonical or small-order key (key_invalid) before anything is recorded.
   publicKeyFromHex(request.public_key);
   const { pins } = kernel.store;
@@ -41,7 +43,7 @@ export function pinExecutor(kernel: Kernel, request: RequestOf<'executor.pin'>, 
   }
   const row: PinRow = { executor_id: request.executor_id, key_epoch: request.key_epoch, public_key: request.public_key, tools: JSON.stringify(tools), pinned_at: now };
   pins.insert(row);
-  kernel.log.info('executor_pinned', { executor_id: row.executor_id, key_epoch: row.key_epoch, superseded_epoch: current?.key_epoch ?? null });
+  context.whenCommitted(() => kernel.log.info('executor_pinned', { executor_id: row.executor_id, key_epoch: row.key_epoch, superseded_epoch: current?.key_epoch ?? null }));
   return resultOf(row);
 }
 

@@ -22,7 +22,8 @@ import { ROTATION_STATEMENTS_MAX } from '../shared/protocol/rotation-messages.js
 import type { UnitContext } from './commit-queue.js';
 import { KERNEL_ID, type Kernel } from './kernel.js';
 
-export function rotatePin(kernel: Kernel, request: RequestOf<'pin.rotate'>, now: number): ResultOf<'pin.rotate'> {
+export function rotatePin(kernel: Kernel, request: RequestOf<'pin.rotate'>, context: UnitContext): ResultOf<'pin.rotate'> {
+  const { now } = context;
   const claimed = rotationBody.safeParse(readEnvelope(request.statement).envelope.body);
   if (!claimed.success || claimed.data.role !== 'executor') {
     throw new CustodyError('rotation_invalid', 'pin.rotate carries no executor rotation statement; the pin stays');
@@ -40,7 +41,7 @@ export function rotatePin(kernel: Kernel, request: RequestOf<'pin.rotate'>, now:
   const { next } = verifyRotation({ role: 'executor', id, epoch: current.key_epoch, publicKey: current.public_key }, request.statement);
   const row = { executor_id: id, key_epoch: next.epoch, public_key: next.publicKey, tools: current.tools, pinned_at: now };
   pins.insert(row);
-  kernel.log.info('executor_key_rotated', { executor_id: id, key_epoch: next.epoch, retired_epoch: current.key_epoch, public_key: next.publicKey });
+  context.whenCommitted(() => kernel.log.info('executor_key_rotated', { executor_id: id, key_epoch: next.epoch, retired_epoch: current.key_epoch, public_key: next.publicKey }));
   return { executor_id: id, public_key: row.public_key, key_epoch: row.key_epoch, pinned_at: row.pinned_at };
 }
 

@@ -145,13 +145,13 @@ export class KernelService implements ChildService {
       'grant.revoke': (body) => submit((context) => grantView(kernel, revokeGrant(kernel, body.capability_id, context.now))),
       'executor.pin': (body) =>
         submit((context) => {
-          const pinned = pinExecutor(kernel, body, context.now);
+          const pinned = pinExecutor(kernel, body, context);
           context.afterCommit('after_pin_commit');
           return pinned;
         }),
       'pin.rotate': (body) =>
         submit((context) => {
-          const pinned = rotatePin(kernel, body, context.now);
+          const pinned = rotatePin(kernel, body, context);
           context.afterCommit('after_pin_rotate_commit');
           return pinned;
         }),

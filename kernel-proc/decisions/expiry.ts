@@ -42,7 +42,7 @@ export function sweepExpired(kernel: Kernel, context: UnitContext): number {
     expireOperation(kernel, operation, nonce, context.now);
   }
   if (due.length > 0) {
-    kernel.log.info('reservations_expired', { count: due.length });
+    context.whenCommitted(() => kernel.log.info('reservations_expired', { count: due.length }));
     context.afterCommit('after_sweep_commit');
   }
   return due.length;

@@ -37,7 +37,7 @@ export function markUnknown(kernel: Kernel, request: RequestOf<'mark_unknown'>, 
     },
     now,
   );
-  kernel.log.warn('operation_unknown', { operation_id: operation.operation_id, reason: flag });
+  context.whenCommitted(() => kernel.log.warn('operation_unknown', { operation_id: operation.operation_id, reason: flag }));
   context.afterCommit('after_mark_unknown_commit');
   return { operation: operationView(kernel, store.operations.get(operation.operation_id)!) };
 }

@@ -70,7 +70,7 @@ export function reserve(kernel: Kernel, request: ReserveRequest, context: UnitCo
   const operation = kernel.store.operations.get(operationId)!;
   const slot = nextReceiptSlot(kernel, operationId);
   if (denied) {
-    kernel.log.info('reserve_denied', { operation_id: operationId, request_id: request.request_id, reason: judged.reason, message: judged.message });
+    context.whenCommitted(() => kernel.log.info('reserve_denied', { operation_id: operationId, request_id: request.request_id, reason: judged.reason, message: judged.message }));
     recordReceipt(
       kernel,
       operation,

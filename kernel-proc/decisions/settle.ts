@@ -126,7 +126,9 @@ function recordSettlement(
     },
     now,
   );
-  kernel.log[outcome.verdict === 'allow' ? 'info' : 'warn']('operation_settled', { operation_id: operation.operation_id, status: report.body.status, state: outcome.state, reason: outcome.reason, flag: outcome.flag });
+  context.whenCommitted(() =>
+    kernel.log[outcome.verdict === 'allow' ? 'info' : 'warn']('operation_settled', { operation_id: operation.operation_id, status: report.body.status, state: outcome.state, reason: outcome.reason, flag: outcome.flag }),
+  );
   context.afterCommit('after_settle_commit');
   // The output as a repeated settle reads it back from the stored report.
   return settleReply(operation.operation_id, output, receipt);

@@ -77,7 +77,7 @@ export function start(kernel: Kernel, request: StartRequest, context: UnitContex
   }
 
   // 3. The nonce and the arguments.
-  if (operation.state !== 'reserved') return refuseSecondStart(kernel, operation, nonce, request, requestDigest, now);
+  if (operation.state !== 'reserved') return refuseSecondStart(kernel, operation, nonce, request, requestDigest, context);
   const judged = judgeStart(kernel, operation, nonce, request, parameters, now, hostBinding);
   if ('code' in judged) return refuseReservation(kernel, operation, nonce, judged, requestDigest, context);
   return commitStart(kernel, operation, judged, requestDigest, context);
@@ -94,15 +94,16 @@ function refuseSecondStart(
   nonce: NonceRow | undefined,
   request: StartRequest,
   requestDigest: string,
-  now: number,
+  context: UnitContext,
 ): StartResult {
   const { store } = kernel;
+  const { now } = context;
   const reason: ErrorCode = nonce && request.nonce_id === nonce.nonce_id ? 'nonce_reused' : 'nonce_unknown';
   assertHistoryRoom(kernel, operation);
   const slot = nextReceiptSlot(kernel, operation.operation_id);
   const hold = store.holds.forOperation(operation.operation_id);
   const receipt = recordReceipt(kernel, operation, slot, { decision: 'start', verdict: 'deny', reason, state: operation.state, hold, requestDigest }, now);
-  kernel.log.info('start_refused', { operation_id: operation.operation_id, reason, state: operation.state });
+  context.whenCommitted(() => kernel.log.info('start_refused', { operation_id: operation.operation_id, reason, state: operation.state }));
   return refusalReply(operation, receipt);
 }
 
@@ -185,7 +186,7 @@ function refuseReservation(
     },
     now,
   );
-  kernel.log.info('start_denied', { operation_id: operation.operation_id, reason: refusal.code, message: refusal.message });
+  context.whenCommitted(() => kernel.log.info('start_denied', { operation_id: operation.operation_id, reason: refusal.code, message: refusal.message }));
   context.afterCommit('after_start_commit');
   return refusalReply(operation, receipt);
 }
@@ -221,7 +222,7 @@ function commitStart(kernel: Kernel, operation: OperationRow, { nonce, pin, gran
     },
     now,
   );
-  kernel.log.info('dispatch_committed', { operation_id: operation.operation_id, executor_id: pin.executor_id, key_epoch: pin.key_epoch, reserved_for: operation.executor_id });
+  context.whenCommitted(() => kernel.log.info('dispatch_committed', { operation_id: operation.operation_id, executor_id: pin.executor_id, key_epoch: pin.key_epoch, reserved_for: operation.executor_id }));
   context.afterCommit('after_start_commit');
   // The invocation does not change at commit, and the authorization is the text just stored: no read back.
   return authorizedReply(operation, authorization.text);

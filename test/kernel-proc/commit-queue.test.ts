@@ -5,7 +5,7 @@ import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import { CustodyError } from '../../shared/errors.js';
 import { createLogger } from '../../shared/log.js';
-import { CommitQueue, fromStore } from '../../kernel-proc/commit-queue.js';
+import { CommitQueue, type UnitContext, fromStore } from '../../kernel-proc/commit-queue.js';
 
 describe('kernel-proc: the group-commit write path', () => {
   let dir: string;
@@ -26,6 +26,9 @@ describe('kernel-proc: the group-commit write path', () => {
       beforeEachBatch: () => void (batches += 1),
       log: quiet,
     });
+  /** A queue that raises a store head: `advanceHead` inside each batch that wrote, `headAdvanced` after its commit. */
+  const headQueue = (advanceHead: () => void, headAdvanced: () => void) =>
+    new CommitQueue({ db, maxBatch: 32, clock: () => 1234, assertWritable: () => undefined, advanceHead, headAdvanced, log: quiet });
   const insert = (value: string) => db.prepare('INSERT INTO items (value) VALUES (?)').run(value);
   const committed = () => reader.prepare('SELECT value FROM items ORDER BY value').pluck().all();
 
@@ -117,15 +120,10 @@ describe('kernel-proc: the group-commit write path', () => {
   it('raises the store head once per batch that changed a row, not for a read-only batch, and announces it before any answer of the batch', async () => {
     let head = 0;
     const events: string[] = [];
-    const q = new CommitQueue({
-      db,
-      maxBatch: 32,
-      clock: () => 1234,
-      assertWritable: () => undefined,
-      advanceHead: () => void (head += 1),
-      headAdvanced: () => void events.push(`head ${head}`),
-      log: quiet,
-    });
+    const q = headQueue(
+      () => void (head += 1),
+      () => void events.push(`head ${head}`),
+    );
     await Promise.all([q.submit(() => insert('a')).then(() => events.push('answer a')), q.submit(() => insert('b')).then(() => events.push('answer b'))]);
     expect(head, 'one batch, one raise').to.equal(1);
     expect(events).to.deep.equal(['head 1', 'answer a', 'answer b']);
@@ -134,5 +132,38 @@ describe('kernel-proc: the group-commit write path', () => {
     await q.submit(() => insert('x')).catch(() => undefined);
     await q.submit(() => insert('c'));
     expect(head).to.be.at.least(2);
+  });
+
+  it('runs what a unit asks for when it commits after the commit and before any answer, and never for a unit or a batch that rolled back', async () => {
+    let failAtCommit = false;
+    const events: string[] = [];
+    const q = headQueue(
+      // Fails the whole transaction after every unit ran, as a full disk does at COMMIT.
+      () => {
+        if (failAtCommit) throw new CustodyError('storage_full', 'the disk is full');
+      },
+      () => void events.push('head'),
+    );
+    const logged = (value: string) => (context: UnitContext) => {
+      insert(value);
+      context.whenCommitted(() => events.push(`logged ${value}: ${committed().join(',')}`));
+      return value;
+    };
+    const answers = [
+      q.submit(logged('a')).then(() => events.push('answer a')),
+      q.submit((context) => {
+        context.whenCommitted(() => events.push('logged x'));
+        return insert('x');
+      }).catch(() => events.push('refused x')),
+      q.submit(logged('b')).then(() => events.push('answer b')),
+    ];
+    await Promise.all(answers);
+    expect(events, 'after the commit (both rows readable), before the head and the answers; nothing for x').to.deep.equal(['logged a: a,b', 'logged b: a,b', 'head', 'answer a', 'refused x', 'answer b']);
+    events.length = 0;
+    failAtCommit = true;
+    const failed = await q.submit(logged('c')).catch((error: unknown) => error);
+    expect(failed).to.have.property('code', 'storage_full');
+    expect(committed()).to.deep.equal(['a', 'b']);
+    expect(events, 'a batch that did not commit logs nothing').to.deep.equal([]);
   });
 });
