@@ -11,7 +11,7 @@ export const invokeBody = z.strictObject({
   request_id: operationName.optional(),
   subject: identifier.default('agent'),
   cost_units: z.number().int().min(0).default(0),
-  /** How long to wait for the end before answering 202 with the state so far. */
+  /** How long to wait for the end, counted from the call's arrival, before answering 202 with the state so far (default 120 s, supervisor/api/wait.ts). */
   wait_ms: wait,
 });
 

@@ -91,16 +91,28 @@ const STILL_CARRIED: ReadonlySet<string> = new Set(['unreachable', 'unknown']);
 const NOT_CARRIED: ReadonlySet<string> = new Set(['reply_dropped', 'storage_full', 'request_quarantined']);
 
 export async function invoke(service: Service, body: z.infer<typeof invokeBody>): Answer {
+  const wait = waitFrom(performance.now(), body.wait_ms);
   await refuseBeforeReserve(service, body.request_id, body.tool, body.arguments);
   const requestId = body.request_id ?? newRequestId();
   const drive = service.driver.submit({ kind: 'invoke', request_id: requestId, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
-  return answerDrive(service, requestId, drive, body.wait_ms);
+  return answerDrive(service, requestId, drive, wait());
 }
 
 export async function authorize(service: Service, body: z.infer<typeof authorizeBody>): Answer {
+  const wait = waitFrom(performance.now(), body.wait_ms);
   await refuseBeforeReserve(service, body.operation, body.tool, body.arguments);
   const drive = service.driver.submit({ kind: 'authorize', request_id: body.operation, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
-  return answerDrive(service, body.operation, drive, body.wait_ms);
+  return answerDrive(service, body.operation, drive, wait());
+}
+
+/**
+ * The wait a call asked for counts from its arrival: the check before the
+ * reserve (waiting for a running executor, the adapter's argument check)
+ * spends it too, so a client that gives the answer its wait plus a margin
+ * (supervisor/client/index.ts) hears by then.
+ */
+function waitFrom(arrived: number, asked: number | undefined): () => number {
+  return () => Math.max(0, Math.round((asked ?? DEFAULT_WAIT_MS) - (performance.now() - arrived)));
 }
 
 function requireRequest(service: Service, name: string): RequestRow {

@@ -157,6 +157,8 @@ export interface CustodyClientOptions {
 
 /** What answerTimeoutMs is when not given. */
 export const DEFAULT_ANSWER_TIMEOUT_MS = 30_000;
+/** The longest answerTimeoutMs: a day (a socket timeout above 2^31 - 1 ms would be cut to 1 ms by Node). */
+export const MAX_ANSWER_TIMEOUT_MS = 86_400_000;
 
 /** A request id as the CLI chooses one: `req-<time base36>-<12 hex>` (shared/request-id.ts). */
 export { newRequestId };
@@ -209,9 +211,11 @@ class AnswerTimeout extends Error {
 
 /**
  * How long the service may take to answer on purpose, on top of which
- * answerTimeoutMs runs: a POST's `wait_ms`, or the service's own wait for a
- * drive call that names none (a POST that drives nothing answers sooner);
- * nothing for a read.
+ * answerTimeoutMs runs: a POST's `wait_ms`, which the service counts from
+ * the call's arrival (supervisor/api/handlers.ts), or the service's own wait
+ * for one that names none (given to every POST, the ones that drive nothing
+ * and answer sooner included: a restart or a rotation waits for a child's
+ * hello); nothing for a read.
  */
 function askedWaitMs(method: string, body: unknown): number {
   if (method !== 'POST') return 0;
@@ -247,8 +251,8 @@ export class CustodyClient {
     this.#retries = options.retries ?? 3;
     this.#retryDelayMs = options.retryDelayMs ?? 200;
     this.#answerTimeoutMs = options.answerTimeoutMs ?? DEFAULT_ANSWER_TIMEOUT_MS;
-    if (!Number.isSafeInteger(this.#answerTimeoutMs) || this.#answerTimeoutMs < 1) {
-      throw new CustodyError('usage', `answerTimeoutMs must be a whole number of milliseconds ≥ 1, got ${String(options.answerTimeoutMs)}`);
+    if (!Number.isSafeInteger(this.#answerTimeoutMs) || this.#answerTimeoutMs < 1 || this.#answerTimeoutMs > MAX_ANSWER_TIMEOUT_MS) {
+      throw new CustodyError('usage', `answerTimeoutMs must be a whole number of milliseconds from 1 to ${MAX_ANSWER_TIMEOUT_MS} (a day), got ${String(options.answerTimeoutMs)}`);
     }
   }
 
@@ -389,6 +393,7 @@ export class CustodyClient {
     const url = new URL(`${this.url}${path}`);
     const headers = { authorization: `Bearer ${this.#token}`, 'content-type': 'application/json' };
     const payload = body === undefined ? undefined : JSON.stringify(body);
+    // wait_ms is at most an hour (supervisor/api/bodies.ts): the sum stays far below Node's timer limit.
     const silenceMs = this.#answerTimeoutMs + askedWaitMs(method, body);
     for (let attempt = 0; ; attempt++) {
       let response: { status: number; text: string };
@@ -418,7 +423,7 @@ export class CustodyClient {
 
   /** A call the service took and did not answer in time: asking again would wait as long, so it is not retried. */
   #unanswered(method: string, path: string, cause: AnswerTimeout, name: string | undefined): CustodyError {
-    const waited = `custody at ${this.url} took ${method} ${path} and did not answer within ${cause.silenceMs} ms: it may be stopped (SIGSTOP) or hung`;
+    const waited = `custody at ${this.url} took ${method} ${path} and did not answer within ${cause.silenceMs} ms: it may be stopped (SIGSTOP) or hung, or slower than that (raise the answer timeout)`;
     if (method === 'GET') return new CustodyError('service_unavailable', waited, { cause });
     const again = name ? `; ask again with the same name (${name})` : '';
     return new CustodyError('outcome_unknown', `${waited}; the call may still complete${again}`, { cause });

@@ -159,11 +159,11 @@ describe('CustodyClient transport', () => {
     expect(await client.invoke({ tool: 'review-notes/append', request_id: 'mine-7' })).to.include({ request_id: 'mine-7', http_status: 200 });
   });
 
-  it('refuses an answerTimeoutMs that is not a whole number of milliseconds of at least 1', () => {
-    for (const answerTimeoutMs of [0, -1, 1.5, Number.NaN]) {
+  it('refuses an answerTimeoutMs that is not a whole number of milliseconds from 1 to a day', () => {
+    for (const answerTimeoutMs of [0, -1, 1.5, Number.NaN, 86_400_001]) {
       expect(() => new CustodyClient({ url: 'http://127.0.0.1:1', token: 'x', answerTimeoutMs }), String(answerTimeoutMs)).to.throw(CustodyError, /answerTimeoutMs must be a whole number/);
     }
-    expect(new CustodyClient({ url: 'http://127.0.0.1:1', token: 'x', answerTimeoutMs: 1 }).url).to.equal('http://127.0.0.1:1');
+    for (const answerTimeoutMs of [1, 86_400_000]) expect(new CustodyClient({ url: 'http://127.0.0.1:1', token: 'x', answerTimeoutMs }).url).to.equal('http://127.0.0.1:1');
   });
 
   it('does not retry adding a grant after a broken connection (a second grant would be a second grant)', async () => {
