@@ -105,7 +105,8 @@ export class FrameChannel {
    * queue to drain), so the answers a batch's promises send go out with
    * what the batch wrote itself, such as the kernel's head frame before
    * them. The order is kept; a frame waits at most for the rest of its
-   * turn, never for another event (an fsync, a timer).
+   * turn, the synchronous work of that turn's continuations included (a
+   * grouped commit started from one), never for a later turn.
    */
   #write(line: Buffer): void {
     const output = this.#output;
