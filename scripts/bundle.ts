@@ -34,26 +34,38 @@ const moduleUrls: Plugin = {
   },
 };
 
-// Every output file sits in dist/bundle/, one folder below dist/.
-const BANNER = [
-  "import { createRequire as __custodyCreateRequire } from 'node:module';",
-  'const require = __custodyCreateRequire(import.meta.url);',
-  `const ${MODULE_URL} = (relative) => new URL('../' + relative, import.meta.url).href;`,
-].join(' ');
+/** The first lines of every output file in `outdir` (a folder below dist/). */
+function banner(outdir: string): string {
+  const up = path.relative(outdir, DIST_ROOT).split(path.sep).join('/') + '/';
+  return [
+    "import { createRequire as __custodyCreateRequire } from 'node:module';",
+    'const require = __custodyCreateRequire(import.meta.url);',
+    `const ${MODULE_URL} = (relative) => new URL(${JSON.stringify(up)} + relative, import.meta.url).href;`,
+  ].join(' ');
+}
 
-async function bundlePrograms(): Promise<{ files: number; ms: number }> {
+/**
+ * Test fixtures the suite starts as processes, bundled the same way into
+ * dist/test/bundle/ (outside the package's files): the JSONTestSuite test
+ * starts a wire child for each of its 235 files, and a bundle starts in
+ * about three quarters of the module entry's CPU.
+ */
+const TEST_PROGRAMS = { 'wire-child': 'test/fixtures/wire-child.js' } as const;
+const TEST_BUNDLE_DIR = path.join(DIST_ROOT, 'test', 'bundle');
+
+async function bundlePrograms(programs: Readonly<Record<string, string>>, outdir: string): Promise<{ files: number; ms: number }> {
   const started = performance.now();
-  await rm(BUNDLE_DIR, { recursive: true, force: true });
+  await rm(outdir, { recursive: true, force: true });
   const result = await build({
-    entryPoints: Object.fromEntries(Object.entries(PROGRAMS).map(([name, entry]) => [name, path.join(DIST_ROOT, entry)])),
-    outdir: BUNDLE_DIR,
+    entryPoints: Object.fromEntries(Object.entries(programs).map(([name, entry]) => [name, path.join(DIST_ROOT, entry)])),
+    outdir,
     bundle: true,
     splitting: true, // the CLI's lazy imports stay lazy; the programs share chunks
     format: 'esm',
     platform: 'node',
     target: 'node20',
     external: ['better-sqlite3'],
-    banner: { js: BANNER },
+    banner: { js: banner(outdir) },
     plugins: [moduleUrls],
     sourcemap: 'linked',
     metafile: true,
@@ -63,5 +75,10 @@ async function bundlePrograms(): Promise<{ files: number; ms: number }> {
   return { files, ms: performance.now() - started };
 }
 
-const { files, ms } = await bundlePrograms();
-process.stderr.write(`bundled ${Object.keys(PROGRAMS).join(', ')} into ${path.relative(process.cwd(), BUNDLE_DIR) || BUNDLE_DIR} (${files} files, ${ms.toFixed(0)} ms)\n`);
+for (const [programs, outdir] of [
+  [PROGRAMS, BUNDLE_DIR],
+  [TEST_PROGRAMS, TEST_BUNDLE_DIR],
+] as const) {
+  const { files, ms } = await bundlePrograms(programs, outdir);
+  process.stderr.write(`bundled ${Object.keys(programs).join(', ')} into ${path.relative(process.cwd(), outdir) || outdir} (${files} files, ${ms.toFixed(0)} ms)\n`);
+}

@@ -26,12 +26,12 @@ export function collectingLogger() {
 
 export type FixtureOptions = Partial<SpawnChildOptions> & { settings?: SpawnChildOptions['settings'] };
 
-/** Start the wire fixture child (test/fixtures/wire-child.ts) with a fresh session. */
+/** Start the wire fixture child (test/fixtures/wire-child.ts, bundled by scripts/bundle.ts) with a fresh session. */
 export async function startFixture(options: FixtureOptions = {}): Promise<ChildSession & { stderr: string[] }> {
   const stderr: string[] = [];
   const { log } = collectingLogger();
   const session = await spawnChild({
-    argv: [process.execPath, distPath('test', 'fixtures', 'wire-child.js')],
+    argv: [process.execPath, distPath('test', 'bundle', 'wire-child.js')],
     role: 'kernel',
     name: 'fixture',
     mode: 'serve',
