@@ -31,7 +31,8 @@ const program = new Command('custody')
 
 const state = () => resolveStateDir(program.opts<{ state?: string }>().state);
 const json = (options: { json?: boolean }) => createOutput(options.json === true);
-const client = () => connect(state(), { answerTimeoutMs: program.opts<{ answerTimeout?: number }>().answerTimeout });
+const answerTimeoutMs = () => program.opts<{ answerTimeout?: number }>().answerTimeout;
+const client = () => connect(state(), { answerTimeoutMs: answerTimeoutMs() });
 /** The --arg values, files read under the tool's argument bound, before anything is sent. */
 const argumentsOf = (tool: string, specs: Record<string, ArgSource>) => resolveArguments(specs, argumentBoundFor(state(), tool));
 
@@ -210,7 +211,7 @@ program
   // Imported when used: the MCP SDK is not loaded by every other command.
   .action(async (options: { url?: string; tokenFile?: string; wait?: number }) => {
     const { mcpCommand } = await import('../mcp/command.js');
-    setExit(await mcpCommand({ state: state(), url: options.url, tokenFile: options.tokenFile, waitMs: options.wait }));
+    setExit(await mcpCommand({ state: state(), url: options.url, tokenFile: options.tokenFile, waitMs: options.wait, answerTimeoutMs: answerTimeoutMs() }));
   });
 
 const receipt = program.command('receipt').description('export and verify signed artifacts');

@@ -11,18 +11,21 @@ export interface McpCommandOptions {
   readonly url?: string;
   readonly tokenFile?: string;
   readonly waitMs?: number;
+  /** The client's answerTimeoutMs (the CLI's --answer-timeout). */
+  readonly answerTimeoutMs?: number;
 }
 
 export async function mcpCommand(options: McpCommandOptions): Promise<number> {
   const log = createLogger({ component: 'mcp' });
   let client: () => CustodyClient;
   let ready: () => Promise<void> = () => Promise.resolve();
+  const answerTimeout = options.answerTimeoutMs === undefined ? {} : { answerTimeoutMs: options.answerTimeoutMs };
   if (options.url !== undefined || options.tokenFile !== undefined) {
     if (options.url === undefined || options.tokenFile === undefined) throw new CustodyError('usage', 'custody mcp: --url and --token-file go together (or give --state DIR instead)');
     if (!/^http:\/\/(127\.0\.0\.1|localhost|\[::1\]):\d+\/?$/.test(options.url)) {
       throw new CustodyError('usage', `custody mcp: --url ${options.url} is not a local service address such as http://127.0.0.1:7410`);
     }
-    const fixed = new CustodyClient({ url: options.url, token: readTokenFile(options.tokenFile) });
+    const fixed = new CustodyClient({ url: options.url, token: readTokenFile(options.tokenFile), ...answerTimeout });
     client = () => fixed;
     // The control token is refused at the first request (the service may not be up at launch).
     let checked: Promise<void> | null = null;
@@ -33,7 +36,7 @@ export async function mcpCommand(options: McpCommandOptions): Promise<number> {
       }));
   } else {
     // The address is read from service.json at each request: a restarted service is found again.
-    client = () => CustodyClient.fromState(options.state, { role: 'agent' });
+    client = () => CustodyClient.fromState(options.state, { role: 'agent', ...answerTimeout });
   }
   await serveMcpOnStdio({ client, ready, log, version: '0.1.0', ...(options.waitMs === undefined ? {} : { waitMs: options.waitMs }) });
   return 0;
