@@ -137,7 +137,7 @@ describe('CustodyClient transport', () => {
   });
 
   it('waits the wait_ms a call asks the service for on top of answerTimeoutMs, and the service\'s own wait when it names none', async () => {
-    // The service answers 600 ms after the request: inside 500 + 300, past 100 + 300, inside 120 s + 300.
+    // The service answers 1.5 s after the request: inside 2000 + 300, past 100 + 300, inside 120 s + 300.
     const slow = createServer((request, response) => {
       const chunks: Buffer[] = [];
       request.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -146,13 +146,13 @@ describe('CustodyClient transport', () => {
         setTimeout(() => {
           response.writeHead(200, { 'content-type': 'application/json' });
           response.end(JSON.stringify(outcome(body.request_id)));
-        }, 600);
+        }, 1_500);
       });
     });
     await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
     servers.push(slow);
     const client = new CustodyClient({ url: `http://127.0.0.1:${(slow.address() as { port: number }).port}`, token: 'x', retries: 0, answerTimeoutMs: 300 });
-    expect(await client.invoke({ tool: 'review-notes/append', request_id: 'mine-5', wait_ms: 500 })).to.include({ request_id: 'mine-5', http_status: 200 });
+    expect(await client.invoke({ tool: 'review-notes/append', request_id: 'mine-5', wait_ms: 2_000 })).to.include({ request_id: 'mine-5', http_status: 200 });
     const past = await client.invoke({ tool: 'review-notes/append', request_id: 'mine-6', wait_ms: 100 }).catch((e: unknown) => e);
     expect(past).to.have.property('code', 'outcome_unknown');
     expect((past as CustodyError).message).to.contain('within 400 ms');
