@@ -16,12 +16,12 @@ import { type Logger, errorFields } from '../shared/log.js';
 export interface UnitContext {
   /** The batch's time, read once (shared/clock.ts): every decision in a batch sees the same now. */
   readonly now: number;
-  /** Name a crash cutpoint (CUSTODY_FAULT=kernel:<name>) to pass once this unit's writes have committed. */
+  /** Name a crash cutpoint (CUSTODY_FAULT=kernel:<name>) to pass once this unit's writes have committed (a whenCommitted of its own). */
   afterCommit(cutpoint: string): void;
   /**
-   * Run `then` once this unit's writes have committed, before any crash
-   * cutpoint and any answer of the batch; never if they did not (its savepoint or the batch
-   * rolled back). A log line that reports a decision is written from here,
+   * Run `then` once this unit's writes have committed, in the order the
+   * batch's units asked (cutpoints included), before any answer of the
+   * batch; never if they did not (its savepoint or the batch rolled back). A log line that reports a decision is written from here,
    * so it never tells of one that a full disk then undid.
    */
   whenCommitted(then: () => void): void;
@@ -94,15 +94,15 @@ export class CommitQueue {
     const { db, clock, assertWritable, beforeEachBatch, advanceHead, headAdvanced, log } = this.#options;
     let advanced = false;
     const now = clock();
-    const cutpoints: string[] = [];
+    // What the committed units asked for once they are durable, in their order: log lines, crash cutpoints.
     const committed: Array<() => void> = [];
     const outcomes: Outcome[] = [];
     const runSavepoint = (unit: Unit<unknown>): Outcome => {
-      const own: string[] = [];
       const then: Array<() => void> = [];
       try {
-        const value = db.transaction(() => unit({ now, afterCommit: (name) => own.push(name), whenCommitted: (callback) => then.push(callback) }))();
-        cutpoints.push(...own);
+        const value = db.transaction(() =>
+          unit({ now, afterCommit: (name) => then.push(() => crashPoint('kernel', name)), whenCommitted: (callback) => then.push(callback) }),
+        )();
         committed.push(...then);
         return { ok: true, value };
       } catch (error) {
@@ -131,8 +131,8 @@ export class CommitQueue {
     }
     log.debug('batch_committed', { units: batch.length });
     this.#options.onCommitted?.(batch.length);
-    // Committed: what the units asked for then (their log lines), and a
-    // test's kill -9 lands here, after the commit and before any answer.
+    // Committed: what the units asked for now runs (their log lines; a
+    // test's kill -9 lands here, after the commit and before any answer).
     for (const then of committed) {
       try {
         then();
@@ -140,7 +140,6 @@ export class CommitQueue {
         log.error('after_commit_failed', errorFields(error));
       }
     }
-    for (const cutpoint of cutpoints) crashPoint('kernel', cutpoint);
     // The head frame goes out before the answers, so the supervisor has witnessed it before it acts on them.
     if (advanced) headAdvanced?.();
     batch.forEach((queued, index) => {
