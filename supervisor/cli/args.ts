@@ -7,6 +7,7 @@ import { argumentBytesBound } from '../../shared/protocol/bounds.js';
 import { checkOperationName } from '../../shared/protocol/names.js';
 import { decodeUtf8OrRefuse } from '../../shared/text/utf8.js';
 import { loadConfig } from '../config/load.js';
+import { MAX_ANSWER_TIMEOUT_MS } from '../client/index.js';
 import { statePaths } from '../paths.js';
 
 /** One `--arg`: a value given inline, or a file to read once the bound is known. */
@@ -89,6 +90,13 @@ export function parseDuration(value: string): number {
   if (!match) throw new CustodyError('usage', `expected a duration such as 90s, 30m, 1h or 2d, got ${JSON.stringify(value)}`);
   const ms = Number(match[1]) * UNITS[match[2] ?? 'ms']!;
   if (!Number.isSafeInteger(ms) || ms < 1) throw new CustodyError('usage', `duration ${value} is out of range`);
+  return ms;
+}
+
+/** `--answer-timeout`: a duration, at most the client's bound of a day. */
+export function parseAnswerTimeout(value: string): number {
+  const ms = parseDuration(value);
+  if (ms > MAX_ANSWER_TIMEOUT_MS) throw new CustodyError('usage', `--answer-timeout is at most 1d (${MAX_ANSWER_TIMEOUT_MS} ms), got ${JSON.stringify(value)}`);
   return ms;
 }
 

@@ -63,14 +63,14 @@ function readToken(paths: StatePaths): string {
   throw new CustodyError('unauthorized', `no readable private token in ${paths.supervisorDir} (control.token or agent.token, mode 0600)`);
 }
 
-export function connect(stateDir: string, options: { answerTimeoutMs?: number | undefined } = {}): ServiceClient {
+export function connect(stateDir: string, options: { answerTimeoutMs?: number } = {}): ServiceClient {
   const paths = statePaths(stateDir);
   // The service's address and the token are read at each call (the service
   // may have restarted); the typed client (supervisor/client) does the HTTP,
   // retrying a transport failure with the same body, a request's name fixed.
   const call = async <S extends z.ZodType>(method: 'GET' | 'POST' | 'DELETE', path: string, body: unknown, schema: S): Promise<ClientAnswer<z.output<S>>> => {
     const { port } = readServiceInfo(paths);
-    const client = new CustodyClient({ url: `http://127.0.0.1:${port}`, token: readToken(paths), retries: 2, retryDelayMs: 100, ...(options.answerTimeoutMs === undefined ? {} : { answerTimeoutMs: options.answerTimeoutMs }) });
+    const client = new CustodyClient({ url: `http://127.0.0.1:${port}`, token: readToken(paths), retries: 2, retryDelayMs: 100, answerTimeoutMs: options.answerTimeoutMs });
     try {
       return checkedAnswer(method, path, await client.request(method, path, body), schema);
     } catch (error) {

@@ -8,7 +8,7 @@
 import { Command, CommanderError, Option } from 'commander';
 import { toCustodyError } from '../../shared/errors.js';
 import { resolveStateDir } from '../paths.js';
-import { type ArgSource, argumentBoundFor, collectArg, parseCount, parseDuration, parseName, parsePort, resolveArguments } from './args.js';
+import { type ArgSource, argumentBoundFor, collectArg, parseAnswerTimeout, parseCount, parseDuration, parseName, parsePort, resolveArguments } from './args.js';
 import { connect } from './client.js';
 import { CLI_EXIT } from '../../shared/exit-codes.js';
 import { exitCodeForError } from './exit-codes.js';
@@ -25,7 +25,7 @@ const setExit = (code: number): void => {
 const program = new Command('custody')
   .description('Runs side-effecting tool calls under separated authority: a kernel decides, executors act at most once.')
   .addOption(new Option('--state <dir>', 'state directory (default: $CUSTODY_STATE or ./custody-state)'))
-  .addOption(new Option('--answer-timeout <duration>', 'how long a command waits for the service to answer, beyond its --wait (default 30s): a stopped or hung service then fails it').argParser(parseDuration))
+  .addOption(new Option('--answer-timeout <duration>', 'how long a command waits for the service to answer, beyond its --wait (default 30s, at most 1d): a stopped or hung service then fails it').argParser(parseAnswerTimeout))
   .showHelpAfterError()
   .exitOverride();
 

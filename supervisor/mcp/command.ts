@@ -19,13 +19,12 @@ export async function mcpCommand(options: McpCommandOptions): Promise<number> {
   const log = createLogger({ component: 'mcp' });
   let client: () => CustodyClient;
   let ready: () => Promise<void> = () => Promise.resolve();
-  const answerTimeout = options.answerTimeoutMs === undefined ? {} : { answerTimeoutMs: options.answerTimeoutMs };
   if (options.url !== undefined || options.tokenFile !== undefined) {
     if (options.url === undefined || options.tokenFile === undefined) throw new CustodyError('usage', 'custody mcp: --url and --token-file go together (or give --state DIR instead)');
     if (!/^http:\/\/(127\.0\.0\.1|localhost|\[::1\]):\d+\/?$/.test(options.url)) {
       throw new CustodyError('usage', `custody mcp: --url ${options.url} is not a local service address such as http://127.0.0.1:7410`);
     }
-    const fixed = new CustodyClient({ url: options.url, token: readTokenFile(options.tokenFile), ...answerTimeout });
+    const fixed = new CustodyClient({ url: options.url, token: readTokenFile(options.tokenFile), answerTimeoutMs: options.answerTimeoutMs });
     client = () => fixed;
     // The control token is refused at the first request (the service may not be up at launch).
     let checked: Promise<void> | null = null;
@@ -36,7 +35,7 @@ export async function mcpCommand(options: McpCommandOptions): Promise<number> {
       }));
   } else {
     // The address is read from service.json at each request: a restarted service is found again.
-    client = () => CustodyClient.fromState(options.state, { role: 'agent', ...answerTimeout });
+    client = () => CustodyClient.fromState(options.state, { role: 'agent', answerTimeoutMs: options.answerTimeoutMs });
   }
   await serveMcpOnStdio({ client, ready, log, version: '0.1.0', ...(options.waitMs === undefined ? {} : { waitMs: options.waitMs }) });
   return 0;

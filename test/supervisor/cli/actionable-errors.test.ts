@@ -192,9 +192,16 @@ describe('CLI against a stopped service', function () {
     expect(again.code, again.stderr).to.equal(0);
   });
 
-  it('refuses an --answer-timeout that is not a duration (exit 2)', async () => {
-    const result = await service.cli(['status', '--answer-timeout', '0']);
-    expect(result.code).to.equal(2);
-    expect(result.stderr).to.match(/duration 0 is out of range/);
+  it('takes an --answer-timeout from 1 ms to a day and refuses one past either end (exit 2)', async () => {
+    for (const bound of ['1d', '86400000ms']) {
+      const result = await service.cli(['status', '--answer-timeout', bound]);
+      expect(result.code, `${bound}: ${result.stderr}`).to.equal(0);
+    }
+    const past = await service.cli(['status', '--answer-timeout', '86400001ms']);
+    expect(past.code).to.equal(2);
+    expect(past.stderr).to.match(/--answer-timeout is at most 1d \(86400000 ms\), got "86400001ms"/);
+    const zero = await service.cli(['status', '--answer-timeout', '0']);
+    expect(zero.code).to.equal(2);
+    expect(zero.stderr).to.match(/duration 0 is out of range/);
   });
 });
