@@ -43,3 +43,10 @@ export function releasePhaseOf(row: { readonly nonce_id: string | null; readonly
 }
 
 export const FINAL_PHASES: ReadonlySet<RequestPhase> = new Set(['settled', 'refused']);
+
+/**
+ * The phases a restarted supervisor resumes: neither final nor parked. Read
+ * by phase through requests_by_phase, so a start costs the requests in
+ * flight, not the history (docs/PERFORMANCE.md "History on the start path").
+ */
+export const OPEN_PHASES: readonly RequestPhase[] = REQUEST_PHASES.filter((phase) => !FINAL_PHASES.has(phase) && phase !== 'quarantined');

@@ -13,7 +13,7 @@ import { canonicalBytes } from '../../shared/canonical/jcs.js';
 import { CustodyError } from '../../shared/errors.js';
 import { RECOVER_CLAIMS_PER_MESSAGE } from '../../shared/protocol/executor-messages.js';
 import type { ChildHandle } from '../children/child-handle.js';
-import type { SupervisorStore } from '../store/supervisor-store.js';
+import { byCreation, type RequestRow, type SupervisorStore } from '../store/supervisor-store.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { nowMs } from '../../shared/clock.js';
 import { type Invocation, authorizationBody } from '../../shared/protocol/artifacts.js';
@@ -43,10 +43,11 @@ export async function recoverRollback(store: SupervisorStore, executor: ChildHan
   const pin = store.getPin(executor.name);
   if (!pin) throw new CustodyError('not_found', `no executor named ${executor.name} is pinned`);
   const now = nowMs();
-  const entries: Entry[] = store
-    .requestsDispatchedTo(pin.identity_id)
-    .filter((row) => !FINAL_PHASES.has(row.phase) || windowClosesAt(row.authorization!) > now)
-    .map((row) => ({ authorization: row.authorization!, expected: expectedOf(row) }));
+  const kept: RequestRow[] = [];
+  for await (const rows of store.requestsDispatchedTo(pin.identity_id)) {
+    for (const row of rows) if (!FINAL_PHASES.has(row.phase) || windowClosesAt(row.authorization!) > now) kept.push(row);
+  }
+  const entries: Entry[] = byCreation(kept).map((row) => ({ authorization: row.authorization!, expected: expectedOf(row) }));
   const recorded: string[] = [];
   let already = 0;
   let head = 0;

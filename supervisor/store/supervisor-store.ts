@@ -5,7 +5,7 @@ import { CustodyError, isStorageFull, toCustodyError } from '../../shared/errors
 import { crashPoint } from '../../shared/fault.js';
 import { openStore, provisionStore, type StoreSpec } from '../../shared/store/sqlite-store.js';
 import { type BatchRider, GroupCommit } from '../../shared/store/group-commit.js';
-import { type RequestPhase, REQUEST_MACHINE, releasePhaseOf } from '../operations/phases.js';
+import { OPEN_PHASES, type RequestPhase, REQUEST_MACHINE, releasePhaseOf } from '../operations/phases.js';
 import { SUPERVISOR_MIGRATIONS } from './schema.js';
 
 export interface PinRow {
@@ -114,8 +114,11 @@ export function supervisorStoreSpec(dir: string): StoreSpec {
   return { label: 'supervisor', dir, file: 'supervisor.db', migrations: SUPERVISOR_MIGRATIONS };
 }
 
+/** Rows of the request log read per slice by requestsDispatchedTo: ~40 MB of the largest rows, a few ms of reading. */
+const DISPATCHED_ROWS_PER_SLICE = 10_000;
+
 /** Oldest first; Array.prototype.sort is stable, so equal times keep the table's order. */
-function byCreation(rows: RequestRow[]): RequestRow[] {
+export function byCreation(rows: RequestRow[]): RequestRow[] {
   return rows.sort((a, b) => a.created_at - b.created_at);
 }
 
@@ -149,7 +152,8 @@ export class SupervisorStore {
   /** Where bookkeeping writes that a full disk refused are reported (they are skipped, not fatal). */
   onBookkeepingFailed: (what: string, error: CustodyError) => void = () => undefined;
   readonly #getWitness: Database.Statement<[string], { head: number }>;
-  readonly #dispatchedTo: Database.Statement<[string], RequestRow>;
+  readonly #dispatchedTo: Database.Statement<{ executor: string; from: number; to: number }, RequestRow>;
+  readonly #lastRowid: Database.Statement<[], { last: number | null }>;
   readonly #raiseWitness: Database.Statement;
   /** Witness heads announced but not yet written: they go with the next write transaction, or at the end of the turn. */
   readonly #pendingHeads = new Map<string, number>();
@@ -216,11 +220,14 @@ export class SupervisorStore {
     // A quarantined request is not open: nothing resumes it but an operator's release.
     // Both sorted here, not by SQLite: every row is returned anyway, and a sort in SQL
     // would hold a second copy of them in memory (temp_store, shared/store/sqlite-store.ts).
-    this.#openRequests = db.prepare("SELECT * FROM requests WHERE phase NOT IN ('settled', 'refused', 'quarantined')");
+    // An IN list of the open phases, not NOT IN the closed ones: the index on
+    // phase answers it, where NOT IN read every row of the history.
+    this.#openRequests = db.prepare(`SELECT * FROM requests WHERE phase IN (${OPEN_PHASES.map((phase) => `'${phase}'`).join(', ')})`);
     this.#quarantined = db.prepare("SELECT * FROM requests WHERE phase = 'quarantined' ORDER BY created_at");
     this.#crashesOf = db.prepare(`SELECT count(*) AS n FROM incidents WHERE operation_id = ? AND kind = '${CRASH_INCIDENT}'`);
     this.#getWitness = db.prepare('SELECT head FROM witness WHERE name = ?');
-    this.#dispatchedTo = db.prepare('SELECT * FROM requests WHERE executor = ? AND authorization IS NOT NULL');
+    this.#dispatchedTo = db.prepare('SELECT * FROM requests WHERE rowid > @from AND rowid <= @to AND executor = @executor AND authorization IS NOT NULL');
+    this.#lastRowid = db.prepare('SELECT max(rowid) AS last FROM requests');
     this.#raiseWitness = db.prepare(
       `INSERT INTO witness (name, head, updated_at) VALUES (@name, @head, @now)
        ON CONFLICT (name) DO UPDATE SET head = excluded.head, updated_at = excluded.updated_at WHERE excluded.head > witness.head`,
@@ -333,9 +340,19 @@ export class SupervisorStore {
     return Math.max(this.#getWitness.get(name)?.head ?? 0, this.#pendingHeads.get(name) ?? 0);
   }
 
-  /** Every request whose authorization was dispatched to this executor identity, settled or not. */
-  requestsDispatchedTo(executorId: string): RequestRow[] {
-    return byCreation(this.#dispatchedTo.all(executorId));
+  /**
+   * Every request whose authorization was dispatched to this executor
+   * identity, settled or not, a slice of the table at a time: the caller
+   * keeps what it needs, so a history of a million rows is never in memory
+   * at once, and the event loop turns between slices (the service answers
+   * while an operator's recover-rollback reads).
+   */
+  async *requestsDispatchedTo(executorId: string, rowsPerSlice = DISPATCHED_ROWS_PER_SLICE): AsyncGenerator<RequestRow[]> {
+    for (let from = 0; from < (this.#lastRowid.get()?.last ?? 0); from += rowsPerSlice) {
+      const rows = this.#dispatchedTo.all({ executor: executorId, from, to: from + rowsPerSlice });
+      if (rows.length > 0) yield rows;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
   }
 
   /** Raise the witnessed heads (never lowered), all in one durable transaction. */

@@ -1,0 +1,29 @@
+// What a store's statements read, for the tests that hold its indexes
+// (docs/PERFORMANCE.md "History on the start path"): the SQL every
+// `prepare` received while a store opened, and each one's query plan.
+import Database from 'better-sqlite3';
+
+/** Every SQL text prepared while `open` runs (the stores prepare theirs when they open). */
+export function preparedWhile(open: () => void): string[] {
+  const seen: string[] = [];
+  // Called with its own `this` below; taken from the descriptor, not as a loose method.
+  const prepare = Object.getOwnPropertyDescriptor(Database.prototype, 'prepare')!.value as Database.Database['prepare'];
+  Database.prototype.prepare = function (this: Database.Database, source: string) {
+    seen.push(source);
+    return prepare.call(this, source);
+  } as typeof prepare;
+  try {
+    open();
+  } finally {
+    Database.prototype.prepare = prepare;
+  }
+  return [...new Set(seen)];
+}
+
+/** EXPLAIN QUERY PLAN of `sql` on `db`, every parameter bound to NULL: one line per step. */
+export function queryPlan(db: Database.Database, sql: string): string[] {
+  const named = [...new Set([...sql.matchAll(/@(\w+)/g)].map((m) => m[1]!))];
+  const statement = db.prepare(`EXPLAIN QUERY PLAN ${sql}`);
+  const params = named.length > 0 ? [Object.fromEntries(named.map((name) => [name, null]))] : Array.from({ length: (sql.match(/\?/g) ?? []).length }, () => null);
+  return (statement.all(...params) as Array<{ detail: string }>).map((row) => row.detail);
+}
