@@ -37,7 +37,7 @@ export class HoldsTable {
   readonly #insert: Database.Statement<[{ hold_id: string; operation_id: string; capability_id: string; invocations: number; cost: number; now: number }]>;
   readonly #settle: Database.Statement<[{ id: string; to: string; charged: number; now: number; receipt: string }]>;
   readonly #usage: Database.Statement<[string], GrantUsage>;
-  readonly #byState: Database.Statement<[], { state: string; count: number }>;
+  readonly #byState: Database.Statement<[], Record<'reserved' | 'consumed' | 'released', number>>;
 
   constructor(db: Database.Database) {
     this.#get = db.prepare('SELECT * FROM holds WHERE operation_id = ?');
@@ -52,12 +52,18 @@ export class HoldsTable {
       SELECT coalesce(max(invocations_used), 0) AS invocations_used, coalesce(max(invocations_held), 0) AS invocations_held,
              coalesce(max(cost_units_used), 0) AS cost_units_used, coalesce(max(cost_units_held), 0) AS cost_units_held
       FROM grants WHERE capability_id = ?`);
-    this.#byState = db.prepare('SELECT state, count(*) AS count FROM holds GROUP BY state');
+    // The per-grant counters the hold triggers keep (kernel.db version 7): a
+    // scrape costs the grants, not every hold ever placed.
+    this.#byState = db.prepare(`
+      SELECT coalesce(sum(holds_reserved), 0) AS reserved, coalesce(sum(holds_consumed), 0) AS consumed,
+             coalesce(sum(holds_released), 0) AS released
+      FROM grants`);
   }
 
   /** Holds by state (GET /metrics, custody_kernel_holds). */
   countByState(): Array<{ state: string; count: number }> {
-    return this.#byState.all();
+    const counts = this.#byState.get()!;
+    return Object.entries(counts).map(([state, count]) => ({ state, count }));
   }
 
   forOperation(operationId: string): HoldRow | undefined {

@@ -85,7 +85,8 @@ export class OperationsTable {
   readonly #move: Database.Statement<[{ id: string; from: string; to: string; now: number; flag: string | null }]>;
   readonly #dispatch: Database.Statement<[DispatchCommit & { id: string; now: number }]>;
   readonly #settle: Database.Statement<[Settlement & { id: string; from: string; to: string; now: number }]>;
-  readonly #list: Database.Statement<[{ states: string | null; limit: number; offset: number }], OperationRow>;
+  readonly #listAll: Database.Statement<[{ limit: number; offset: number }], OperationRow>;
+  readonly #list: Database.Statement<[{ states: string; limit: number; offset: number }], OperationRow>;
   readonly #inDoubt: Database.Statement<[{ states: string; limit: number; offset: number }], OperationRow>;
   readonly #awaitAll: Database.Statement<[{ now: number }]>;
   readonly #report: Database.Statement<[string], { report: string }>;
@@ -112,10 +113,17 @@ export class OperationsTable {
     // A page is sorted out of a temporary b-tree of offset + limit entries, in
     // memory (shared/store/sqlite-store.ts, temp_store): the inner query sorts
     // keys only (~100 bytes a row, where whole rows took ~5 KB), and the outer
-    // one reads the page's rows by rowid.
+    // one reads the page's rows by rowid. With no state named, the inner query
+    // walks operations_by_creation from the newest and stops at the page's end
+    // (kernel.db version 7), where it sorted every operation; with states,
+    // operations_by_state finds only theirs.
+    this.#listAll = db.prepare(`
+      SELECT ${ROW} FROM operations WHERE rowid IN (
+        SELECT rowid FROM operations ORDER BY created_at DESC, operation_id LIMIT @limit OFFSET @offset)
+      ORDER BY created_at DESC, operation_id`);
     this.#list = db.prepare(`
       SELECT ${ROW} FROM operations WHERE rowid IN (
-        SELECT rowid FROM operations WHERE @states IS NULL OR state IN (SELECT value FROM json_each(@states))
+        SELECT rowid FROM operations WHERE state IN (SELECT value FROM json_each(@states))
         ORDER BY created_at DESC, operation_id LIMIT @limit OFFSET @offset)
       ORDER BY created_at DESC, operation_id`);
     this.#inDoubt = db.prepare(`
@@ -166,7 +174,8 @@ export class OperationsTable {
 
   /** One page, newest first; operation_id breaks ties of created_at, so the order is total and pages do not overlap. */
   list(states: readonly OperationState[] | null, limit: number, offset: number): OperationRow[] {
-    return this.#list.all({ states: states === null ? null : JSON.stringify(states), limit, offset }).map((row) => this.#withReport(row)!);
+    const rows = states === null ? this.#listAll.all({ limit, offset }) : this.#list.all({ states: JSON.stringify(states), limit, offset });
+    return rows.map((row) => this.#withReport(row)!);
   }
 
   inDoubt(limit: number, offset: number): OperationRow[] {

@@ -472,6 +472,101 @@ SELECT r.receipt_id, o.request_id, r.operation_id, r.seq, r.decision, r.verdict,
 FROM receipts r JOIN operations o ON o.operation_id = r.operation_id;
 `;
 
+/**
+ * Version 7: nothing an operator or a scrape asks reads the whole history
+ * (docs/PERFORMANCE.md "History on the start path").
+ * - Holds by state as counters on each grant's row (holds_reserved,
+ *   holds_consumed, holds_released), moved by the same hold triggers as the
+ *   version-4 usage counters, in the statement that moves the hold, and
+ *   under the same guard: the holds-by-state gauge of GET /metrics sums the
+ *   grants instead of counting every hold ever placed. holds_by_grant, which
+ *   only that gauge still read, goes: a hold's insert and its disposal no
+ *   longer write an index entry each. grants_view shows the hold counters
+ *   beside the counts of the holds, and usage_agrees covers them.
+ * - operations_by_creation: ops.list with no state named reads its page in
+ *   this index's order (created_at; ties by operation_id are sorted among
+ *   themselves), where it sorted the keys of every operation.
+ */
+const V7 = `
+ALTER TABLE grants ADD COLUMN holds_reserved INTEGER NOT NULL DEFAULT 0 CHECK (holds_reserved >= 0);
+ALTER TABLE grants ADD COLUMN holds_consumed INTEGER NOT NULL DEFAULT 0 CHECK (holds_consumed >= 0);
+ALTER TABLE grants ADD COLUMN holds_released INTEGER NOT NULL DEFAULT 0 CHECK (holds_released >= 0);
+
+DROP TRIGGER grants_usage_guard;
+UPDATE grants SET (holds_reserved, holds_consumed, holds_released) = (
+  SELECT count(CASE WHEN h.state = 'reserved' THEN 1 END), count(CASE WHEN h.state = 'consumed' THEN 1 END),
+         count(CASE WHEN h.state = 'released' THEN 1 END)
+  FROM holds h WHERE h.capability_id = grants.capability_id);
+
+DROP TRIGGER holds_count_placed;
+CREATE TRIGGER holds_count_placed AFTER INSERT ON holds
+BEGIN
+  UPDATE grants SET invocations_held = invocations_held + NEW.invocations,
+                    cost_units_held = cost_units_held + NEW.cost_units_held,
+                    holds_reserved = holds_reserved + 1,
+                    usage_hold = NEW.hold_id, usage_state = NEW.state
+  WHERE capability_id = NEW.capability_id;
+END;
+
+DROP TRIGGER holds_count_disposed;
+CREATE TRIGGER holds_count_disposed AFTER UPDATE OF state ON holds
+WHEN OLD.state = 'reserved' AND NEW.state IS NOT 'reserved'
+BEGIN
+  UPDATE grants SET invocations_held = invocations_held - OLD.invocations,
+                    cost_units_held = cost_units_held - OLD.cost_units_held,
+                    invocations_used = invocations_used + CASE WHEN NEW.state = 'consumed' THEN NEW.invocations ELSE 0 END,
+                    cost_units_used = cost_units_used + CASE WHEN NEW.state = 'consumed' THEN NEW.cost_units_charged ELSE 0 END,
+                    holds_reserved = holds_reserved - 1,
+                    holds_consumed = holds_consumed + (NEW.state = 'consumed'),
+                    holds_released = holds_released + (NEW.state = 'released'),
+                    usage_hold = NEW.hold_id, usage_state = NEW.state
+  WHERE capability_id = NEW.capability_id;
+END;
+
+CREATE TRIGGER grants_usage_guard
+BEFORE UPDATE OF invocations_held, invocations_used, cost_units_held, cost_units_used,
+                 holds_reserved, holds_consumed, holds_released, usage_hold, usage_state ON grants
+WHEN NOT ((NEW.usage_hold IS NOT OLD.usage_hold OR NEW.usage_state IS NOT OLD.usage_state) AND EXISTS (
+  SELECT 1 FROM holds h
+  WHERE h.hold_id = NEW.usage_hold AND h.capability_id = NEW.capability_id AND h.state = NEW.usage_state
+    AND NEW.invocations_held - OLD.invocations_held = CASE WHEN h.state = 'reserved' THEN h.invocations ELSE -h.invocations END
+    AND NEW.cost_units_held - OLD.cost_units_held = CASE WHEN h.state = 'reserved' THEN h.cost_units_held ELSE -h.cost_units_held END
+    AND NEW.invocations_used - OLD.invocations_used = CASE WHEN h.state = 'consumed' THEN h.invocations ELSE 0 END
+    AND NEW.cost_units_used - OLD.cost_units_used = CASE WHEN h.state = 'consumed' THEN h.cost_units_charged ELSE 0 END
+    AND NEW.holds_reserved - OLD.holds_reserved = CASE WHEN h.state = 'reserved' THEN 1 ELSE -1 END
+    AND NEW.holds_consumed - OLD.holds_consumed = (h.state = 'consumed')
+    AND NEW.holds_released - OLD.holds_released = (h.state = 'released')))
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: grants: usage counters move only with a hold, by exactly that hold');
+END;
+
+DROP INDEX holds_by_grant;
+CREATE INDEX operations_by_creation ON operations (created_at);
+
+DROP VIEW grants_view;
+CREATE VIEW grants_view AS
+SELECT g.capability_id, g.tool, g.subject, g.max_invocations, g.max_cost_units,
+       g.invocations_used, g.invocations_held, g.cost_units_used, g.cost_units_held,
+       g.holds_reserved, g.holds_consumed, g.holds_released,
+       coalesce(s.invocations_used, 0) AS holds_invocations_used, coalesce(s.invocations_held, 0) AS holds_invocations_held,
+       coalesce(s.cost_units_used, 0) AS holds_cost_units_used, coalesce(s.cost_units_held, 0) AS holds_cost_units_held,
+       (g.invocations_used = coalesce(s.invocations_used, 0) AND g.invocations_held = coalesce(s.invocations_held, 0)
+        AND g.cost_units_used = coalesce(s.cost_units_used, 0) AND g.cost_units_held = coalesce(s.cost_units_held, 0)
+        AND g.holds_reserved = coalesce(s.holds_reserved, 0) AND g.holds_consumed = coalesce(s.holds_consumed, 0)
+        AND g.holds_released = coalesce(s.holds_released, 0)) AS usage_agrees,
+       ${iso('g.not_before')} AS valid_from, ${iso('g.expires_at')} AS expires, ${iso('g.revoked_at')} AS revoked
+FROM grants g LEFT JOIN (
+  SELECT h.capability_id,
+         sum(CASE WHEN h.state = 'consumed' THEN h.invocations ELSE 0 END) AS invocations_used,
+         sum(CASE WHEN h.state = 'reserved' THEN h.invocations ELSE 0 END) AS invocations_held,
+         sum(CASE WHEN h.state = 'consumed' THEN h.cost_units_charged ELSE 0 END) AS cost_units_used,
+         sum(CASE WHEN h.state = 'reserved' THEN h.cost_units_held ELSE 0 END) AS cost_units_held,
+         count(CASE WHEN h.state = 'reserved' THEN 1 END) AS holds_reserved,
+         count(CASE WHEN h.state = 'consumed' THEN 1 END) AS holds_consumed,
+         count(CASE WHEN h.state = 'released' THEN 1 END) AS holds_released
+  FROM holds h GROUP BY h.capability_id) s ON s.capability_id = g.capability_id;
+`;
+
 export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'identity, grants, executor pins, operations, holds, nonces, receipts, views', sql: V1 },
   { version: 2, description: 'head: a forward-only count of committed write batches', sql: V2 },
@@ -479,6 +574,7 @@ export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 4, description: 'grant usage counters kept by the hold triggers; grants_view shows counters and hold sums', sql: V4 },
   { version: 5, description: 'kernel_epochs: every kernel key epoch with the rotation statement that introduced it', sql: V5 },
   { version: 6, description: 'reports out of the operations row, output read from the report; receipt columns read from the receipt bytes', sql: V6 },
+  { version: 7, description: 'holds by state counted on each grant; holds_by_grant dropped; operations_by_creation for ops.list', sql: V7 },
 ];
 
 export const KERNEL_DB_FILE = 'kernel.db';

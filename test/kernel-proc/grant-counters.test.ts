@@ -1,7 +1,7 @@
-// A grant's usage counters (kernel.db schema version 2) against its holds:
-// equal after every decision that moves a hold, refused by the store when
-// edited by hand in the sqlite3 shell, and filled in from the holds when a
-// version-1 store is opened.
+// A grant's usage counters (kernel.db schema version 4) and hold counters
+// (version 7) against its holds: equal after every decision that moves a
+// hold, refused by the store when edited by hand in the sqlite3 shell, and
+// filled in from the holds when an older store is opened.
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import Database from 'better-sqlite3';
@@ -19,10 +19,14 @@ interface GrantUsageRow {
   readonly holds_invocations_held: number;
   readonly holds_cost_units_used: number;
   readonly holds_cost_units_held: number;
+  readonly holds_reserved: number;
+  readonly holds_consumed: number;
+  readonly holds_released: number;
   readonly usage_agrees: number;
 }
 
 type Counters = [invocationsUsed: number, invocationsHeld: number, costUsed: number, costHeld: number];
+type HoldCounts = [reserved: number, consumed: number, released: number];
 
 describe('kernel-proc: grant usage counters', function () {
   this.timeout(30_000);
@@ -53,13 +57,14 @@ describe('kernel-proc: grant usage counters', function () {
   const start = (id: string, nonce: string) => kernel.request('start', { request_id: id, nonce_id: nonce, arguments: reserveBody(id).arguments });
 
   // Each step moves holds through one kind of decision; the counters after it are data.
-  const steps: Array<{ what: string; run: () => Promise<unknown>; after: Counters }> = [
-    { what: 'a reserve holds one invocation and its cost', run: () => reserve('u-a', 7), after: [0, 1, 0, 7] },
-    { what: 'a second reserve adds to what is held', run: () => reserve('u-b', 5), after: [0, 2, 0, 12] },
+  const steps: Array<{ what: string; run: () => Promise<unknown>; after: Counters; holds: HoldCounts }> = [
+    { what: 'a reserve holds one invocation and its cost', run: () => reserve('u-a', 7), after: [0, 1, 0, 7], holds: [1, 0, 0] },
+    { what: 'a second reserve adds to what is held', run: () => reserve('u-b', 5), after: [0, 2, 0, 12], holds: [2, 0, 0] },
     {
       what: 'a committed start leaves the hold as it is',
       run: () => start('u-a', nonces.get('u-a')!),
       after: [0, 2, 0, 12],
+      holds: [2, 0, 0],
     },
     {
       what: 'a completion report consumes the hold at its realized cost',
@@ -69,6 +74,7 @@ describe('kernel-proc: grant usage counters', function () {
         await kernel.request('settle', { authorization, report: signReport(executor, authorization, root.publicKey, { realized_cost_units: 3 }) });
       },
       after: [1, 1, 3, 5],
+      holds: [1, 1, 0],
     },
     {
       what: 'the expiry sweep releases the held reservation',
@@ -77,6 +83,7 @@ describe('kernel-proc: grant usage counters', function () {
         await kernel.request('operation.get', { operation_id: null, request_id: 'u-b' });
       },
       after: [1, 0, 3, 0],
+      holds: [0, 1, 1],
     },
     {
       what: 'a start refused after revocation releases its hold',
@@ -87,6 +94,7 @@ describe('kernel-proc: grant usage counters', function () {
         expect(denied).to.include({ verdict: 'deny', reason: 'capability_revoked' });
       },
       after: [1, 0, 3, 0],
+      holds: [0, 1, 2],
     },
   ];
 
@@ -96,9 +104,22 @@ describe('kernel-proc: grant usage counters', function () {
       const row = usage();
       expect([row.invocations_used, row.invocations_held, row.cost_units_used, row.cost_units_held]).to.deep.equal(step.after);
       expect([row.holds_invocations_used, row.holds_invocations_held, row.holds_cost_units_used, row.holds_cost_units_held]).to.deep.equal(step.after);
+      expect([row.holds_reserved, row.holds_consumed, row.holds_released]).to.deep.equal(step.holds);
+      const counted = root.shell<{ state: string; n: number }>(`SELECT state, count(*) AS n FROM holds WHERE capability_id = '${capabilityId}' GROUP BY state`);
+      const count = (state: string) => counted.find((row) => row.state === state)?.n ?? 0;
+      expect([count('reserved'), count('consumed'), count('released')]).to.deep.equal(step.holds);
       expect(row.usage_agrees).to.equal(1);
     });
   }
+
+  it('answers the holds-by-state gauge from the counters', async () => {
+    const stats = (await kernel.request('stats', {})) as { holds: Array<{ state: string; count: number }> };
+    expect(stats.holds).to.deep.include.members([
+      { state: 'reserved', count: 0 },
+      { state: 'consumed', count: 1 },
+      { state: 'released', count: 2 },
+    ]);
+  });
 
   it('reports the counters in grant.list as the kernel uses them', async () => {
     const { grants } = (await kernel.request('grant.list', {})) as { grants: Array<Record<string, unknown>> };
@@ -125,6 +146,8 @@ describe('kernel-proc: grant usage counters', function () {
       expect(shellRefusal(`UPDATE grants SET cost_units_held = 0, invocations_held = 0`)).to.include(GUARD);
       const [consumed] = root.shell<{ hold_id: string }>(`SELECT hold_id FROM holds WHERE state = 'consumed' LIMIT 1`);
       expect(shellRefusal(`UPDATE grants SET invocations_used = invocations_used + 2, usage_hold = '${consumed!.hold_id}', usage_state = 'consumed'`)).to.include(GUARD);
+      expect(shellRefusal(`UPDATE grants SET holds_released = holds_released + 1`)).to.include(GUARD);
+      expect(shellRefusal(`UPDATE grants SET holds_consumed = 0, holds_reserved = 1`)).to.include(GUARD);
       expect(usage().usage_agrees).to.equal(1);
     });
 
@@ -168,6 +191,43 @@ describe('kernel-proc: kernel.db migration to grant usage counters', () => {
         cost_units_held: 0,
         usage_agrees: 1,
       });
+    } finally {
+      db.close();
+    }
+  });
+});
+
+describe('kernel-proc: kernel.db migration to hold counters (version 7)', () => {
+  it('counts the holds of a version-6 store by state onto each grant, and the triggers keep counting', () => {
+    const db = new Database(':memory:');
+    try {
+      applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS.slice(0, 6), { provisioning: true });
+      db.exec(`
+        INSERT INTO grants (capability_id, tool, subject, max_invocations, max_cost_units, not_before, expires_at, issued_at, capability, capability_digest)
+        VALUES ('g1', 't', '*', 10, 100, 0, 9, 0, '{}', 'd'), ('g2', 't', '*', 10, NULL, 0, 9, 0, '{}', 'd');`);
+      const insertOperation = db.prepare(`INSERT INTO operations (operation_id, request_id, request_binding_hash, subject, tool, parameters_digest, cost_units, capability_id, state, created_at, updated_at)
+        VALUES (?, ?, 'h', 's', 't', 'p', 0, ?, 'reserved', 0, 0)`);
+      const insertHold = db.prepare(`INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, created_at) VALUES (?, ?, ?, 1, 1, 0)`);
+      for (const [id, grant] of [['o1', 'g1'], ['o2', 'g1'], ['o3', 'g1'], ['o4', 'g1'], ['o5', 'g2']] as const) {
+        insertOperation.run(id, id, grant);
+        insertHold.run(`hold:${id}`, id, grant);
+      }
+      db.exec(`UPDATE holds SET state = 'consumed', cost_units_charged = 1 WHERE hold_id IN ('hold:o1', 'hold:o2');
+               UPDATE holds SET state = 'released' WHERE hold_id IN ('hold:o3', 'hold:o5');`);
+      applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS, { provisioning: false });
+      const counters = db.prepare(`SELECT capability_id, holds_reserved, holds_consumed, holds_released, usage_agrees FROM grants_view ORDER BY capability_id`);
+      expect(counters.all()).to.deep.equal([
+        { capability_id: 'g1', holds_reserved: 1, holds_consumed: 2, holds_released: 1, usage_agrees: 1 },
+        { capability_id: 'g2', holds_reserved: 0, holds_consumed: 0, holds_released: 1, usage_agrees: 1 },
+      ]);
+      insertOperation.run('o6', 'o6', 'g2');
+      insertHold.run('hold:o6', 'o6', 'g2');
+      db.exec(`UPDATE holds SET state = 'released' WHERE hold_id = 'hold:o4'`);
+      expect(counters.all()).to.deep.equal([
+        { capability_id: 'g1', holds_reserved: 0, holds_consumed: 2, holds_released: 2, usage_agrees: 1 },
+        { capability_id: 'g2', holds_reserved: 1, holds_consumed: 0, holds_released: 1, usage_agrees: 1 },
+      ]);
+      expect(db.prepare(`SELECT name FROM sqlite_master WHERE name IN ('holds_by_grant', 'operations_by_creation')`).pluck().all()).to.deep.equal(['operations_by_creation']);
     } finally {
       db.close();
     }

@@ -88,7 +88,7 @@ describe('kernel-proc: kernel.db migration to version 6', function () {
 
   it('keeps every receipt byte for byte, with the columns it stored before now read from the receipt', () => {
     const after = root.read<Record<string, unknown>>('SELECT * FROM receipts ORDER BY operation_id, seq');
-    expect(root.read<{ user_version: number }>('PRAGMA user_version')).to.deep.equal([{ user_version: 6 }]);
+    expect(root.read<{ user_version: number }>('PRAGMA user_version')).to.deep.equal([{ user_version: KERNEL_MIGRATIONS.length }]);
     expect(after.length).to.equal(v5.receipts.length);
     const { digest: _digest, ...withoutDigest } = v5.receipts[0]!;
     expect(Object.keys(after[0]!).sort()).to.deep.equal(Object.keys(withoutDigest).sort());

@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { expect } from 'chai';
+import { KERNEL_MIGRATIONS } from '../../kernel-proc/store/schema.js';
 import { downgradeToV5 } from '../helpers/kernel-v5.js';
 import { eventually } from '../helpers/eventually.js';
 import { alive, parentOf } from '../helpers/procs.js';
@@ -86,10 +87,10 @@ describe('supervisor: a kernel that migrates its store before its hello', functi
     }
     writeFileSync(path.join(faults, 'kernel.during_migration.release'), '');
     service = await starting;
-    expect(await sqlite(kernelDb(), 'PRAGMA user_version')).to.deep.equal([{ user_version: 6 }]);
+    expect(await sqlite(kernelDb(), 'PRAGMA user_version')).to.deep.equal([{ user_version: KERNEL_MIGRATIONS.length }]);
     const migrating = service.stderr.filter((line) => line.includes('"child_migrating"'));
     expect(migrating, 'the supervisor logged the wait').to.have.length(1);
-    expect(JSON.parse(migrating[0]!)).to.include({ from: 5, to: 6, wait_ms: 3_600_000 });
+    expect(JSON.parse(migrating[0]!)).to.include({ from: 5, to: KERNEL_MIGRATIONS.length, wait_ms: 3_600_000 });
     expect(service.stderr.some((line) => line.includes('"store_migrated"')), 'the kernel logged the end of its migration').to.equal(true);
     expect(kernelRefusals(service), 'no kernel was refused').to.deep.equal([]);
     await expectKept(service);
@@ -109,9 +110,9 @@ describe('supervisor: a kernel that migrates its store before its hello', functi
     expect(refused[0]).to.match(/within 6000 ms of starting its store migration \(timing\.migrate_timeout_ms\)/);
     // Only the second kernel finished a migration, and it started from version 5: the first one's transaction rolled back.
     const migrated = service.stderr.filter((line) => line.includes('"store_migrated"')).map((line) => JSON.parse(line) as { from: number; to: number; pid: number });
-    expect(migrated.map(({ from, to }) => ({ from, to }))).to.deep.equal([{ from: 5, to: 6 }]);
+    expect(migrated.map(({ from, to }) => ({ from, to }))).to.deep.equal([{ from: 5, to: KERNEL_MIGRATIONS.length }]);
     expect(migrated[0]!.pid).to.not.equal(pid);
-    expect(await sqlite(kernelDb(), 'PRAGMA user_version')).to.deep.equal([{ user_version: 6 }]);
+    expect(await sqlite(kernelDb(), 'PRAGMA user_version')).to.deep.equal([{ user_version: KERNEL_MIGRATIONS.length }]);
     await expectKept(service);
     expect((await invoke(service, 'after-upgrade')).outcome).to.equal('completed');
   });
@@ -133,7 +134,7 @@ describe('supervisor: a kernel that migrates its store before its hello', functi
     // Killed inside the transaction: the store is still at version 5, and the next start migrates it.
     expect(await sqlite(kernelDb(), 'PRAGMA user_version')).to.deep.equal([{ user_version: 5 }]);
     service = await startService({ dir: service.dir });
-    expect(await sqlite(kernelDb(), 'PRAGMA user_version')).to.deep.equal([{ user_version: 6 }]);
+    expect(await sqlite(kernelDb(), 'PRAGMA user_version')).to.deep.equal([{ user_version: KERNEL_MIGRATIONS.length }]);
     await expectKept(service);
   });
 });
