@@ -83,6 +83,9 @@ printLoad(`after ${long.seeded_operations} operations on the grant (seeded in ${
 out(
   `  long history over fresh (16 in flight, each after a start and the same warm-up, ${long.rounds.length} rounds alternated): ${long.ratio.toFixed(3)} (per round ${long.rounds.map((r) => `${r.history_ops_per_s.toFixed(1)}/${r.fresh_ops_per_s.toFixed(1)}`).join(', ')} ops/s)`,
 );
+out(
+  `  start → serving, long history over fresh: ${long.start_ratio.toFixed(3)} (per round ${long.rounds.map((r) => `${r.history_start_ms.toFixed(0)}/${r.fresh_start_ms.toFixed(0)}`).join(', ')} ms)`,
+);
 out(`store bytes per operation: ${e2e.storage.bytes_per_op.toFixed(0)} (${roles(e2e.storage.bytes_per_op_by_store, (n) => n.toFixed(0))}) over ${e2e.storage.operations} operations`);
 out(`kill -9 of the executor → first operation started after it completed: ${e2e.recovery.kill_to_next_completed_ms.toFixed(0)} ms; outcomes ${JSON.stringify(e2e.recovery.outcomes)}`);
 

@@ -279,12 +279,13 @@ export async function measureEndToEnd(scale = 1, history = 100_000) {
     await initState(freshRoot, { config, log: createLogger({}, { level: 'error' }), onChildStderr: () => undefined });
     const loadOn = async (at: string, grantFirst: boolean) => {
       service = await startService(at);
+      const startMs = service.coldStartMs;
       if (grantFirst) await call(service, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
       await runLoad(service, warmUp, 16);
-      return runLoad(service, Math.round(1000 * scale), 16);
+      return { ...(await runLoad(service, Math.round(1000 * scale), 16)), start_ms: startMs };
     };
-    const seeded = seedHistory(statePaths(root).kernelDir, capabilityId, history);
-    const rounds: Array<{ fresh: Awaited<ReturnType<typeof runLoad>>; history: Awaited<ReturnType<typeof runLoad>> }> = [];
+    const seeded = seedHistory(statePaths(root), capabilityId, history);
+    const rounds: Array<{ fresh: Awaited<ReturnType<typeof loadOn>>; history: Awaited<ReturnType<typeof loadOn>> }> = [];
     for (let round = 0; round < LONG_HISTORY_ROUNDS; round++) {
       const fresh = await loadOn(freshRoot, round === 0);
       await stopService(service);
@@ -297,8 +298,16 @@ export async function measureEndToEnd(scale = 1, history = 100_000) {
     const longHistory = {
       seeded_operations: history,
       seed_seconds: seeded.seconds,
-      rounds: rounds.map((r) => ({ fresh_ops_per_s: r.fresh.ops_per_s, history_ops_per_s: r.history.ops_per_s, ratio: r.history.ops_per_s / r.fresh.ops_per_s })),
+      rounds: rounds.map((r) => ({
+        fresh_ops_per_s: r.fresh.ops_per_s,
+        history_ops_per_s: r.history.ops_per_s,
+        ratio: r.history.ops_per_s / r.fresh.ops_per_s,
+        fresh_start_ms: r.fresh.start_ms,
+        history_start_ms: r.history.start_ms,
+      })),
       ratio: mean(rounds.map((r) => r.history.ops_per_s)) / mean(rounds.map((r) => r.fresh.ops_per_s)),
+      // `custody start` to the API answering, on each side: a start walks past none of the history (docs/PERFORMANCE.md "History on the start path").
+      start_ratio: mean(rounds.map((r) => r.history.start_ms)) / mean(rounds.map((r) => r.fresh.start_ms)),
       before_history: rounds[rounds.length - 1]!.fresh,
       ...rounds[rounds.length - 1]!.history,
     };
