@@ -484,8 +484,12 @@ FROM receipts r JOIN operations o ON o.operation_id = r.operation_id;
  *   longer write an index entry each. grants_view shows the hold counters
  *   beside the counts of the holds, and usage_agrees covers them.
  * - operations_by_creation: ops.list with no state named reads its page in
- *   this index's order (created_at; ties by operation_id are sorted among
- *   themselves), where it sorted the keys of every operation.
+ *   this index's order, where it sorted the keys of every operation. It
+ *   holds operation_id too, so that the entries an offset skips are read
+ *   from the index alone (a page 100,000 deep: ~14 ms, against ~180 ms
+ *   reading each skipped row for its id); ties of one millisecond, which
+ *   the descending order needs the other way round, are sorted among
+ *   themselves.
  */
 const V7 = `
 ALTER TABLE grants ADD COLUMN holds_reserved INTEGER NOT NULL DEFAULT 0 CHECK (holds_reserved >= 0);
@@ -541,7 +545,7 @@ BEGIN
 END;
 
 DROP INDEX holds_by_grant;
-CREATE INDEX operations_by_creation ON operations (created_at);
+CREATE INDEX operations_by_creation ON operations (created_at, operation_id);
 
 DROP VIEW grants_view;
 CREATE VIEW grants_view AS
