@@ -15,7 +15,7 @@ import { AdapterHost } from './adapters/host-client.js';
 import { AdmittedArguments } from './admitted-arguments.js';
 import type { ExecutorContext } from './context.js';
 import { cancelEffect } from './handlers/cancel.js';
-import { archiveReconciled, getClaim, recoverLedger } from './handlers/claims.js';
+import { archiveReconciled, getClaim, listLive, recoverLedger } from './handlers/claims.js';
 import { checkToolArguments, listTools } from './handlers/tools.js';
 import { executeOnce } from './handlers/execute.js';
 import { reconcileOperation } from './handlers/reconcile.js';
@@ -193,6 +193,7 @@ function handlersFor(context: ExecutorContext): HandlerMap<ExecutorKind | 'stats
     cancel: (body) => cancelEffect(context, body),
     'claims.get': (body) => getClaim(context, body),
     archive: (body) => archiveReconciled(context, body),
+    'ledger.live': (body) => listLive(context, body),
     tools: () => listTools(context),
     'arguments.check': (body) => checkToolArguments(context, body),
     'ledger.recover': (body) => recoverLedger(context, body),

@@ -26,6 +26,11 @@ export function archiveReconciled(context: ExecutorContext, body: RequestOf<'arc
   return { archived: result.archived, live: result.live, not_archived: [...result.notArchived] };
 }
 
+/** A page of the live ledger for archival (protocol: `ledger.live`). */
+export function listLive(context: ExecutorContext, body: RequestOf<'ledger.live'>): ResultOf<'ledger.live'> {
+  return context.archiver.live(body.after, body.limit);
+}
+
 /**
  * The way back after a restore (docs/ROLLBACK.md): each entry must be an
  * authorization the pinned kernel signed for this executor (verified as for

@@ -1,4 +1,4 @@
-// Explicit, safe archival (ARCHITECTURE.md §6.2 "capacity and archival"). A claim
+// Explicit, safe archival (ARCHITECTURE.md §6.2, "Capacity and archival"). A claim
 // leaves the live ledger only when (a) its authorization window has passed by
 // max(clock, HWM), so it can never be claimed again, the mark guarding that,
 // (b) it has a report, and (c) the supervisor lists it as settled by the
@@ -12,10 +12,12 @@ import type Database from 'better-sqlite3';
 import { artifactDigest } from '../../shared/artifacts/artifact.js';
 import { CustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
-import type { NOT_ARCHIVED_REASONS } from '../../shared/protocol/executor-messages.js';
+import { nowMs } from '../../shared/clock.js';
+import type { LIVE_WAITING_REASONS, NOT_ARCHIVED_REASONS } from '../../shared/protocol/executor-messages.js';
 import type { Ledger } from './ledger.js';
 
 export type NotArchivedReason = (typeof NOT_ARCHIVED_REASONS)[number];
+export type LiveWaitingReason = (typeof LIVE_WAITING_REASONS)[number];
 
 export interface ArchiveResult {
   readonly archived: number;
@@ -49,6 +51,7 @@ export class Archiver {
   readonly #readCopy: Database.Statement<[string], { claim_id: string; report_digest: string }>;
   readonly #deleteReport: Database.Statement<[string]>;
   readonly #deleteClaim: Database.Statement<[string]>;
+  readonly #livePage: Database.Statement<[number, number], { seq: number; operation_id: string; expires_at: number; reported: number }>;
 
   constructor(ledger: Ledger, archive: Database.Database) {
     this.#ledger = ledger;
@@ -72,6 +75,26 @@ export class Archiver {
     this.#readCopy = archive.prepare('SELECT claim_id, report_digest FROM archived_claims WHERE operation_id = ?');
     this.#deleteReport = db.prepare('DELETE FROM reports WHERE operation_id = ?');
     this.#deleteClaim = db.prepare('DELETE FROM claims WHERE operation_id = ?');
+    this.#livePage = db.prepare(
+      `SELECT c.seq, c.operation_id, c.expires_at, r.operation_id IS NOT NULL AS reported
+       FROM claims c LEFT JOIN reports r ON r.operation_id = c.operation_id WHERE c.seq > ? ORDER BY c.seq LIMIT ?`,
+    );
+  }
+
+  /**
+   * One page of the live ledger after `after` (a claim's seq), each entry
+   * with why it may not leave yet, or null (protocol: `ledger.live`). Judged
+   * by max(clock, high-water mark) without storing a mark: archive() judges
+   * again, with one.
+   */
+  live(after: number, limit: number): { claims: Array<{ operation_id: string; waiting: LiveWaitingReason | null }>; next: number | null } {
+    const now = Math.max(nowMs(), this.#ledger.highWaterMark());
+    const rows = this.#livePage.all(after, limit + 1);
+    const page = rows.slice(0, limit);
+    return {
+      claims: page.map((row) => ({ operation_id: row.operation_id, waiting: row.reported === 0 ? 'no_report' : now < row.expires_at ? 'window_open' : null })),
+      next: rows.length > limit ? page[page.length - 1]!.seq : null,
+    };
   }
 
   archive(settled: readonly string[]): ArchiveResult {

@@ -18,6 +18,12 @@ export const claimView = z.strictObject({
 /** Why a listed operation stayed in the live ledger. */
 export const NOT_ARCHIVED_REASONS = ['unknown_operation', 'already_archived', 'no_report', 'window_open'] as const;
 
+/** Why a live claim may not leave the ledger yet (`ledger.live`): the same words `archive` answers with. */
+export const LIVE_WAITING_REASONS = ['no_report', 'window_open'] as const satisfies ReadonlyArray<(typeof NOT_ARCHIVED_REASONS)[number]>;
+
+/** Entries per `ledger.live` page: ~100 bytes each, so a page stays inside the smallest frame bound. */
+export const LEDGER_LIVE_PAGE_MAX = 500;
+
 /** Claims per `ledger.recover` message; the supervisor also keeps each message within half the session's frame bound. */
 export const RECOVER_CLAIMS_PER_MESSAGE = 256;
 
@@ -80,6 +86,24 @@ export const EXECUTOR_MESSAGES = {
       archived: nonNegativeInt,
       live: nonNegativeInt,
       not_archived: z.array(z.strictObject({ operation_id: hex32, reason: z.enum(NOT_ARCHIVED_REASONS) })).max(10_000),
+    }),
+  },
+  /**
+   * The live ledger, a page at a time in the order it was written: each
+   * claim or refusal, and why it may not leave yet (no report; its window
+   * not passed by max(clock, high-water mark)), or null when `archive` may
+   * take it once the kernel has settled it. `after` is 0 for the first page,
+   * then the previous page's `next`; `next` is null on the last page. What
+   * archival reads instead of the kernel's whole history: a pass costs the
+   * live ledger (at most claim_capacity entries). Read-only: no clock mark
+   * is stored, and `archive` checks each operation again.
+   */
+  'ledger.live': {
+    to: ['executor'],
+    request: z.strictObject({ after: nonNegativeInt, limit: positiveInt.max(LEDGER_LIVE_PAGE_MAX) }),
+    result: z.strictObject({
+      claims: z.array(z.strictObject({ operation_id: hex32, waiting: z.enum(LIVE_WAITING_REASONS).nullable() })).max(LEDGER_LIVE_PAGE_MAX),
+      next: nonNegativeInt.nullable(),
     }),
   },
   /**

@@ -63,12 +63,15 @@ export const operationsAnswer = z.strictObject({
       name: identifier,
       operation_id: hex32,
       tool: toolName,
-      state: z.enum(OPERATION_STATES),
+      /** Null for a request quarantined before the kernel recorded it (listed from supervisor.db, on the first page). */
+      state: z.enum(OPERATION_STATES).nullable(),
       phase: z.enum(REQUEST_PHASES).nullable(),
       updated_at: timestampMs,
       flag: z.string().nullable(),
     }),
   ),
+  /** Where the next page starts (the `offset` to ask with), or null when this page reached the oldest operation. */
+  next_offset: nonNegativeInt.nullable(),
 });
 
 export const operationAnswer = z.strictObject({ request: outcomeAnswer.nullable(), kernel: operationView.nullable(), receipts: z.array(artifactText) });

@@ -13,7 +13,8 @@ import { recoverRollback } from '../operations/rollback-recovery.js';
 import type { RequestRow } from '../store/supervisor-store.js';
 import type { Service } from '../service.js';
 import type { ChildHandle } from '../children/child-handle.js';
-import type { OperationState, OperationView } from '../../shared/protocol/kernel-messages.js';
+import type { OperationView } from '../../shared/protocol/kernel-messages.js';
+import { LEDGER_LIVE_PAGE_MAX } from '../../shared/protocol/executor-messages.js';
 import type { ResultOf } from '../../shared/protocol/messages.js';
 import { refuseBeforeReserve } from './precheck.js';
 import { DEFAULT_WAIT_MS } from './wait.js';
@@ -131,31 +132,35 @@ export function step(service: Service, name: string, goal: 'report' | 'reconcile
   return answerDrive(service, name, service.driver.drive(name, goal), body.wait_ms);
 }
 
-/** Every page of a kernel listing, up to `limit` operations (pages are cut to fit one frame). */
-async function listKernelOperations(service: Service, states: OperationState[] | null, limit: number): Promise<OperationView[]> {
+/** Kernel pages from `offset` on, up to `limit` operations (pages are cut to fit one frame), and where the next listing starts. */
+async function listKernelOperations(service: Service, limit: number, offset: number): Promise<{ operations: OperationView[]; next_offset: number | null }> {
   const operations: OperationView[] = [];
-  let offset: number | null = 0;
-  while (offset !== null && operations.length < limit) {
-    const page: ResultOf<'ops.list'> = await service.kernel.request('ops.list', { states, limit: Math.min(limit - operations.length, 10_000), offset });
+  let next: number | null = offset;
+  while (next !== null && operations.length < limit) {
+    const page: ResultOf<'ops.list'> = await service.kernel.request('ops.list', { states: null, limit: Math.min(limit - operations.length, 10_000), offset: next });
     operations.push(...page.operations);
-    offset = page.next_offset;
+    next = page.next_offset;
   }
-  return operations;
+  return { operations, next_offset: next };
 }
 
 export async function listOperations(service: Service, query: URLSearchParams): Answer {
   const limit = Math.min(Math.max(Number(query.get('limit') ?? '200') || 200, 1), 100_000);
-  const operations = await listKernelOperations(service, null, limit);
+  const offset = Number(query.get('offset') ?? '0');
+  const { operations, next_offset } = await listKernelOperations(service, limit, offset);
   const listed: Array<{ name: string; operation_id: string; tool: string; state: string | null; phase: string | null; updated_at: number; flag: string | null }> = operations.map((op) => {
     const row = service.store.getRequestByOperation(op.operation_id);
     return { name: op.request_id, operation_id: op.operation_id, tool: op.tool, state: op.state, phase: row?.phase ?? null, updated_at: op.updated_at, flag: op.flag };
   });
-  // A request quarantined before the kernel recorded it is listed too (state null): every parked request is visible.
+  // A request quarantined before the kernel recorded it is listed too (state null), on the first page: every parked request is visible, once.
   const known = new Set(listed.map((op) => op.operation_id));
-  for (const row of service.store.quarantinedRequests()) {
-    if (!known.has(row.operation_id)) listed.push({ name: row.request_id, operation_id: row.operation_id, tool: row.tool, state: null, phase: row.phase, updated_at: row.updated_at, flag: 'quarantined' });
+  for (const row of offset === 0 ? service.store.quarantinedRequests() : []) {
+    if (known.has(row.operation_id)) continue;
+    // One the kernel recorded is on its own page of the listing.
+    if ((await service.kernel.request('operation.get', { operation_id: row.operation_id, request_id: null })).operation) continue;
+    listed.push({ name: row.request_id, operation_id: row.operation_id, tool: row.tool, state: null, phase: row.phase, updated_at: row.updated_at, flag: 'quarantined' });
   }
-  return { body: { operations: listed } };
+  return { body: { operations: listed, next_offset } };
 }
 
 export async function showOperation(service: Service, name: string): Answer {
@@ -252,27 +257,53 @@ export function incidents(service: Service, query: URLSearchParams) {
 
 
 
+/** Entries of an executor's live ledger read per `ledger.live` page, and kernel lookups in flight at once while a page is judged. */
+const ARCHIVE_PAGE = LEDGER_LIVE_PAGE_MAX;
+const ARCHIVE_LOOKUPS_IN_FLIGHT = 16;
+
 /**
- * Explicit archival (ARCHITECTURE.md §6.2): tell each executor which of its
- * operations the kernel has settled; the executor moves those whose window
- * has passed to its append-only archive and says why it kept the others.
+ * Explicit archival (ARCHITECTURE.md §6.2): each executor lists its live
+ * ledger a page at a time, with why an entry may not leave yet (no report,
+ * window open); the kernel is asked about each of the others, and the ones
+ * it has settled on this executor go to `archive`, which checks them again
+ * and moves them to the append-only archive. A pass costs the live ledgers
+ * (at most claim_capacity entries each), never the kernel's whole history
+ * (docs/PERFORMANCE.md "History on the start path"). An entry the kernel
+ * has not settled is kept as not_settled.
  */
 export async function archive(service: Service): Answer {
-  const operations = await listKernelOperations(service, [...SETTLED_STATES], Number.MAX_SAFE_INTEGER);
   const results: Array<{ executor: string; archived: number; live: number; kept: Record<string, number> }> = [];
   for (const [name, executor] of service.executors) {
     const id = service.store.getPin(name)?.identity_id;
-    const settled = operations.filter((op) => op.executor_id === id).map((op) => op.operation_id);
     const kept: Record<string, number> = {};
+    const keep = (reason: string) => (kept[reason] = (kept[reason] ?? 0) + 1);
     let archived = 0;
-    let live = 0;
-    // 1 000 ids (66 KiB) per request stay inside the smallest frame bound.
-    for (let at = 0; at < Math.max(settled.length, 1); at += 1_000) {
-      const answer = await executor.request('archive', { settled: settled.slice(at, at + 1_000) }, { timeoutMs: 60_000 });
-      archived += answer.archived;
-      live = answer.live;
-      for (const { reason } of answer.not_archived) kept[reason] = (kept[reason] ?? 0) + 1;
+    let live: number | null = null;
+    for (let after: number | null = 0; after !== null; ) {
+      const page: ResultOf<'ledger.live'> = await executor.request('ledger.live', { after, limit: ARCHIVE_PAGE }, { timeoutMs: 60_000 });
+      const ready: string[] = [];
+      for (const claim of page.claims) {
+        if (claim.waiting) keep(claim.waiting);
+        else ready.push(claim.operation_id);
+      }
+      const settled: string[] = [];
+      for (let at = 0; at < ready.length; at += ARCHIVE_LOOKUPS_IN_FLIGHT) {
+        const views = await Promise.all(ready.slice(at, at + ARCHIVE_LOOKUPS_IN_FLIGHT).map((operationId) => service.kernel.request('operation.get', { operation_id: operationId, request_id: null })));
+        for (const { operation } of views) {
+          if (operation && SETTLED_STATES.has(operation.state) && operation.executor_id === id) settled.push(operation.operation_id);
+          else keep('not_settled');
+        }
+      }
+      if (settled.length > 0) {
+        const answer = await executor.request('archive', { settled }, { timeoutMs: 60_000 });
+        archived += answer.archived;
+        live = answer.live;
+        for (const { reason } of answer.not_archived) keep(reason);
+      }
+      after = page.next;
     }
+    // Nothing moved: the live count as the executor tells it, from an archive of nothing.
+    live ??= (await executor.request('archive', { settled: [] }, { timeoutMs: 60_000 })).live;
     results.push({ executor: name, archived, live, kept });
   }
   return { body: { executors: results } };

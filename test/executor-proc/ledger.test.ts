@@ -231,6 +231,55 @@ describe('executor-proc ledger', () => {
     ]);
   });
 
+  it('lists the live ledger a page at a time with why each entry waits, and archived entries leave the pages without moving the rest', () => {
+    const archiver = new Archiver(ledger, stores.archive);
+    const past = { notBefore: Date.now() - 120_000, expiresAt: Date.now() - 1 };
+    const insertClaim = stores.ledger.prepare('INSERT INTO claims (operation_id, claim_id, kind, tool, authorization_digest, authorization, not_before, expires_at, claimed_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
+    const insertReport = stores.ledger.prepare('INSERT INTO reports (operation_id, claim_id, status, report, finished_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?)');
+    const entry = (window: 'passed' | 'open', reported: boolean): string => {
+      const claimed = subject(window === 'passed' ? past : {});
+      const claimId = `c-${claimed.operationId.slice(-6)}`;
+      insertClaim.run(claimed.operationId, claimId, 'claim', claimed.tool, claimed.authorizationDigest, claimed.authorizationText, claimed.notBefore, claimed.expiresAt, claimed.notBefore, claimed.notBefore);
+      if (reported) {
+        const report = signArtifact('report', {
+          authorization_digest: 'a'.repeat(64), operation_id: claimed.operationId, executor_id: 'unit', key_epoch: 1, claim_id: claimId,
+          claimed_at: claimed.notBefore, finished_at: claimed.notBefore + 1, status: 'completed', output: null, output_digest: null, realized_cost_units: null,
+        }, EXECUTOR);
+        insertReport.run(claimed.operationId, claimId, 'completed', report.text, claimed.notBefore + 1, claimed.notBefore + 1);
+      }
+      return claimed.operationId;
+    };
+    const ready1 = entry('passed', true);
+    const open = entry('open', true);
+    const unreported = entry('passed', false);
+    const ready2 = entry('passed', true);
+    const openUnreported = entry('open', false);
+    const pages = (limit: number) => {
+      const seen: Array<Array<{ operation_id: string; waiting: string | null }>> = [];
+      for (let after: number | null = 0; after !== null; ) {
+        const page = archiver.live(after, limit);
+        seen.push(page.claims);
+        after = page.next;
+      }
+      return seen;
+    };
+    expect(pages(2)).to.deep.equal([
+      [{ operation_id: ready1, waiting: null }, { operation_id: open, waiting: 'window_open' }],
+      [{ operation_id: unreported, waiting: 'no_report' }, { operation_id: ready2, waiting: null }],
+      [{ operation_id: openUnreported, waiting: 'no_report' }],
+    ]);
+    expect(pages(5), 'a page exactly as long as the ledger is the last').to.have.length(1);
+    expect(pages(4).map((page) => page.length)).to.deep.equal([4, 1]);
+    expect(archiver.archive([ready1]).archived).to.equal(1);
+    const first = archiver.live(0, 2);
+    expect(first.claims.map((claim) => claim.operation_id)).to.deep.equal([open, unreported]);
+    expect(archiver.live(first.next!, 2).claims.map((claim) => claim.operation_id)).to.deep.equal([ready2, openUnreported]);
+
+    // The window is judged by the high-water mark too: a clock behind it does not hold a passed window open.
+    stores.ledger.prepare('UPDATE clock SET hwm_ms = ?').run(Date.now() + 3_600_000);
+    expect(archiver.live(0, 5).claims.find((claim) => claim.operation_id === open)?.waiting).to.equal(null);
+  });
+
   it('finishes a move that died between the archive copy and the live removal', () => {
     const archiver = new Archiver(ledger, stores.archive);
     const past = subject({ notBefore: Date.now() - 60_000, expiresAt: Date.now() + 50 });

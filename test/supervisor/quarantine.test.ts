@@ -155,6 +155,10 @@ describe('a request that kills the kernel every time it is sent', function () {
     // The kernel never recorded it: listed from supervisor.db, state null.
     const { body: ops } = await service.http('GET', '/v1/operations', undefined, 'agent');
     expect((ops.operations as Array<{ name: string; state: string | null; phase: string }>).find((op) => op.name === 'poison-kernel')).to.include({ state: null, phase: 'quarantined' });
+    // The CLI reads the same answer against the route's schema: a state of null is part of it.
+    const listed = await service.cli(['ops', '--json']);
+    expect(listed.code, listed.stderr).to.equal(0);
+    expect((JSON.parse(listed.stdout) as { operations: Array<{ name: string; state: string | null }> }).operations.find((op) => op.name === 'poison-kernel')).to.include({ state: null });
 
     expect(await service.stop()).to.equal(0);
     service = await service.restart();

@@ -2,26 +2,38 @@
 // as NDJSON on stdout — one JSON object per line, each tagged with its
 // `record` ("operation" or "incident") — for log pipelines and jq. Written
 // through ndjson's stringify stream, so a reader sees lines as they come.
+// Operations are read a page at a time, newest first (GET /v1/operations
+// with the previous answer's next_offset), so a long history is written as
+// it is read and never held whole.
 import { Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import ndjson from 'ndjson';
+import type { z } from 'zod';
 import { incidentsAnswer, operationsAnswer } from '../../api/answers.js';
 import type { ServiceClient } from '../client.js';
 
-/** As many as the API lists in one answer: every operation, and the most recent incidents. */
-const OPERATIONS_LIMIT = 100_000;
+/** As many as the API lists in one answer. */
+export const EXPORT_PAGE = 100_000;
 const INCIDENTS_LIMIT = 1000;
 
-export async function exportCommand(client: ServiceClient, output: Writable = process.stdout): Promise<number> {
-  const [operations, incidents] = await Promise.all([
-    client.get(`/v1/operations?limit=${OPERATIONS_LIMIT}`, operationsAnswer),
-    client.get(`/v1/incidents?limit=${INCIDENTS_LIMIT}`, incidentsAnswer),
-  ]);
-  const records = [
-    ...operations.body.operations.map((operation) => ({ record: 'operation', ...operation })),
-    ...incidents.body.incidents.map((incident) => ({ record: 'incident', ...incident })),
-  ];
+export async function exportCommand(client: ServiceClient, output: Writable = process.stdout, page = EXPORT_PAGE): Promise<number> {
+  const incidents = await client.get(`/v1/incidents?limit=${INCIDENTS_LIMIT}`, incidentsAnswer);
+  async function* records(): AsyncGenerator<Record<string, unknown>> {
+    // Pages are read at different moments: an operation created meanwhile shifts the later pages by one,
+    // and the one at the boundary would come twice; each is written once.
+    const written = new Set<string>();
+    for (let offset: number | null = 0; offset !== null; ) {
+      const { body }: { body: z.output<typeof operationsAnswer> } = await client.get(`/v1/operations?limit=${page}&offset=${offset}`, operationsAnswer);
+      for (const operation of body.operations) {
+        if (written.has(operation.operation_id)) continue;
+        written.add(operation.operation_id);
+        yield { record: 'operation', ...operation };
+      }
+      offset = body.next_offset;
+    }
+    for (const incident of incidents.body.incidents) yield { record: 'incident', ...incident };
+  }
   // stdout stays open after the last line: the process ends it.
-  await pipeline(Readable.from(records), ndjson.stringify(), output, { end: output !== process.stdout });
+  await pipeline(Readable.from(records()), ndjson.stringify(), output, { end: output !== process.stdout });
   return 0;
 }

@@ -2,7 +2,9 @@
 // read back line by line with ndjson's own parser and held against the API.
 import { expect } from 'chai';
 import ndjson from 'ndjson';
-import { Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
+import { connect } from '../../../supervisor/cli/client.js';
+import { exportCommand } from '../../../supervisor/cli/commands/export.js';
 import { until } from '../../helpers/eventually.js';
 import { type TestService, startService } from '../../helpers/service.js';
 
@@ -52,5 +54,34 @@ describe('custody export', function () {
 
     const api = await service.http('GET', '/v1/operations?limit=100', undefined, 'agent');
     expect(operations.map(({ record: _record, ...op }) => op)).to.deep.equal(api.body.operations);
+    expect(api.body.next_offset, 'one page held them all').to.equal(null);
+  });
+
+  it('pages the listing: each answer says where the next page starts, and the export reads every page, writing each operation once', async () => {
+    expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=third', '--request-id', 'export-3'])).code).to.equal(0);
+    const all = (await service.http('GET', '/v1/operations', undefined, 'agent')).body as { operations: Array<{ name: string }>; next_offset: number | null };
+    expect(all.operations.map((op) => op.name)).to.deep.equal(['export-3', 'export-2', 'export-1']);
+    const pages: string[][] = [];
+    for (let offset: number | null = 0; offset !== null; ) {
+      const { body } = await service.http('GET', `/v1/operations?limit=2&offset=${offset}`, undefined, 'agent');
+      pages.push((body.operations as Array<{ name: string }>).map((op) => op.name));
+      offset = body.next_offset as number | null;
+    }
+    expect(pages).to.deep.equal([['export-3', 'export-2'], ['export-1']]);
+    expect((await service.http('GET', '/v1/operations?offset=3', undefined, 'agent')).body).to.deep.equal({ operations: [], next_offset: null });
+    for (const bad of ['-1', '1.5', 'x', '1'.repeat(16)]) {
+      const refused = await service.http('GET', `/v1/operations?offset=${bad}`, undefined, 'agent');
+      expect(refused.status, bad).to.equal(400);
+      expect(String(refused.body.message)).to.include('offset');
+    }
+
+    // Pages of one: three answers, each operation written once, newest first, then the incidents.
+    const out = new PassThrough();
+    let text = '';
+    out.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+    expect(await exportCommand(connect(service.dir), out, 1)).to.equal(0);
+    const records = await parseLines(text);
+    expect(records.filter((r) => r.record === 'operation').map((r) => r.name)).to.deep.equal(['export-3', 'export-2', 'export-1']);
+    expect(records.filter((r) => r.record === 'incident').length).to.be.greaterThan(0);
   });
 });
