@@ -156,7 +156,8 @@ export async function listOperations(service: Service, query: URLSearchParams): 
   const known = new Set(listed.map((op) => op.operation_id));
   for (const row of offset === 0 ? service.store.quarantinedRequests() : []) {
     if (known.has(row.operation_id)) continue;
-    // One the kernel recorded is on its own page of the listing.
+    // One the kernel recorded is on its own page of the listing (one it records between
+    // the listing and this lookup shows on the next listing's first page).
     if ((await service.kernel.request('operation.get', { operation_id: row.operation_id, request_id: null })).operation) continue;
     listed.push({ name: row.request_id, operation_id: row.operation_id, tool: row.tool, state: null, phase: row.phase, updated_at: row.updated_at, flag: 'quarantined' });
   }

@@ -221,8 +221,10 @@ export class SupervisorStore {
     // Both sorted here, not by SQLite: every row is returned anyway, and a sort in SQL
     // would hold a second copy of them in memory (temp_store, shared/store/sqlite-store.ts).
     // An IN list of the open phases, not NOT IN the closed ones: the index on
-    // phase answers it, where NOT IN read every row of the history.
-    this.#openRequests = db.prepare(`SELECT * FROM requests WHERE phase IN (${OPEN_PHASES.map((phase) => `'${phase}'`).join(', ')})`);
+    // phase answers it, where NOT IN read every row of the history. Oldest
+    // first, and in the table's order within one millisecond: the index
+    // returns them by phase.
+    this.#openRequests = db.prepare(`SELECT * FROM requests WHERE phase IN (${OPEN_PHASES.map((phase) => `'${phase}'`).join(', ')}) ORDER BY created_at, rowid`);
     this.#quarantined = db.prepare("SELECT * FROM requests WHERE phase = 'quarantined' ORDER BY created_at");
     this.#crashesOf = db.prepare(`SELECT count(*) AS n FROM incidents WHERE operation_id = ? AND kind = '${CRASH_INCIDENT}'`);
     this.#getWitness = db.prepare('SELECT head FROM witness WHERE name = ?');
@@ -539,7 +541,7 @@ export class SupervisorStore {
   }
 
   openRequests(): RequestRow[] {
-    return byCreation(this.#openRequests.all()).map((row) => this.#known(row)!);
+    return this.#openRequests.all().map((row) => this.#known(row)!);
   }
 
   quarantinedRequests(): RequestRow[] {

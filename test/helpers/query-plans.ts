@@ -27,3 +27,12 @@ export function queryPlan(db: Database.Database, sql: string): string[] {
   const params = named.length > 0 ? [Object.fromEntries(named.map((name) => [name, null]))] : Array.from({ length: (sql.match(/\?/g) ?? []).length }, () => null);
   return (statement.all(...params) as Array<{ detail: string }>).map((row) => row.detail);
 }
+
+/**
+ * The steps of a plan that read a table row by row: a SCAN by no index. A
+ * plan names a table by its alias when the statement gives one (`FROM
+ * claims c` plans as `SCAN c`), so every such step counts, whatever it names.
+ */
+export function rowByRow(plan: readonly string[]): string[] {
+  return plan.filter((detail) => /^SCAN /.test(detail) && !/ USING (COVERING )?INDEX /.test(detail) && !/VIRTUAL TABLE|CONSTANT ROW/.test(detail));
+}

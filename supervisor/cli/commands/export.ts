@@ -19,16 +19,17 @@ const INCIDENTS_LIMIT = 1000;
 export async function exportCommand(client: ServiceClient, output: Writable = process.stdout, page = EXPORT_PAGE): Promise<number> {
   const incidents = await client.get(`/v1/incidents?limit=${INCIDENTS_LIMIT}`, incidentsAnswer);
   async function* records(): AsyncGenerator<Record<string, unknown>> {
-    // Pages are read at different moments: an operation created meanwhile shifts the later pages by one,
-    // and the one at the boundary would come twice; each is written once.
-    const written = new Set<string>();
+    // Pages are read at different moments: k operations created meanwhile shift the later pages by k,
+    // so the previous page's last k come again at the top of the next one; each is written once.
+    let previous = new Set<string>();
     for (let offset: number | null = 0; offset !== null; ) {
       const { body }: { body: z.output<typeof operationsAnswer> } = await client.get(`/v1/operations?limit=${page}&offset=${offset}`, operationsAnswer);
+      const current = new Set<string>();
       for (const operation of body.operations) {
-        if (written.has(operation.operation_id)) continue;
-        written.add(operation.operation_id);
-        yield { record: 'operation', ...operation };
+        current.add(operation.operation_id);
+        if (!previous.has(operation.operation_id)) yield { record: 'operation', ...operation };
       }
+      previous = current;
       offset = body.next_offset;
     }
     for (const incident of incidents.body.incidents) yield { record: 'incident', ...incident };

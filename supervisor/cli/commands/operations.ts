@@ -111,16 +111,20 @@ export async function reportCommand(client: ServiceClient, out: Output, name: st
   return exitCodeForOutcome(outcome, 'complete');
 }
 
+/** Operations `custody ops` shows, the newest. */
+const OPS_LISTED = 1000;
+
 export async function opsCommand(client: ServiceClient, out: Output): Promise<number> {
-  const { body } = await client.get('/v1/operations?limit=1000', operationsAnswer);
+  const { body } = await client.get(`/v1/operations?limit=${OPS_LISTED}`, operationsAnswer);
   const { operations } = body;
+  const more = body.next_offset === null ? '' : `\nThe newest ${operations.length} are shown; custody export lists every operation.`;
   out.result(body, () =>
     operations.length === 0
       ? 'No operations yet.'
       : table(
           ['NAME', 'STATE', 'PHASE', 'TOOL', 'UPDATED', 'FLAG'],
           operations.map((op) => [op.name, op.state, op.phase, op.tool, formatTime(op.updated_at), op.flag]),
-        ),
+        ) + more,
   );
   return 0;
 }

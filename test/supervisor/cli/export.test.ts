@@ -84,4 +84,27 @@ describe('custody export', function () {
     expect(records.filter((r) => r.record === 'operation').map((r) => r.name)).to.deep.equal(['export-3', 'export-2', 'export-1']);
     expect(records.filter((r) => r.record === 'incident').length).to.be.greaterThan(0);
   });
+
+  it('writes once an operation a page boundary shows twice because another was created between the pages', async () => {
+    const real = connect(service.dir);
+    let pagesRead = 0;
+    const client = {
+      get: async (...args: Parameters<typeof real.get>) => {
+        const answer = await real.get(...args);
+        // After the first page: one more operation, at the front, shifts every later page by one.
+        if (args[0].startsWith('/v1/operations') && ++pagesRead === 1) {
+          const created = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'meanwhile' }, request_id: 'export-4' }, 'agent');
+          expect(created.status).to.equal(200);
+        }
+        return answer;
+      },
+    } as unknown as typeof real;
+    const out = new PassThrough();
+    let text = '';
+    out.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+    expect(await exportCommand(client, out, 1)).to.equal(0);
+    const names = (await parseLines(text)).filter((r) => r.record === 'operation').map((r) => r.name);
+    expect(pagesRead, 'the first page was read again, shifted').to.equal(4);
+    expect(names).to.deep.equal(['export-3', 'export-2', 'export-1']);
+  });
 });
