@@ -218,12 +218,12 @@ export class SupervisorStore {
     this.#setPhaseAny = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ?');
     this.#bumpAttempts = db.prepare('UPDATE requests SET attempts = attempts + 1, updated_at = ? WHERE request_id = ?');
     // A quarantined request is not open: nothing resumes it but an operator's release.
-    // Both sorted here, not by SQLite: every row is returned anyway, and a sort in SQL
-    // would hold a second copy of them in memory (temp_store, shared/store/sqlite-store.ts).
     // An IN list of the open phases, not NOT IN the closed ones: the index on
-    // phase answers it, where NOT IN read every row of the history. Oldest
-    // first, and in the table's order within one millisecond: the index
-    // returns them by phase.
+    // phase answers it, where NOT IN read every row of the history. Sorted by
+    // SQLite (oldest first, in the table's order within one millisecond; the
+    // index returns them by phase): the rows are the requests in flight, and
+    // their second copy in the sort's memory (temp_store,
+    // shared/store/sqlite-store.ts) is as small.
     this.#openRequests = db.prepare(`SELECT * FROM requests WHERE phase IN (${OPEN_PHASES.map((phase) => `'${phase}'`).join(', ')}) ORDER BY created_at, rowid`);
     this.#quarantined = db.prepare("SELECT * FROM requests WHERE phase = 'quarantined' ORDER BY created_at");
     this.#crashesOf = db.prepare(`SELECT count(*) AS n FROM incidents WHERE operation_id = ? AND kind = '${CRASH_INCIDENT}'`);
