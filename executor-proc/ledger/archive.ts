@@ -87,13 +87,14 @@ export class Archiver {
    * by max(clock, high-water mark) without storing a mark: archive() judges
    * again, with one.
    */
-  live(after: number, limit: number): { claims: Array<{ operation_id: string; waiting: LiveWaitingReason | null }>; next: number | null } {
+  live(after: number, limit: number): { claims: Array<{ operation_id: string; waiting: LiveWaitingReason | null }>; next: number | null; live: number } {
     const now = Math.max(nowMs(), this.#ledger.highWaterMark());
     const rows = this.#livePage.all(after, limit + 1);
     const page = rows.slice(0, limit);
     return {
       claims: page.map((row) => ({ operation_id: row.operation_id, waiting: row.reported === 0 ? 'no_report' : now < row.expires_at ? 'window_open' : null })),
       next: rows.length > limit ? page[page.length - 1]!.seq : null,
+      live: this.#ledger.liveCount(),
     };
   }
 

@@ -93,7 +93,8 @@ export const EXECUTOR_MESSAGES = {
    * claim or refusal, and why it may not leave yet (no report; its window
    * not passed by max(clock, high-water mark)), or null when `archive` may
    * take it once the kernel has settled it. `after` is 0 for the first page,
-   * then the previous page's `next`; `next` is null on the last page. What
+   * then the previous page's `next`; `next` is null on the last page; `live`
+   * is how many claims and refusals the live ledger holds now. What
    * archival reads instead of the kernel's whole history: a pass costs the
    * live ledger (at most claim_capacity entries). Read-only: no clock mark
    * is stored, and `archive` checks each operation again.
@@ -104,6 +105,7 @@ export const EXECUTOR_MESSAGES = {
     result: z.strictObject({
       claims: z.array(z.strictObject({ operation_id: hex32, waiting: z.enum(LIVE_WAITING_REASONS).nullable() })).max(LEDGER_LIVE_PAGE_MAX),
       next: nonNegativeInt.nullable(),
+      live: nonNegativeInt,
     }),
   },
   /**

@@ -279,9 +279,10 @@ export async function archive(service: Service): Answer {
     const kept: Record<string, number> = {};
     const keep = (reason: string) => (kept[reason] = (kept[reason] ?? 0) + 1);
     let archived = 0;
-    let live: number | null = null;
+    let live = 0;
     for (let after: number | null = 0; after !== null; ) {
       const page: ResultOf<'ledger.live'> = await executor.request('ledger.live', { after, limit: ARCHIVE_PAGE }, { timeoutMs: 60_000 });
+      live = page.live;
       const ready: string[] = [];
       for (const claim of page.claims) {
         if (claim.waiting) keep(claim.waiting);
@@ -303,8 +304,6 @@ export async function archive(service: Service): Answer {
       }
       after = page.next;
     }
-    // Nothing moved: the live count as the executor tells it, from an archive of nothing.
-    live ??= (await executor.request('archive', { settled: [] }, { timeoutMs: 60_000 })).live;
     results.push({ executor: name, archived, live, kept });
   }
   return { body: { executors: results } };

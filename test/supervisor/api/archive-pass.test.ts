@@ -21,6 +21,7 @@ describe('supervisor: an archival pass over a live ledger', () => {
           { operation_id: id(3), waiting: null },
         ],
         next: 7,
+        live: 7,
       },
       {
         claims: [
@@ -30,6 +31,7 @@ describe('supervisor: an archival pass over a live ledger', () => {
           { operation_id: id(7), waiting: null },
         ],
         next: null,
+        live: 6,
       },
     ];
     const kernelStates: Record<string, { state: string; executor_id: string }> = {
