@@ -18,6 +18,8 @@ import Database from 'better-sqlite3';
 export function seedHistory(dirs: { readonly kernelDir: string; readonly supervisorDir: string }, capabilityId: string, operations: number): { seconds: number } {
   const { kernelDir } = dirs;
   const started = performance.now();
+  // The seeded operations end a second before now, one millisecond apart; their requests carry the same times.
+  const now = Date.now() - operations - 1000;
   const db = new Database(path.join(kernelDir, 'kernel.db'));
   try {
     db.pragma('journal_mode = WAL');
@@ -31,7 +33,6 @@ export function seedHistory(dirs: { readonly kernelDir: string; readonly supervi
     const insertHold = db.prepare(`
       INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, created_at) VALUES (@hold, @id, @capability, 1, 0, @now)`);
     const consume = db.prepare(`UPDATE holds SET state = 'consumed', settled_at = @now, settled_by = @receipt WHERE hold_id = @hold`);
-    const now = Date.now() - operations - 1000;
     const seed = db.transaction((from: number, to: number) => {
       for (let i = from; i < to; i++) {
         const id = createHash('sha256').update(`seed-${i}`).digest('hex');
@@ -48,7 +49,7 @@ export function seedHistory(dirs: { readonly kernelDir: string; readonly supervi
   } finally {
     db.close();
   }
-  seedRequests(dirs.supervisorDir, operations, Date.now() - operations - 1000);
+  seedRequests(dirs.supervisorDir, operations, now);
   return { seconds: (performance.now() - started) / 1000 };
 }
 
