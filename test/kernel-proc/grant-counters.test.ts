@@ -159,21 +159,32 @@ describe('kernel-proc: grant usage counters', function () {
   });
 });
 
+/**
+ * A store at its first `versions` migrations holding grants g1 (100 cost
+ * units) and g2 (no cost bound), and a way to place a reserved hold of one
+ * invocation on either, for an operation of the same name.
+ */
+function olderStore(versions: number): { db: Database.Database; hold: (id: string, grant: string, cost: number) => void } {
+  const db = new Database(':memory:');
+  applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS.slice(0, versions), { provisioning: true });
+  db.exec(`
+    INSERT INTO grants (capability_id, tool, subject, max_invocations, max_cost_units, not_before, expires_at, issued_at, capability, capability_digest)
+    VALUES ('g1', 't', '*', 10, 100, 0, 9, 0, '{}', 'd'), ('g2', 't', '*', 10, NULL, 0, 9, 0, '{}', 'd');`);
+  const insertOperation = db.prepare(`INSERT INTO operations (operation_id, request_id, request_binding_hash, subject, tool, parameters_digest, cost_units, capability_id, state, created_at, updated_at)
+    VALUES (?, ?, 'h', 's', 't', 'p', 0, ?, 'reserved', 0, 0)`);
+  const insertHold = db.prepare(`INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, created_at) VALUES (?, ?, ?, 1, ?, 0)`);
+  const hold = (id: string, grant: string, cost: number) => {
+    insertOperation.run(id, id, grant);
+    insertHold.run(`hold:${id}`, id, grant, cost);
+  };
+  return { db, hold };
+}
+
 describe('kernel-proc: kernel.db migration to grant usage counters', () => {
   it('fills the counters of a version-1 store from its holds, and the guard holds them from then on', () => {
-    const db = new Database(':memory:');
+    const { db, hold } = olderStore(1);
     try {
-      applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS.slice(0, 1), { provisioning: true });
-      db.exec(`
-        INSERT INTO grants (capability_id, tool, subject, max_invocations, max_cost_units, not_before, expires_at, issued_at, capability, capability_digest)
-        VALUES ('g1', 't', '*', 10, 100, 0, 9, 0, '{}', 'd'), ('g2', 't', '*', 10, NULL, 0, 9, 0, '{}', 'd');`);
-      const insertOperation = db.prepare(`INSERT INTO operations (operation_id, request_id, request_binding_hash, subject, tool, parameters_digest, cost_units, capability_id, state, created_at, updated_at)
-        VALUES (?, ?, 'h', 's', 't', 'p', 0, 'g1', 'reserved', 0, 0)`);
-      const insertHold = db.prepare(`INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, created_at) VALUES (?, ?, 'g1', 1, ?, 0)`);
-      for (const [id, cost] of [['o1', 4], ['o2', 6], ['o3', 9]] as const) {
-        insertOperation.run(id, id);
-        insertHold.run(`hold:${id}`, id, cost);
-      }
+      for (const [id, cost] of [['o1', 4], ['o2', 6], ['o3', 9]] as const) hold(id, 'g1', cost);
       db.exec(`UPDATE holds SET state = 'consumed', cost_units_charged = 2 WHERE hold_id = 'hold:o1';
                UPDATE holds SET state = 'released' WHERE hold_id = 'hold:o2';`);
       applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS, { provisioning: false });
@@ -199,19 +210,9 @@ describe('kernel-proc: kernel.db migration to grant usage counters', () => {
 
 describe('kernel-proc: kernel.db migration to hold counters (version 7)', () => {
   it('counts the holds of a version-6 store by state onto each grant, and the triggers keep counting', () => {
-    const db = new Database(':memory:');
+    const { db, hold } = olderStore(6);
     try {
-      applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS.slice(0, 6), { provisioning: true });
-      db.exec(`
-        INSERT INTO grants (capability_id, tool, subject, max_invocations, max_cost_units, not_before, expires_at, issued_at, capability, capability_digest)
-        VALUES ('g1', 't', '*', 10, 100, 0, 9, 0, '{}', 'd'), ('g2', 't', '*', 10, NULL, 0, 9, 0, '{}', 'd');`);
-      const insertOperation = db.prepare(`INSERT INTO operations (operation_id, request_id, request_binding_hash, subject, tool, parameters_digest, cost_units, capability_id, state, created_at, updated_at)
-        VALUES (?, ?, 'h', 's', 't', 'p', 0, ?, 'reserved', 0, 0)`);
-      const insertHold = db.prepare(`INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, created_at) VALUES (?, ?, ?, 1, 1, 0)`);
-      for (const [id, grant] of [['o1', 'g1'], ['o2', 'g1'], ['o3', 'g1'], ['o4', 'g1'], ['o5', 'g2']] as const) {
-        insertOperation.run(id, id, grant);
-        insertHold.run(`hold:${id}`, id, grant);
-      }
+      for (const [id, grant] of [['o1', 'g1'], ['o2', 'g1'], ['o3', 'g1'], ['o4', 'g1'], ['o5', 'g2']] as const) hold(id, grant, 1);
       db.exec(`UPDATE holds SET state = 'consumed', cost_units_charged = 1 WHERE hold_id IN ('hold:o1', 'hold:o2');
                UPDATE holds SET state = 'released' WHERE hold_id IN ('hold:o3', 'hold:o5');`);
       applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS, { provisioning: false });
@@ -220,8 +221,7 @@ describe('kernel-proc: kernel.db migration to hold counters (version 7)', () => 
         { capability_id: 'g1', holds_reserved: 1, holds_consumed: 2, holds_released: 1, usage_agrees: 1 },
         { capability_id: 'g2', holds_reserved: 0, holds_consumed: 0, holds_released: 1, usage_agrees: 1 },
       ]);
-      insertOperation.run('o6', 'o6', 'g2');
-      insertHold.run('hold:o6', 'o6', 'g2');
+      hold('o6', 'g2', 1);
       db.exec(`UPDATE holds SET state = 'released' WHERE hold_id = 'hold:o4'`);
       expect(counters.all()).to.deep.equal([
         { capability_id: 'g1', holds_reserved: 0, holds_consumed: 2, holds_released: 2, usage_agrees: 1 },

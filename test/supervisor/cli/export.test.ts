@@ -69,6 +69,8 @@ describe('custody export', function () {
     }
     expect(pages).to.deep.equal([['export-3', 'export-2'], ['export-1']]);
     expect((await service.http('GET', '/v1/operations?offset=3', undefined, 'agent')).body).to.deep.equal({ operations: [], next_offset: null });
+    // At most 15 digits: the largest is taken (nothing that far back), one digit more is refused.
+    expect((await service.http('GET', `/v1/operations?offset=${'9'.repeat(15)}`, undefined, 'agent')).body).to.deep.equal({ operations: [], next_offset: null });
     for (const bad of ['-1', '1.5', 'x', '1'.repeat(16)]) {
       const refused = await service.http('GET', `/v1/operations?offset=${bad}`, undefined, 'agent');
       expect(refused.status, bad).to.equal(400);
