@@ -126,13 +126,13 @@ program
 
 program
   .command('ops')
-  .description('list operations')
+  .description('the newest 1000 operations, newest first (it says when there are more; custody export lists every one)')
   .option('--json', 'machine-readable output')
   .action(async (options: { json?: boolean }) => setExit(await opsCommand(client(), json(options))));
 
 program
   .command('export')
-  .description('every operation and the recent incidents, as NDJSON on stdout: one JSON object per line, tagged with its "record" (operation or incident)')
+  .description('every operation (read a page at a time, newest first) and the recent incidents, as NDJSON on stdout: one JSON object per line, tagged with its "record" (operation or incident)')
   .action(async () => {
     // ndjson and its streams are loaded for this command alone.
     const { exportCommand } = await import('./commands/export.js');
