@@ -161,7 +161,7 @@ describe('CustodyClient transport', () => {
 
   it('refuses an answerTimeoutMs that is not a whole number of milliseconds from 1 to a day', () => {
     for (const answerTimeoutMs of [0, -1, 1.5, Number.NaN, 86_400_001]) {
-      expect(() => new CustodyClient({ url: 'http://127.0.0.1:1', token: 'x', answerTimeoutMs }), String(answerTimeoutMs)).to.throw(CustodyError, /answerTimeoutMs must be a whole number/);
+      expect(() => new CustodyClient({ url: 'http://127.0.0.1:1', token: 'x', answerTimeoutMs }), String(answerTimeoutMs)).to.throw(CustodyError, /answerTimeoutMs must be a whole number/).with.property('code', 'usage');
     }
     for (const answerTimeoutMs of [1, 86_400_000]) expect(new CustodyClient({ url: 'http://127.0.0.1:1', token: 'x', answerTimeoutMs }).url).to.equal('http://127.0.0.1:1');
   });
