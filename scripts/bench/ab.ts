@@ -18,6 +18,8 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, 
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
+import type { CustodyClient } from '../../supervisor/client/index.js';
+import { benchClient, callApi, invokeNote } from './client.js';
 import { cpuBetween, sampleTree, storeBytes, writtenBetween } from './procfs.js';
 
 interface Build {
@@ -94,13 +96,16 @@ async function stop(service: Running): Promise<void> {
   await exited;
 }
 
-async function call(service: Running, method: string, route: string, body?: unknown): Promise<Record<string, unknown>> {
-  const response = await fetch(`http://127.0.0.1:${service.port}${route}`, {
-    method,
-    headers: { authorization: `Bearer ${service.token}`, 'content-type': 'application/json' },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  return (await response.json()) as Record<string, unknown>;
+function call(service: Running, method: 'GET' | 'POST', route: string, body?: unknown): Promise<Record<string, unknown>> {
+  return callApi(benchClientOf(service), method, route, body).then((answer) => answer.body);
+}
+
+const clients = new WeakMap<Running, CustodyClient>();
+/** One keep-alive client per running service (scripts/bench/client.ts). */
+function benchClientOf(service: Running): CustodyClient {
+  let client = clients.get(service);
+  if (!client) clients.set(service, (client = benchClient(service.port, service.token)));
+  return client;
 }
 
 let sequence = 0;
@@ -114,8 +119,7 @@ async function load(service: Running, total: number, concurrency: number) {
     Array.from({ length: concurrency }, async () => {
       while (next < total) {
         next++;
-        const answer = await call(service, 'POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: `ab note ${++sequence}` } });
-        if (answer.outcome === 'completed') completed++;
+        if ((await invokeNote(benchClientOf(service), `ab note ${++sequence}`)) === 'completed') completed++;
       }
     }),
   );

@@ -70,7 +70,10 @@ const printLoad = (label: string, load: LoadResult) => {
     `${label}: ${load.ops_per_s.toFixed(1)} ops/s (${(load.ops_per_s / ceiling.ops_per_s).toFixed(3)} × ceiling), p50 ${load.p50_ms.toFixed(1)} ms ` +
       `(${(load.p50_ms / oneCommitMs).toFixed(0)} × one commit), p95 ${load.p95_ms.toFixed(1)} ms, p99 ${load.p99_ms.toFixed(1)} ms (${(load.p99_ms / load.p50_ms).toFixed(2)} × p50), ${load.failures} not completed`,
   );
-  out(`    CPU ms/op ${load.cpu_ms_per_op_total.toFixed(2)}: ${roles(load.cpu_ms_per_op, (n) => n.toFixed(2))}`);
+  out(
+    `    CPU ms/op ${load.cpu_ms_per_op_total.toFixed(2)}: ${roles(load.cpu_ms_per_op, (n) => n.toFixed(2))}; ` +
+      `the load generator (custody's client, on the same cores, not in the total) ${load.client_cpu_ms_per_op.toFixed(2)}`,
+  );
   out(`    RSS: ${roles(load.rss_bytes, mb)}`);
 };
 out(`\ncold start (custody start → API up, best of 3): ${e2e.cold_start_ms.toFixed(0)} ms`);

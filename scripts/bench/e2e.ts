@@ -15,6 +15,8 @@ import { createLogger } from '../../shared/log.js';
 import { parseConfig } from '../../supervisor/config/load.js';
 import { initState } from '../../supervisor/init.js';
 import { statePaths } from '../../supervisor/paths.js';
+import type { CustodyClient } from '../../supervisor/client/index.js';
+import { benchClient, callApi, invokeNote, ownCpuMs } from './client.js';
 import { cpuBetween, reapedChildrenCpuMs, rssByRole, sampleTree, storeBytes } from './procfs.js';
 import { seedHistory } from './seed.js';
 
@@ -55,6 +57,8 @@ interface Running {
   readonly token: string;
   readonly process: ChildProcess;
   readonly coldStartMs: number;
+  /** custody's typed client (scripts/bench/client.ts). */
+  readonly client: CustodyClient;
 }
 
 async function startService(root: string): Promise<Running> {
@@ -72,23 +76,20 @@ async function startService(root: string): Promise<Running> {
     if (child.exitCode !== null) throw new Error(`service exited ${child.exitCode}`);
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
-  return { root, port, token: readFileSync(paths.controlToken, 'utf8').trim(), process: child, coldStartMs: performance.now() - started };
+  const coldStartMs = performance.now() - started;
+  const token = readFileSync(paths.controlToken, 'utf8').trim();
+  return { root, port, token, process: child, coldStartMs, client: benchClient(port, token) };
 }
 
-async function call(service: Running, method: string, route: string, body?: unknown): Promise<{ status: number; body: Record<string, unknown> }> {
-  const response = await fetch(`http://127.0.0.1:${service.port}${route}`, {
-    method,
-    headers: { authorization: `Bearer ${service.token}`, 'content-type': 'application/json' },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+function call(service: Running, method: 'GET' | 'POST', route: string, body?: unknown): Promise<{ status: number; body: Record<string, unknown> }> {
+  return callApi(service.client, method, route, body);
 }
 
 let sequence = 0;
 async function invokeOnce(service: Running): Promise<{ ms: number; startedAt: number; outcome: unknown }> {
   const started = performance.now();
-  const answer = await call(service, 'POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: `bench note ${++sequence}` } });
-  return { ms: performance.now() - started, startedAt: started, outcome: answer.body.outcome };
+  const outcome = await invokeNote(service.client, `bench note ${++sequence}`);
+  return { ms: performance.now() - started, startedAt: started, outcome };
 }
 
 async function childrenOf(service: Running): Promise<Array<{ role: string; name: string; pid: number | null }>> {
@@ -102,6 +103,7 @@ async function runLoad(service: Running, total: number, concurrency: number) {
   let next = 0;
   const children = await childrenOf(service);
   const before = sampleTree(service.process.pid!, children);
+  const clientBefore = ownCpuMs();
   const started = performance.now();
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
@@ -115,6 +117,7 @@ async function runLoad(service: Running, total: number, concurrency: number) {
   );
   const seconds = (performance.now() - started) / 1000;
   const after = sampleTree(service.process.pid!, children);
+  const clientCpuMs = ownCpuMs() - clientBefore;
   latencies.sort((a, b) => a - b);
   const cpu = cpuBetween(before, after);
   const completed = Math.max(1, latencies.length);
@@ -130,6 +133,8 @@ async function runLoad(service: Running, total: number, concurrency: number) {
     /** CPU ms per completed operation, by process (from /proc utime+stime, 10 ms ticks). */
     cpu_ms_per_op: cpuPerOp,
     cpu_ms_per_op_total: Object.values(cpuPerOp).reduce((a, b) => a + b, 0),
+    /** CPU ms per operation of the load generator (this process, custody's typed client): on the same cores, not in the total. */
+    client_cpu_ms_per_op: clientCpuMs / completed,
     rss_bytes: rssByRole(after),
   };
 }
@@ -195,7 +200,7 @@ export async function measureSupervisorKillToServing(root: string): Promise<{ be
     service.process.kill('SIGKILL');
     await exited;
     service = await startService(root);
-    while ((await call(service, 'GET', '/v1/health').catch(() => ({ status: 0 }))).status !== 200) await new Promise((resolve) => setTimeout(resolve, 5));
+    while ((await call(service, 'GET', '/v1/health')).status !== 200) await new Promise((resolve) => setTimeout(resolve, 5));
     trials.push(performance.now() - killedAt);
   }
   service.process.kill('SIGTERM');

@@ -16,6 +16,7 @@ import { parseConfig } from '../../supervisor/config/load.js';
 import { initState } from '../../supervisor/init.js';
 import { statePaths } from '../../supervisor/paths.js';
 import { programPath } from '../../shared/entry-points.js';
+import { benchClient, callApi, invokeNote } from './client.js';
 import { heaviest, summarizeProfile } from './cpuprofile.js';
 
 const CLI_ENTRY = programPath('custody');
@@ -55,9 +56,8 @@ async function main(): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   const token = readFileSync(paths.controlToken, 'utf8').trim();
-  const call = async (route: string, body: unknown) =>
-    (await fetch(`http://127.0.0.1:${port}${route}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })).json() as Promise<Record<string, unknown>>;
-  await call('/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
+  const client = benchClient(port, token);
+  await callApi(client, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
   let next = 0;
   let completed = 0;
   const started = performance.now();
@@ -65,13 +65,12 @@ async function main(): Promise<void> {
     Array.from({ length: inFlight }, async () => {
       while (next < operations) {
         next += 1;
-        const answer = await call('/v1/invoke', { tool: 'review-notes/append', arguments: { note: `profile note ${next}` } });
-        if (answer.outcome === 'completed') completed += 1;
+        if ((await invokeNote(client, `profile note ${next}`)) === 'completed') completed += 1;
       }
     }),
   );
   const seconds = (performance.now() - started) / 1000;
-  const status = (await (await fetch(`http://127.0.0.1:${port}/v1/status`, { headers: { authorization: `Bearer ${token}` } })).json()) as { children: Array<{ name: string; pid: number | null }> };
+  const status = (await client.status()) as { children: Array<{ name: string; pid: number | null }> };
   const roles = new Map<number, string>([[service.pid!, 'supervisor'], ...status.children.map((c): [number, string] => [c.pid ?? -1, c.name])]);
   service.kill('SIGTERM');
   await new Promise((resolve) => service.once('exit', resolve));
