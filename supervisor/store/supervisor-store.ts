@@ -90,6 +90,18 @@ interface Unwritten {
 
 const PATCHABLE = ['nonce_id', 'expected', 'executor', 'authorization', 'report', 'receipt', 'output', 'outcome', 'reason'] as const;
 
+/** The columns a patch names (undefined skips a column; null is written as null). */
+function learnedOf(patch: RequestPatch): RequestPatch {
+  return Object.fromEntries(PATCHABLE.filter((key) => patch[key] !== undefined).map((key) => [key, patch[key]]));
+}
+
+/** What #moveRow did: the row after it, the row before when the phase changed, and the moves in memory it wrote. */
+interface Moved {
+  readonly row: RequestRow;
+  readonly before: RequestRow | null;
+  readonly written: Unwritten | undefined;
+}
+
 /** Who hears what the store recorded (GET /metrics, supervisor/metrics/); told after the write, never able to stop it. */
 export interface StoreObserver {
   incident(incident: { readonly child: string | null; readonly kind: string; readonly code: string | null }): void;
@@ -113,6 +125,13 @@ export function quarantinedError(row: Pick<RequestRow, 'request_id' | 'reason'>)
 export function supervisorStoreSpec(dir: string): StoreSpec {
   return { label: 'supervisor', dir, file: 'supervisor.db', migrations: SUPERVISOR_MIGRATIONS };
 }
+
+/**
+ * Request rows remembered as supervisor.db holds them (#remembered): enough
+ * for every request in flight at the API's bound and the rest of a busy
+ * moment; one forgotten early is read again, nothing more.
+ */
+const REMEMBERED_ROWS = 4096;
 
 /** Rows of the request log read per slice by requestsDispatchedTo: ~40 MB of the largest rows, a few ms of reading. */
 const DISPATCHED_ROWS_PER_SLICE = 10_000;
@@ -145,7 +164,6 @@ export class SupervisorStore {
   readonly #getByOperation: Database.Statement<[string], RequestRow>;
   readonly #setPhase: Database.Statement;
   readonly #setPhaseAny: Database.Statement;
-  readonly #bumpAttempts: Database.Statement;
   readonly #openRequests: Database.Statement<[], RequestRow>;
   readonly #quarantined: Database.Statement<[], RequestRow>;
   readonly #crashesOf: Database.Statement<[string], { n: number }>;
@@ -164,6 +182,8 @@ export class SupervisorStore {
   observer: StoreObserver | null = null;
   /** One prepared UPDATE per set of patched columns, made on first use. */
   readonly #patches = new Map<string, Database.Statement>();
+  /** #moveRow's UPDATE per set of written columns, made on first use. */
+  readonly #moves = new Map<string, Database.Statement>();
   /** The request log's hot writes, grouped per event-loop turn (shared/store/group-commit.ts). */
   readonly #group: GroupCommit;
   /**
@@ -174,6 +194,19 @@ export class SupervisorStore {
    * returns byte for byte.
    */
   readonly #unwritten = new Map<string, Unwritten>();
+  /**
+   * Request rows as supervisor.db holds them, read outside any transaction
+   * and kept until this process writes to the row again (every write of a
+   * request row goes through this class and forgets it first: #forget). A
+   * request in flight is read some fifteen times on its way, each a read
+   * transaction of its ~4 KB row with two locks of the WAL index; it is now
+   * read once after each of its durable writes (docs/PERFORMANCE.md, "The
+   * supervisor's reads of its own rows"). Reads inside a transaction go to
+   * the store: they see its uncommitted writes, which this map never holds.
+   */
+  readonly #remembered = new Map<string, RequestRow>();
+  /** The row a grouped write left, until its transaction commits (#groupedWrite); a later write forgets it. */
+  readonly #committing = new Map<string, RequestRow>();
 
   static provision(dir: string): SupervisorStore {
     return new SupervisorStore(provisionStore(supervisorStoreSpec(dir)));
@@ -216,7 +249,6 @@ export class SupervisorStore {
     this.#setPhase = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ? AND phase = ?');
     // Writing moves already checked in memory, one step at a time (movePhaseLater).
     this.#setPhaseAny = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ?');
-    this.#bumpAttempts = db.prepare('UPDATE requests SET attempts = attempts + 1, updated_at = ? WHERE request_id = ?');
     // A quarantined request is not open: nothing resumes it but an operator's release.
     // An IN list of the open phases, not NOT IN the closed ones: the index on
     // phase answers it, where NOT IN read every row of the history. Sorted by
@@ -490,50 +522,97 @@ export class SupervisorStore {
 
   /** logRequest in the next grouped transaction. */
   logRequestGrouped(row: NewRequest): Promise<RequestRow> {
-    return this.#group.submit(() => {
+    return this.#groupedWrite(row.request_id, () => {
       const { stored, inserted } = this.#insertRequestRow(row);
-      return { value: stored, cutpoints: inserted ? ['after_request_logged'] : [] };
+      return { moved: { row: stored, before: null, written: undefined }, cutpoints: inserted ? ['after_request_logged'] : [] };
     });
   }
 
   /** movePhase in the next grouped transaction; its cutpoint passes once that transaction is durable. */
   movePhaseGrouped(requestId: string, to: RequestPhase, patch: RequestPatch = {}): Promise<RequestRow> {
-    let written: Unwritten | undefined;
-    return this.#group
-      .submit(() => {
-        written = this.#writeUnwritten(requestId);
-        const before = this.#getRequest.get(requestId)?.phase;
-        const row = this.movePhase(requestId, to, patch);
-        return { value: row, cutpoints: before !== undefined && before !== to ? [`after_phase_${to}`] : [] };
-      })
-      .then((row) => {
-        this.#written(requestId, written);
-        return row;
-      });
+    return this.#groupedWrite(requestId, () => {
+      const moved = this.#moveRow(requestId, to, patch);
+      if (moved.before) this.observer?.phase(moved.before, moved.row);
+      return { moved, cutpoints: moved.before ? [`after_phase_${to}`] : [] };
+    });
   }
 
   /** startAttempt in the next grouped transaction. */
   startAttemptGrouped(requestId: string): Promise<RequestRow> {
+    return this.#groupedWrite(requestId, () => {
+      const moved = this.#moveRow(requestId, 'executing', {}, true);
+      if (moved.before) this.observer?.phase(moved.before, moved.row);
+      return { moved, cutpoints: ['after_attempt_started'] };
+    });
+  }
+
+  /**
+   * A write of one request's row in the next grouped transaction. `write`
+   * ends with the row as the transaction leaves it and the moves in memory
+   * it wrote; once that commits, those are forgotten and the row is
+   * remembered as supervisor.db now holds it (#remembered), unless the
+   * request was written again in between (a later transaction of the same
+   * turn, a synchronous write), which forgets it (#forget).
+   */
+  #groupedWrite(requestId: string, write: () => { moved: Moved; cutpoints: readonly string[] }): Promise<RequestRow> {
     let written: Unwritten | undefined;
+    let ending: RequestRow | undefined;
+    const leave = () => {
+      if (ending !== undefined && this.#committing.get(requestId) === ending) this.#committing.delete(requestId);
+    };
     return this.#group
       .submit(() => {
-        written = this.#writeUnwritten(requestId);
-        return { value: this.#startAttemptRow(requestId), cutpoints: ['after_attempt_started'] };
+        const { moved, cutpoints } = write();
+        written = moved.written;
+        ending = moved.row;
+        this.#committing.set(requestId, ending);
+        return { value: ending, cutpoints };
       })
-      .then((row) => {
-        this.#written(requestId, written);
-        return row;
-      });
+      .then(
+        (row) => {
+          this.#written(requestId, written);
+          if (this.#committing.get(requestId) === row) this.#remember(row);
+          leave();
+          return row;
+        },
+        (error: unknown) => {
+          leave();
+          throw error;
+        },
+      );
   }
 
   /** A request as this process knows it: its row with any move not yet written laid over it. */
   getRequest(requestId: string): RequestRow | undefined {
-    return this.#known(this.#getRequest.get(requestId));
+    return this.#known(this.#stored(requestId));
   }
 
   /** A request's phase as this process knows it, without reading its artifacts (the admission check before every send). */
   phaseOf(requestId: string): RequestPhase | undefined {
-    return this.#unwritten.get(requestId)?.phase ?? this.#getPhase.get(requestId)?.phase;
+    return this.#unwritten.get(requestId)?.phase ?? (this.db.inTransaction ? undefined : this.#remembered.get(requestId)?.phase) ?? this.#getPhase.get(requestId)?.phase;
+  }
+
+  /** A request's row as supervisor.db holds it: remembered outside a transaction (#remembered), read inside one. */
+  #stored(requestId: string): RequestRow | undefined {
+    if (this.db.inTransaction) return this.#getRequest.get(requestId);
+    const remembered = this.#remembered.get(requestId);
+    if (remembered) return remembered;
+    const row = this.#getRequest.get(requestId);
+    if (row) this.#remember(row);
+    return row;
+  }
+
+  /** Only a row read outside a transaction, or one whose transaction committed (#groupedWrite). */
+  #remember(row: RequestRow): void {
+    this.#remembered.set(row.request_id, row);
+    // A Map iterates in insertion order: the first key is the longest remembered.
+    if (this.#remembered.size > REMEMBERED_ROWS) this.#remembered.delete(this.#remembered.keys().next().value!);
+  }
+
+  /** Before any write of a request's row: the next read outside a transaction reads it from the store. */
+  #forget(requestId: string): void {
+    this.#remembered.delete(requestId);
+    this.#committing.delete(requestId);
   }
 
   getRequestByOperation(operationId: string): RequestRow | undefined {
@@ -561,6 +640,7 @@ export class SupervisorStore {
   #writeUnwritten(requestId: string): Unwritten | undefined {
     const unwritten = this.#unwritten.get(requestId);
     if (!unwritten) return undefined;
+    this.#forget(requestId);
     this.#setPhaseAny.run(unwritten.phase, nowMs(), requestId);
     this.patchRequest(requestId, unwritten.patch);
     return unwritten;
@@ -587,7 +667,7 @@ export class SupervisorStore {
     if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
     if (current.phase === 'quarantined') throw quarantinedError(current);
     if (current.phase !== to) REQUEST_MACHINE.assertMove(current.phase, to, `request ${requestId}`);
-    const learned = Object.fromEntries(PATCHABLE.filter((key) => patch[key] !== undefined).map((key) => [key, patch[key]])) as RequestPatch;
+    const learned = learnedOf(patch);
     const at = nowMs();
     this.#unwritten.set(requestId, { phase: to, patch: { ...this.#unwritten.get(requestId)?.patch, ...learned }, at });
     // What getRequest would now read, without reading the row again.
@@ -603,16 +683,7 @@ export class SupervisorStore {
   persist(known: RequestRow): Promise<RequestRow> {
     const requestId = known.request_id;
     if (!this.#unwritten.has(requestId)) return Promise.resolve(known);
-    let written: Unwritten | undefined;
-    return this.#group
-      .submit(() => {
-        written = this.#writeUnwritten(requestId);
-        return { value: this.#getRequest.get(requestId)!, cutpoints: [] };
-      })
-      .then((row) => {
-        this.#written(requestId, written);
-        return this.getRequest(requestId) ?? row;
-      });
+    return this.#groupedWrite(requestId, () => ({ moved: this.#moveRow(requestId, this.#unwritten.get(requestId)!.phase, {}), cutpoints: [] })).then((row) => this.getRequest(requestId) ?? row);
   }
 
   // ------------------------------------------------------------- quarantine
@@ -635,6 +706,7 @@ export class SupervisorStore {
       const crashes = this.#crashesOf.get(row.operation_id)?.n ?? 0;
       if (crashes < limit) return { crashes, quarantined: false };
       REQUEST_MACHINE.assertMove(row.phase, 'quarantined', `request ${requestId}`);
+      this.#forget(requestId);
       this.#setPhase.run('quarantined', nowMs(), requestId, row.phase);
       this.patchRequest(requestId, { reason: `quarantined after ${crashes} crashes of ${child} (from ${row.phase})` });
       this.#incident.run({
@@ -665,6 +737,7 @@ export class SupervisorStore {
       if (!row) throw new CustodyError('not_found', `no request ${requestId}`);
       if (row.phase !== 'quarantined') return this.#known(row)!;
       const to = releasePhaseOf(row);
+      this.#forget(requestId);
       this.#setPhase.run(to, nowMs(), requestId, 'quarantined');
       this.#incident.run({ at: nowMs(), child: null, kind: 'quarantine_released', code: null, message: `an operator released ${requestId} from quarantine to phase ${to}; one more crash parks it again`, operation_id: row.operation_id });
       return this.#getRequest.get(requestId)!;
@@ -681,53 +754,74 @@ export class SupervisorStore {
       statement = this.db.prepare(`UPDATE requests SET ${keys.map((key) => `${key} = @${key}`).join(', ')}, updated_at = @updated_at WHERE request_id = @request_id`);
       this.#patches.set(signature, statement);
     }
+    this.#forget(requestId);
     statement.run({ ...Object.fromEntries(keys.map((key) => [key, patch[key]])), updated_at: nowMs(), request_id: requestId });
   }
 
   /** Move a request to a phase through the transition table; staying in place is a no-op. */
   movePhase(requestId: string, to: RequestPhase, patch: RequestPatch = {}): RequestRow {
-    let moved = false;
-    let before: RequestRow | undefined;
     const nested = this.db.inTransaction;
-    let written: Unwritten | undefined;
-    const row = this.#withPendingHeads(() => {
-      written = this.#writeUnwritten(requestId);
-      const current = this.#getRequest.get(requestId);
-      if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
-      before = current;
-      // Only releaseQuarantined leaves quarantine: a step still finishing must not un-park it.
-      if (current.phase === 'quarantined') throw quarantinedError(current);
-      if (current.phase !== to) {
-        REQUEST_MACHINE.assertMove(current.phase, to, `request ${requestId}`);
-        this.#setPhase.run(to, nowMs(), requestId, current.phase);
-        moved = true;
-      }
-      this.patchRequest(requestId, patch);
-      return this.#getRequest.get(requestId)!;
-    });
+    const moved = this.#withPendingHeads(() => this.#moveRow(requestId, to, patch));
     // Inside a grouped transaction the group forgets them once it commits.
-    if (!nested) this.#written(requestId, written);
-    if (moved) this.observer?.phase(before!, row);
-    // A cutpoint per phase reached, once its move has committed (startAttempt's has its own).
-    if (moved && !nested) crashPoint('supervisor', `after_phase_${to}`);
-    return row;
+    if (!nested) this.#written(requestId, moved.written);
+    if (moved.before) {
+      this.observer?.phase(moved.before, moved.row);
+      // A cutpoint per phase reached, once its move has committed (startAttempt's has its own).
+      if (!nested) crashPoint('supervisor', `after_phase_${to}`);
+    }
+    return moved.row;
   }
 
   /** Move to `executing` and count the attempt, in one transaction: the row returned carries the new count. */
   startAttempt(requestId: string): RequestRow {
-    let written: Unwritten | undefined;
-    const started = this.#withPendingHeads(() => {
-      written = this.#writeUnwritten(requestId);
-      return this.#startAttemptRow(requestId);
-    });
-    this.#written(requestId, written);
+    const started = this.#withPendingHeads(() => this.#moveRow(requestId, 'executing', {}, true));
+    this.#written(requestId, started.written);
+    if (started.before) this.observer?.phase(started.before, started.row);
     crashPoint('supervisor', 'after_attempt_started');
-    return started;
+    return started.row;
   }
 
-  #startAttemptRow(requestId: string): RequestRow {
-    this.movePhase(requestId, 'executing');
-    this.#bumpAttempts.run(nowMs(), requestId);
-    return this.#getRequest.get(requestId)!;
+  /**
+   * One UPDATE of a request's row, in the transaction under way: the moves it
+   * made in memory only, the move to `to` (checked against the transition
+   * table from the phase this process knows), what was learned, and for an
+   * attempt its count. Each of these was a statement of its own, and each
+   * UPDATE of a row rewrites all of it (~4 KB, docs/PERFORMANCE.md "The
+   * supervisor's reads of its own rows"). Returns the row as it now stands
+   * (the row read with the values written, which are all the UPDATE
+   * changed), the row as this process knew it before when the phase changed,
+   * and the moves in memory it wrote (forgotten once it commits: #written).
+   */
+  #moveRow(requestId: string, to: RequestPhase, patch: RequestPatch, attempt = false): Moved {
+    const current = this.#getRequest.get(requestId);
+    if (!current) throw new CustodyError('not_found', `no request ${requestId}`);
+    const unwritten = this.#unwritten.get(requestId);
+    const known = this.#known(current)!;
+    // Only releaseQuarantined leaves quarantine: a step still finishing must not un-park it.
+    if (known.phase === 'quarantined') throw quarantinedError(known);
+    if (known.phase !== to) REQUEST_MACHINE.assertMove(known.phase, to, `request ${requestId}`);
+    const changes: RequestPatch = { ...unwritten?.patch, ...learnedOf(patch) };
+    const keys = PATCHABLE.filter((key) => changes[key] !== undefined);
+    const before = known.phase === to ? null : known;
+    if (before === null && current.phase === to && keys.length === 0 && !attempt) return { row: current, before, written: unwritten };
+    const now = nowMs();
+    this.#forget(requestId);
+    const values = Object.fromEntries(keys.map((key) => [key, changes[key]]));
+    const updated = this.#moveStatement(keys, attempt).run({ ...values, phase: to, now, request_id: requestId, from: current.phase }).changes;
+    if (updated !== 1) throw new CustodyError('internal', `request ${requestId} changed under its own transaction (phase ${current.phase})`);
+    const row: RequestRow = { ...current, ...values, phase: to, updated_at: now, attempts: current.attempts + (attempt ? 1 : 0) };
+    return { row, before, written: unwritten };
+  }
+
+  /** The UPDATE of #moveRow for one set of written columns, prepared on first use. */
+  #moveStatement(keys: readonly string[], attempt: boolean): Database.Statement {
+    const signature = `${keys.join(',')}${attempt ? '+attempt' : ''}`;
+    let statement = this.#moves.get(signature);
+    if (!statement) {
+      const set = ['phase = @phase', 'updated_at = @now', ...keys.map((key) => `${key} = @${key}`), ...(attempt ? ['attempts = attempts + 1'] : [])];
+      statement = this.db.prepare(`UPDATE requests SET ${set.join(', ')} WHERE request_id = @request_id AND phase = @from`);
+      this.#moves.set(signature, statement);
+    }
+    return statement;
   }
 }

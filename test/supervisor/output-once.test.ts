@@ -55,8 +55,11 @@ describe("the supervisor's copy of an output", function () {
     expect(await sqlite(db, "SELECT output FROM requests WHERE request_id = 'released-1'")).to.deep.equal([{ output: null }]);
 
     await invoke('large-2');
-    // As a build before this one wrote it: the output beside the report.
+    // As a build before this one wrote it: the output beside the report, read by this build after its start
+    // (a running service reads its rows from memory until it writes them again, supervisor/store/supervisor-store.ts).
+    await service.stop();
     await promisify(execFile)('sqlite3', ['-cmd', '.timeout 5000', db, `UPDATE requests SET output = '{"text":"kept beside the report"}' WHERE request_id = 'large-2'`]);
+    service = await service.restart();
     const looked = (await service.http('GET', '/v1/operations/large-2')).body.request as Record<string, unknown>;
     expect(looked.output).to.deep.equal({ text: 'kept beside the report' });
   });
