@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { decodeArtifact, signArtifact } from '../shared/artifacts/artifact.js';
 import { CustodyError, type ErrorCode, toCustodyError } from '../shared/errors.js';
-import { MAX_TIMESTAMP_MS, toolPatternCovers } from '../shared/protocol/common.js';
+import { MAX_TIMESTAMP_MS, coveringPatterns, toolPatternCovers } from '../shared/protocol/common.js';
 import type { RequestOf } from '../shared/protocol/messages.js';
 import type { Kernel } from './kernel.js';
 import type { GrantRow } from './store/grants-table.js';
@@ -108,14 +108,22 @@ export function chooseGrant(kernel: Kernel, request: ReserveRequest, now: number
     const refusal = refusalOf(kernel, grant, request, now) ?? verifyCapability(kernel, grant);
     return refusal ? { grant, capabilityId: grant.capability_id, refusal } : { grant, refusal: null };
   }
-  const candidates = kernel.store.grants
-    .all()
-    .filter((grant) => toolPatternCovers(grant.tool, request.tool) && (grant.subject === '*' || grant.subject === request.subject));
+  // Only an unexpired, unrevoked grant can carry it: those are read by their
+  // pattern (kernel.db version 8), not every grant ever issued, which a
+  // service granting per session would pile up (docs/PERFORMANCE.md "Grants
+  // on the reserve path").
+  const patterns = coveringPatterns(request.tool);
   let first: { grant: GrantRow; refusal: GrantRefusal } | null = null;
-  for (const grant of candidates) {
+  for (const grant of kernel.store.grants.live(patterns, request.subject, now)) {
     const refusal = refusalOf(kernel, grant, request, now) ?? verifyCapability(kernel, grant);
     if (!refusal) return { grant, refusal: null };
     first ??= { grant, refusal };
+  }
+  // None can: the refusal is the newest covering grant's, live or not.
+  const newest = kernel.store.grants.newest(patterns, request.subject);
+  if (newest && newest.capability_id !== first?.grant.capability_id) {
+    // Not among the live ones, so expired or revoked: refusalOf says which.
+    first = { grant: newest, refusal: refusalOf(kernel, newest, request, now) ?? { reason: 'internal', message: `grant ${newest.capability_id} is neither live nor refused` } };
   }
   if (first) return { ...first, capabilityId: first.grant.capability_id };
   return {

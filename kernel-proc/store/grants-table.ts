@@ -16,9 +16,16 @@ export interface GrantRow {
   readonly capability_digest: string;
 }
 
+/** Newest first, as grant.list lists them and reserve picks among equals: issued_at descending, then capability_id (byte order, as SQLite's). */
+export function byNewest(a: GrantRow, b: GrantRow): number {
+  return b.issued_at - a.issued_at || (a.capability_id < b.capability_id ? -1 : a.capability_id > b.capability_id ? 1 : 0);
+}
+
 export class GrantsTable {
   readonly #get: Database.Statement<[string], GrantRow>;
   readonly #all: Database.Statement<[], GrantRow>;
+  readonly #liveOf: Database.Statement<[{ tool: string; subject: string; now: number }], GrantRow>;
+  readonly #newestOf: Database.Statement<[{ tool: string; subject: string }], GrantRow>;
   readonly #insert: Database.Statement<[Omit<GrantRow, 'revoked_at'>]>;
   readonly #revoke: Database.Statement<[{ id: string; now: number }]>;
 
@@ -26,6 +33,11 @@ export class GrantsTable {
     this.#get = db.prepare('SELECT * FROM grants WHERE capability_id = ?');
     // Newest first: that is the order an operator lists them in and the order reserve picks among equals.
     this.#all = db.prepare('SELECT * FROM grants ORDER BY issued_at DESC, capability_id');
+    // Reserve's candidates (kernel.db version 8): grants_live finds the unexpired
+    // grants of one pattern and subject; revoked ones among them are skipped here.
+    this.#liveOf = db.prepare("SELECT * FROM grants WHERE tool = @tool AND subject IN (@subject, '*') AND expires_at > @now AND revoked_at IS NULL");
+    // The newest grant of one pattern and subject, whatever its state: grants_newest in its order, one entry read.
+    this.#newestOf = db.prepare('SELECT * FROM grants WHERE tool = @tool AND subject = @subject ORDER BY issued_at DESC, capability_id LIMIT 1');
     this.#insert = db.prepare(`
       INSERT INTO grants (capability_id, tool, subject, max_invocations, max_cost_units, not_before, expires_at, issued_at,
                           capability, capability_digest)
@@ -40,6 +52,27 @@ export class GrantsTable {
 
   all(): GrantRow[] {
     return this.#all.all();
+  }
+
+  /**
+   * The grants a reservation of `subject` under one of `patterns` could
+   * draw on now: neither expired nor revoked, newest first. Costs the live
+   * grants of those patterns, never the grants that ran out before.
+   */
+  live(patterns: readonly string[], subject: string, now: number): GrantRow[] {
+    return patterns.flatMap((tool) => this.#liveOf.all({ tool, subject, now })).sort(byNewest);
+  }
+
+  /** The newest grant of `subject` (or '*') under one of `patterns`, in any state: one index entry per pattern and subject. */
+  newest(patterns: readonly string[], subject: string): GrantRow | undefined {
+    let newest: GrantRow | undefined;
+    for (const tool of patterns) {
+      for (const who of new Set([subject, '*'])) {
+        const row = this.#newestOf.get({ tool, subject: who });
+        if (row && (newest === undefined || byNewest(row, newest) < 0)) newest = row;
+      }
+    }
+    return newest;
   }
 
   insert(row: Omit<GrantRow, 'revoked_at'>): void {

@@ -45,6 +45,18 @@ export function toolPatternCovers(pattern: string, tool: string): boolean {
   return pattern === tool;
 }
 
+/**
+ * Every pattern that covers a tool (toolPatternCovers): '*', the tool
+ * itself, and each of its prefixes ending in '/' followed by '*'. For
+ * `a/b/c`: '*', 'a/*', 'a/b/*', 'a/b/c'. So the grants that cover a tool are
+ * found by their pattern, through an index, not by reading every grant.
+ */
+export function coveringPatterns(tool: string): string[] {
+  const patterns = ['*', tool];
+  for (let at = tool.indexOf('/'); at !== -1; at = tool.indexOf('/', at + 1)) patterns.push(`${tool.slice(0, at + 1)}*`);
+  return patterns;
+}
+
 /** Any JSON value (the arguments of a tool, an adapter's output). */
 export const jsonValue = z.json();
 export const jsonObject = z.record(z.string(), z.json());

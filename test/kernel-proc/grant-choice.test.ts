@@ -1,0 +1,128 @@
+// Which grant a reservation draws on (kernel-proc/grants.ts chooseGrant):
+// the newest usable grant covering its tool and subject, else the newest
+// covering grant's refusal. Since kernel.db version 8 reserve reads only the
+// unexpired, unrevoked grants of the patterns that cover the tool, and the
+// newest covering grant by one index entry per pattern and subject, where it
+// read every grant ever issued (docs/PERFORMANCE.md "Grants on the reserve
+// path"). The property below holds those reads to the definition over every
+// grant; the kernel's answers are then checked with a pile of expired grants.
+import Database from 'better-sqlite3';
+import { expect } from 'chai';
+import fc from 'fast-check';
+import path from 'node:path';
+import { byNewest, type GrantRow, GrantsTable } from '../../kernel-proc/store/grants-table.js';
+import { KERNEL_MIGRATIONS } from '../../kernel-proc/store/schema.js';
+import { coveringPatterns, toolPatternCovers } from '../../shared/protocol/common.js';
+import { applyMigrations } from '../../shared/store/migrations.js';
+import { preparedWhile, queryPlan } from '../helpers/query-plans.js';
+import { KernelProcess, KernelRoot, grantBody, pinBody, reserveBody, testExecutor, verifyReceipt } from './helpers.js';
+
+const segment = fc.constantFrom('a', 'b', 'c');
+const toolArb = fc.array(segment, { minLength: 1, maxLength: 3 }).map((parts) => parts.join('/'));
+const patternArb = fc.oneof(toolArb, toolArb.map((tool) => `${tool}/*`), fc.constant('*'));
+const subjectArb = fc.constantFrom('*', 'alice', 'bob');
+
+describe('kernel-proc: the grant a reservation draws on', function () {
+  this.timeout(60_000);
+
+  it('covers a tool by exactly the patterns coveringPatterns names', () => {
+    fc.assert(
+      fc.property(patternArb, toolArb, (pattern, tool) => {
+        expect(coveringPatterns(tool).includes(pattern), `${pattern} over ${tool}`).to.equal(toolPatternCovers(pattern, tool));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('reads the live grants and the newest covering one as the definition over every grant says', () => {
+    const grant = fc.record({
+      tool: patternArb,
+      subject: subjectArb,
+      // Few distinct times: ties of issued_at are broken by capability_id, as the listing orders them.
+      issued_at: fc.integer({ min: 0, max: 5 }),
+      expires_in: fc.integer({ min: -3, max: 3 }),
+      revoked: fc.boolean(),
+    });
+    fc.assert(
+      fc.property(fc.array(grant, { maxLength: 25 }), toolArb, fc.constantFrom('alice', 'bob', '*'), fc.integer({ min: 0, max: 8 }), (grants, tool, subject, now) => {
+        const db = new Database(':memory:');
+        try {
+          applyMigrations(db, 'grants', KERNEL_MIGRATIONS, { provisioning: true });
+          const table = new GrantsTable(db);
+          grants.forEach((g, i) => {
+            const id = `cap-${String((i * 7919) % 101).padStart(3, '0')}-${i}`;
+            table.insert({ capability_id: id, tool: g.tool, subject: g.subject, max_invocations: 1, max_cost_units: null, not_before: 0, expires_at: g.issued_at + 4 + g.expires_in, issued_at: g.issued_at, capability: '{}', capability_digest: '0'.repeat(64) });
+            if (g.revoked) table.revoke(id, g.issued_at + 1);
+          });
+          const covering = table.all().filter((row) => toolPatternCovers(row.tool, tool) && (row.subject === '*' || row.subject === subject));
+          const ids = (rows: readonly GrantRow[]) => rows.map((row) => row.capability_id);
+          const patterns = coveringPatterns(tool);
+          expect(ids(table.live(patterns, subject, now))).to.deep.equal(ids(covering.filter((row) => row.revoked_at === null && now < row.expires_at)));
+          expect(table.newest(patterns, subject)?.capability_id).to.equal(covering[0]?.capability_id);
+          expect([...covering].sort(byNewest)).to.deep.equal(covering);
+        } finally {
+          db.close();
+        }
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('finds the live grants by a range of grants_live and the newest by one entry of grants_newest, in its order', () => {
+    const db = new Database(':memory:');
+    try {
+      applyMigrations(db, 'grants', KERNEL_MIGRATIONS, { provisioning: true });
+      const statements = preparedWhile(() => new GrantsTable(db)).filter((sql) => /WHERE tool = @tool/.test(sql));
+      expect(statements).to.have.length(2);
+      const plans = statements.map((sql) => queryPlan(db, sql).join('; '));
+      expect(plans).to.deep.equal(['SEARCH grants USING INDEX grants_live (tool=? AND subject=? AND expires_at>?)', 'SEARCH grants USING INDEX grants_newest (tool=? AND subject=?)']);
+    } finally {
+      db.close();
+    }
+  });
+
+  describe('with thousands of expired grants on the tool', () => {
+    const root = new KernelRoot();
+    const executor = testExecutor(23);
+    let kernel: KernelProcess;
+    const PILED = 3000;
+
+    before(async () => {
+      kernel = await KernelProcess.start(root, { mode: 'provision' });
+      await kernel.request('executor.pin', pinBody(executor, ['pile/*']));
+      await kernel.stop();
+      // As a service that grants per session leaves them: expired long ago, newest last.
+      const db = new Database(path.join(root.dir, 'kernel.db'));
+      const insert = db.prepare(`INSERT INTO grants (capability_id, tool, subject, max_invocations, max_cost_units, not_before, expires_at, issued_at, capability, capability_digest)
+                                 VALUES (?, 'pile/*', '*', 10, NULL, ?, ?, ?, '{}', ?)`);
+      const long = root.now() - 86_400_000;
+      db.transaction(() => {
+        for (let i = 0; i < PILED; i++) insert.run(`cap-pile-${String(i).padStart(5, '0')}`, long + i, long + i + 60_000, long + i, '0'.repeat(64));
+      })();
+      db.close();
+      kernel = await KernelProcess.start(root);
+    });
+    after(async () => {
+      await kernel.stop();
+      root.remove();
+    });
+
+    it('refuses with the newest expired grant when none is live, draws on a live one once granted, and refuses with it once revoked', async () => {
+      const newestExpired = `cap-pile-${String(PILED - 1).padStart(5, '0')}`;
+      const expired = await kernel.request('reserve', reserveBody('pile-1', { tool: 'pile/x' }));
+      expect(expired).to.include({ verdict: 'deny', reason: 'capability_expired' });
+      expect(verifyReceipt(expired.receipt!, root.publicKey).capability_id, 'the newest of the pile').to.equal(newestExpired);
+
+      const live = await kernel.request('grant.add', grantBody('pile/*'));
+      const allowed = await kernel.request('reserve', reserveBody('pile-2', { tool: 'pile/x' }));
+      expect(allowed.verdict).to.equal('allow');
+      expect(verifyReceipt(allowed.receipt!, root.publicKey).capability_id).to.equal(live.capability_id);
+
+      await kernel.request('grant.revoke', { capability_id: live.capability_id });
+      const revoked = await kernel.request('reserve', reserveBody('pile-3', { tool: 'pile/x' }));
+      expect(revoked, 'the newest covering grant is now the revoked one').to.include({ verdict: 'deny', reason: 'capability_revoked' });
+      expect(verifyReceipt(revoked.receipt!, root.publicKey).capability_id).to.equal(live.capability_id);
+      expect(root.read<{ n: number }>('SELECT count(*) AS n FROM grants WHERE expires_at < ?', root.now())[0]!.n).to.equal(PILED);
+    });
+  });
+});
