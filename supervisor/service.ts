@@ -25,6 +25,7 @@ import type { CustodyConfig } from './config/schema.js';
 import type { OperationContext } from './operations/context.js';
 import { OperationDriver } from './operations/driver.js';
 import { RecoverySweeper } from './operations/recovery.js';
+import { Archival } from './operations/archival.js';
 import { admitRequest, attributeCrash } from './operations/quarantine.js';
 import { type StatePaths, statePaths } from './paths.js';
 import { writePrivateFile } from './init.js';
@@ -65,6 +66,8 @@ export class Service {
   readonly metrics: ServiceMetrics;
   readonly driver: OperationDriver;
   readonly sweeper: RecoverySweeper;
+  /** Archival passes: on demand (custody archive) and every timing.archive_interval_ms. */
+  readonly archival: Archival;
   /** Key rotation of the kernel and the executors, and its catch-up at each hello (rotation.ts). */
   readonly rotation: KeyRotation;
   readonly startedAt = nowMs();
@@ -168,6 +171,7 @@ export class Service {
     };
     this.driver = new OperationDriver(ctx);
     this.sweeper = new RecoverySweeper(ctx, this.driver);
+    this.archival = new Archival(ctx, this.executors);
   }
 
   get port(): number {
@@ -268,6 +272,7 @@ export class Service {
     this.driver.resumeAll();
     this.sweeper.start();
     void this.sweeper.sweep();
+    this.archival.start();
     // Written aside and renamed, so a client never reads a half-written file.
     const temporary = `${this.paths.serviceJson}.${process.pid}.tmp`;
     rmSync(temporary, { force: true });
@@ -311,6 +316,7 @@ export class Service {
     this.#lifecycle.moveTo('stopping', reason);
     this.log.info('service_stopping', { reason, in_flight: this.driver.active });
     this.sweeper.stop();
+    this.archival.stop();
     // Stop accepting now; open requests are answered as their drives end.
     const closing = this.#api?.close() ?? Promise.resolve();
     const grace = this.config.timing.shutdown_grace_ms;

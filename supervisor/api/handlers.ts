@@ -8,13 +8,12 @@ import { nowMs } from '../../shared/clock.js';
 import { withTimeout } from '../../shared/timeout.js';
 import { newRequestId } from '../../shared/request-id.js';
 import { causeOf } from '../operations/causes.js';
-import { SETTLED_STATES, outcomeOf } from '../operations/outcome.js';
+import { outcomeOf } from '../operations/outcome.js';
 import { recoverRollback } from '../operations/rollback-recovery.js';
 import type { RequestRow } from '../store/supervisor-store.js';
 import type { Service } from '../service.js';
 import type { ChildHandle } from '../children/child-handle.js';
 import type { OperationView } from '../../shared/protocol/kernel-messages.js';
-import { LEDGER_LIVE_PAGE_MAX } from '../../shared/protocol/executor-messages.js';
 import type { ResultOf } from '../../shared/protocol/messages.js';
 import { refuseBeforeReserve } from './precheck.js';
 import { DEFAULT_WAIT_MS } from './wait.js';
@@ -258,55 +257,9 @@ export function incidents(service: Service, query: URLSearchParams) {
 
 
 
-/** Entries of an executor's live ledger read per `ledger.live` page, and kernel lookups in flight at once while a page is judged. */
-const ARCHIVE_PAGE = LEDGER_LIVE_PAGE_MAX;
-const ARCHIVE_LOOKUPS_IN_FLIGHT = 16;
-
-/**
- * Explicit archival (ARCHITECTURE.md §6.2): each executor lists its live
- * ledger a page at a time, with why an entry may not leave yet (no report,
- * window open); the kernel is asked about each of the others, and the ones
- * it has settled on this executor go to `archive`, which checks them again
- * and moves them to the append-only archive. A pass costs the live ledgers
- * (at most claim_capacity entries each), never the kernel's whole history
- * (docs/PERFORMANCE.md "History on the start path"). An entry the kernel
- * has not settled is kept as not_settled.
- */
+/** Explicit archival (supervisor/operations/archival.ts): a pass over every executor's live ledger, or the one already running. */
 export async function archive(service: Service): Answer {
-  const results: Array<{ executor: string; archived: number; live: number; kept: Record<string, number> }> = [];
-  for (const [name, executor] of service.executors) {
-    const id = service.store.getPin(name)?.identity_id;
-    const kept: Record<string, number> = {};
-    const keep = (reason: string) => (kept[reason] = (kept[reason] ?? 0) + 1);
-    let archived = 0;
-    let live = 0;
-    for (let after: number | null = 0; after !== null; ) {
-      const page: ResultOf<'ledger.live'> = await executor.request('ledger.live', { after, limit: ARCHIVE_PAGE }, { timeoutMs: 60_000 });
-      live = page.live;
-      const ready: string[] = [];
-      for (const claim of page.claims) {
-        if (claim.waiting) keep(claim.waiting);
-        else ready.push(claim.operation_id);
-      }
-      const settled: string[] = [];
-      for (let at = 0; at < ready.length; at += ARCHIVE_LOOKUPS_IN_FLIGHT) {
-        const views = await Promise.all(ready.slice(at, at + ARCHIVE_LOOKUPS_IN_FLIGHT).map((operationId) => service.kernel.request('operation.get', { operation_id: operationId, request_id: null })));
-        for (const { operation } of views) {
-          if (operation && SETTLED_STATES.has(operation.state) && operation.executor_id === id) settled.push(operation.operation_id);
-          else keep('not_settled');
-        }
-      }
-      if (settled.length > 0) {
-        const answer = await executor.request('archive', { settled }, { timeoutMs: 60_000 });
-        archived += answer.archived;
-        live = answer.live;
-        for (const { reason } of answer.not_archived) keep(reason);
-      }
-      after = page.next;
-    }
-    results.push({ executor: name, archived, live, kept });
-  }
-  return { body: { executors: results } };
+  return { body: { executors: await service.archival.pass() } };
 }
 
 /** `custody recover-rollback NAME`: the way back for a ledger restored on purpose (docs/ROLLBACK.md). */

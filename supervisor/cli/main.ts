@@ -148,7 +148,7 @@ program
 
 program
   .command('archive')
-  .description("move settled operations whose window has passed out of each executor's live ledger, into its archive")
+  .description("move settled operations whose window has passed out of each executor's live ledger, into its archive (the service also does every timing.archive_interval_ms)")
   .option('--json', 'machine-readable output')
   .action(async (options: { json?: boolean }) => setExit(await archiveCommand(client(), json(options))));
 

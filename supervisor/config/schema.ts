@@ -98,6 +98,13 @@ export const timingSchema = z.strictObject({
   kernel_head_linger_ms: z.number().int().min(0).max(1_000).default(50),
   /** How often committed starts are swept for operations nobody drives. */
   recovery_sweep_ms: millis(3_600_000).default(5_000),
+  /**
+   * How often settled operations past their window leave each executor's
+   * live ledger for its archive (supervisor/operations/archival.ts): the
+   * live ledger holds claim_capacity claims, and a full one refuses every
+   * execute (ledger_full). 0: only when an operator runs custody archive.
+   */
+  archive_interval_ms: z.number().int().min(0).max(86_400_000).default(10_000),
   /** How long a graceful shutdown lets in-flight operations finish. */
   shutdown_grace_ms: millis(600_000).default(30_000),
   /**

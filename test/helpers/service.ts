@@ -46,6 +46,8 @@ export const FAST_TIMING = {
   retry_backoff_initial_ms: 100,
   retry_backoff_max_ms: 1000,
   recovery_sweep_ms: 500,
+  // Archival only when a test asks for it (custody archive), or sets its own interval.
+  archive_interval_ms: 0,
   shutdown_grace_ms: 10_000,
   cancel_grace_ms: 500,
 };

@@ -63,6 +63,10 @@ describe('custody.json', () => {
     expect(messageOf({ timing: { migrate_timeout_ms: 86_400_001 } })).to.match(/timing\.migrate_timeout_ms.*got 86400001/);
     expect(parseConfig({ timing: { migrate_timeout_ms: 1 } }).timing.migrate_timeout_ms).to.equal(1);
     expect(messageOf({ timing: { migrate_timeout_ms: 0 } })).to.match(/timing\.migrate_timeout_ms.*got 0/);
+    expect(parseConfig({ timing: { archive_interval_ms: 86_400_000 } }).timing.archive_interval_ms).to.equal(86_400_000);
+    expect(messageOf({ timing: { archive_interval_ms: 86_400_001 } })).to.match(/timing\.archive_interval_ms.*got 86400001/);
+    expect(parseConfig({ timing: { archive_interval_ms: 0 } }).timing.archive_interval_ms, '0: only custody archive').to.equal(0);
+    expect(messageOf({ timing: { archive_interval_ms: -1 } })).to.match(/timing\.archive_interval_ms.*got -1/);
   });
 
   it('defaults the pool wait to 10 s and metrics to no token on loopback', () => {
@@ -70,6 +74,7 @@ describe('custody.json', () => {
     expect(config.timing.executor_wait_ms).to.equal(10_000);
     expect(config.timing.kernel_head_linger_ms).to.equal(50);
     expect(config.timing.migrate_timeout_ms).to.equal(3_600_000);
+    expect(config.timing.archive_interval_ms, 'a live ledger archived on its own').to.equal(10_000);
     expect(config.metrics).to.deep.equal({ require_token: false });
     expect(messageOf({ metrics: { require_token: 'yes' } })).to.match(/metrics\.require_token/);
   });

@@ -1,12 +1,15 @@
-// One archival pass (supervisor/api/handlers.ts archive, docs/ARCHITECTURE.md
-// §6.2 "Capacity and archival") against a scripted executor and kernel: it
-// pages the live ledger to its end, asks the kernel only about entries that
-// could leave, and sends to `archive` only the ones the kernel settled on
-// this executor — never one the kernel has not settled, nor one it settled
-// on another executor — counting why it kept every other.
+// One archival pass (supervisor/operations/archival.ts, docs/ARCHITECTURE.md
+// §6.2 "Capacity and archival") against a scripted executor, kernel and
+// request log: it pages the live ledger to its end, takes the request log's
+// word for what it shows settled on this executor, asks the kernel only
+// about the other entries that could leave, and sends to `archive` only the
+// ones settled on this executor — never one the kernel has not settled, nor
+// one settled on another executor — counting why it kept every other.
 import { expect } from 'chai';
-import { archive } from '../../../supervisor/api/handlers.js';
-import type { Service } from '../../../supervisor/service.js';
+import type { ChildHandle } from '../../../supervisor/children/child-handle.js';
+import { Archival } from '../../../supervisor/operations/archival.js';
+import type { OperationContext } from '../../../supervisor/operations/context.js';
+import type { RequestRow } from '../../../supervisor/store/supervisor-store.js';
 
 const id = (n: number) => n.toString(16).padStart(64, '0');
 
@@ -57,9 +60,20 @@ describe('supervisor: an archival pass over a live ledger', () => {
         return Promise.reject(new Error(`unexpected ${kind}`));
       },
     };
-    const service = {
-      executors: new Map([['default', executor]]),
-      store: { getPin: (name: string) => (name === 'default' ? { identity_id: 'exec-a' } : undefined) },
+    // The request log: 8 settled here (never asked), 9 settled on another executor and 10 still reported (both asked).
+    pages[1]!.claims.push({ operation_id: id(8), waiting: null }, { operation_id: id(9), waiting: null }, { operation_id: id(10), waiting: null });
+    const rows: Record<string, Partial<RequestRow>> = {
+      [id(8)]: { phase: 'settled', outcome: 'completed', executor: 'exec-a' },
+      [id(9)]: { phase: 'settled', outcome: 'completed', executor: 'exec-b' },
+      [id(10)]: { phase: 'reported', outcome: null, executor: 'exec-a' },
+    };
+    kernelStates[id(9)] = { state: 'completed', executor_id: 'exec-b' };
+    kernelStates[id(10)] = { state: 'awaiting_report', executor_id: 'exec-a' };
+    const ctx = {
+      store: {
+        getPin: (name: string) => (name === 'default' ? { identity_id: 'exec-a' } : undefined),
+        getRequestByOperation: (operationId: string) => rows[operationId] as RequestRow | undefined,
+      },
       kernel: {
         request: (kind: string, body: { operation_id: string }) => {
           expect(kind).to.equal('operation.get');
@@ -68,14 +82,12 @@ describe('supervisor: an archival pass over a live ledger', () => {
           return Promise.resolve({ operation: known ? { operation_id: body.operation_id, ...known } : null, receipts: [] });
         },
       },
-    } as unknown as Service;
+    } as unknown as OperationContext;
 
-    const answer = await archive(service);
+    const answer = await new Archival(ctx, new Map([['default', executor as unknown as ChildHandle]])).pass();
     expect(pageAfter, 'every page, each after the last one').to.deep.equal([0, 7]);
-    expect(asked.sort(), 'the kernel is asked only about entries that could leave').to.deep.equal([id(1), id(3), id(5), id(6), id(7)]);
-    expect(sent.flat().sort(), 'only what the kernel settled on this executor').to.deep.equal([id(1), id(6)]);
-    expect(answer.body).to.deep.equal({
-      executors: [{ executor: 'default', archived: 2, live: 5, kept: { window_open: 1, no_report: 1, not_settled: 3 } }],
-    });
+    expect(asked.sort(), 'the kernel is asked only about entries that could leave and the log does not show settled here').to.deep.equal([id(1), id(10), id(3), id(5), id(6), id(7), id(9)].sort());
+    expect(sent.flat().sort(), 'only what was settled on this executor').to.deep.equal([id(1), id(6), id(8)]);
+    expect(answer).to.deep.equal([{ executor: 'default', archived: 3, live: 5, kept: { window_open: 1, no_report: 1, not_settled: 5 } }]);
   });
 });

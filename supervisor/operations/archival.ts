@@ -1,0 +1,133 @@
+// Archival (ARCHITECTURE.md §6.2, "Capacity and archival"): settled
+// operations leave each executor's live ledger for its append-only archive,
+// where they are still found and replayed. The live ledger holds at most
+// `claim_capacity` claims (50,000 by default), so a service nobody archives
+// refuses every execute with ledger_full once it has run that many
+// operations. A pass runs on demand (`custody archive`, POST /v1/archive) and
+// every `timing.archive_interval_ms` on its own (60 s by default; 0 leaves it
+// to the operator).
+//
+// A pass: each executor lists its live ledger a page at a time, with why an
+// entry may not leave yet (no report, window open). Of the others, those the
+// request log shows settled on this executor (the row ends `settled` with
+// the kernel's end state, written only once the kernel's settle answered)
+// are known settled; the kernel is asked about the rest (an operation no
+// request carries: an orphan the sweep settled, a request log restored).
+// The ones settled on this executor go to `archive`, which checks them again
+// and moves them to the archive. A pass costs the live ledgers, never the
+// kernel's whole history (docs/PERFORMANCE.md "History on the start path"),
+// and a kernel exchange only for what the log cannot answer. An entry the
+// kernel has not settled is kept as not_settled.
+import { errorFields } from '../../shared/log.js';
+import { LEDGER_LIVE_PAGE_MAX } from '../../shared/protocol/executor-messages.js';
+import type { ResultOf } from '../../shared/protocol/messages.js';
+import type { ChildHandle } from '../children/child-handle.js';
+import type { OperationContext } from './context.js';
+import type { OperationState } from '../../shared/protocol/kernel-messages.js';
+import type { SupervisorStore } from '../store/supervisor-store.js';
+import { SETTLED_STATES } from './outcome.js';
+
+/** Entries of an executor's live ledger read per `ledger.live` page, and kernel lookups in flight at once while a page is judged. */
+const ARCHIVE_PAGE = LEDGER_LIVE_PAGE_MAX;
+const ARCHIVE_LOOKUPS_IN_FLIGHT = 16;
+/** Deadline of each ledger.live and archive exchange: a page of 500 entries and its writes. */
+const ARCHIVE_EXCHANGE_MS = 60_000;
+
+/** What one pass did on one executor: moved to the archive, left live, and why each kept entry stayed. */
+export interface ArchivePass {
+  readonly executor: string;
+  readonly archived: number;
+  readonly live: number;
+  readonly kept: Record<string, number>;
+}
+
+export class Archival {
+  readonly #ctx: OperationContext;
+  readonly #executors: ReadonlyMap<string, ChildHandle>;
+  #timer: NodeJS.Timeout | null = null;
+  #passing: Promise<ArchivePass[]> | null = null;
+
+  constructor(ctx: OperationContext, executors: ReadonlyMap<string, ChildHandle>) {
+    this.#ctx = ctx;
+    this.#executors = executors;
+  }
+
+  /** Passes every timing.archive_interval_ms from now on (none when it is 0). */
+  start(): void {
+    const interval = this.#ctx.config.timing.archive_interval_ms;
+    if (interval === 0) return;
+    this.#timer = setInterval(() => void this.#scheduled(), interval);
+    this.#timer.unref();
+  }
+
+  stop(): void {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = null;
+  }
+
+  /** One pass over every executor; a call while one runs shares it. */
+  pass(): Promise<ArchivePass[]> {
+    this.#passing ??= this.#passOnce().finally(() => (this.#passing = null));
+    return this.#passing;
+  }
+
+  /** A pass of the timer: what it moved is logged, and a failure (an executor restarting, the service stopping) waits for the next one. */
+  async #scheduled(): Promise<void> {
+    // A pass still running (a large ledger, a slow kernel) is not joined again: it is logged once, by the tick that started it.
+    if (this.#ctx.signal.aborted || this.#passing !== null) return;
+    try {
+      for (const pass of await this.pass()) {
+        if (pass.archived > 0) this.#ctx.log.info('archived', { executor: pass.executor, archived: pass.archived, live: pass.live, kept: pass.kept });
+      }
+    } catch (error) {
+      this.#ctx.log.warn('archive_pass_failed', { ...errorFields(error), next_in_ms: this.#ctx.config.timing.archive_interval_ms });
+    }
+  }
+
+  async #passOnce(): Promise<ArchivePass[]> {
+    const passes: ArchivePass[] = [];
+    for (const [name, executor] of this.#executors) passes.push(await this.#passOn(name, executor));
+    return passes;
+  }
+
+  async #passOn(name: string, executor: ChildHandle): Promise<ArchivePass> {
+    const { kernel, store } = this.#ctx;
+    const id = store.getPin(name)?.identity_id;
+    const kept: Record<string, number> = {};
+    const keep = (reason: string) => (kept[reason] = (kept[reason] ?? 0) + 1);
+    let archived = 0;
+    let live = 0;
+    for (let after: number | null = 0; after !== null; ) {
+      const page: ResultOf<'ledger.live'> = await executor.request('ledger.live', { after, limit: ARCHIVE_PAGE }, { timeoutMs: ARCHIVE_EXCHANGE_MS });
+      live = page.live;
+      const ready: string[] = [];
+      const settled: string[] = [];
+      for (const claim of page.claims) {
+        if (claim.waiting) keep(claim.waiting);
+        else if (id !== undefined && settledInLog(store, claim.operation_id, id)) settled.push(claim.operation_id);
+        else ready.push(claim.operation_id);
+      }
+      for (let at = 0; at < ready.length; at += ARCHIVE_LOOKUPS_IN_FLIGHT) {
+        const views = await Promise.all(ready.slice(at, at + ARCHIVE_LOOKUPS_IN_FLIGHT).map((operationId) => kernel.request('operation.get', { operation_id: operationId, request_id: null })));
+        for (const { operation } of views) {
+          if (operation && SETTLED_STATES.has(operation.state) && operation.executor_id === id) settled.push(operation.operation_id);
+          else keep('not_settled');
+        }
+      }
+      if (settled.length > 0) {
+        const answer = await executor.request('archive', { settled }, { timeoutMs: ARCHIVE_EXCHANGE_MS });
+        archived += answer.archived;
+        live = answer.live;
+        for (const { reason } of answer.not_archived) keep(reason);
+      }
+      after = page.next;
+    }
+    return { executor: name, archived, live, kept };
+  }
+}
+
+/** The request log's word that the kernel settled an operation on this executor: its row ended `settled`, authorized for it. */
+function settledInLog(store: SupervisorStore, operationId: string, executorId: string): boolean {
+  const row = store.getRequestByOperation(operationId);
+  return row !== undefined && row.phase === 'settled' && row.executor === executorId && SETTLED_STATES.has(row.outcome as OperationState);
+}
