@@ -19,6 +19,8 @@ export interface PairOptions {
   /** The kernel's answer to each request. Default: the body back. */
   readonly handler?: RequestHandler;
   readonly onServerEnd?: (reason: CustodyError) => void;
+  /** End the server's output when it terminates, as a child process exits after poisoning: the client's requests then fail. */
+  readonly closeOnServerEnd?: boolean;
   /** Put something between the client's output and the server's input; given the server's input, returns the client's output. */
   readonly clientOutput?: (toServer: PassThrough) => Writable;
 }
@@ -34,7 +36,10 @@ export async function channelPair(options: PairOptions = {}): Promise<{ client: 
     log: quiet,
     role: 'kernel',
     maxInFlight: options.serverBound ?? 16,
-    onTerminated: (reason) => options.onServerEnd?.(reason),
+    onTerminated: (reason) => {
+      options.onServerEnd?.(reason);
+      if (options.closeOnServerEnd) toClient.end();
+    },
     handler: options.handler ?? ((_kind, body) => Promise.resolve(body)),
   });
   const client = new ClientChannel({

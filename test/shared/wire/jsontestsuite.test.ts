@@ -1,11 +1,13 @@
 // JSONTestSuite (nst/JSONTestSuite) against the frame decoder and against a
-// live channel: every n_ file refused and poisoning, every y_ object
-// accepted unchanged, every i_ file the documented answer in
-// docs/vectors/jsontestsuite-i.json.
+// live channel: every n_ file refused and poisoning (each over a channel
+// pair in memory, the same channel code, and a sample of them over a child
+// process, which leaves with exit 70), every y_ object accepted unchanged,
+// every i_ file the documented answer in docs/vectors/jsontestsuite-i.json.
 import { expect } from 'chai';
 import { readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { decodeJsonObject } from '../../../shared/wire/decode.js';
+import { channelPair } from '../../helpers/channel-pair.js';
 import { startFixture } from '../../helpers/children.js';
 import { REPO_ROOT, requireVectors } from '../../helpers/vectors.js';
 
@@ -39,6 +41,21 @@ async function sendOnLiveChannels(cases: readonly Case[], workers: number): Prom
     await child.exited;
   };
   await Promise.all(Array.from({ length: workers }, work));
+  return outcomes;
+}
+
+/** Each body as a request on its own channel pair in memory; the code the server poisoned its channel with, or the value echoed. */
+async function sendOnChannelPairs(cases: readonly Case[]): Promise<Map<string, Outcome>> {
+  const outcomes = new Map<string, Outcome>();
+  for (const next of cases) {
+    let poisoned: string | undefined;
+    const { client } = await channelPair({ onServerEnd: (reason) => (poisoned = reason.code), closeOnServerEnd: true });
+    try {
+      outcomes.set(next.name, { answer: 'accepted', value: await client.requestRawBody('echo', next.bytes, 'body') });
+    } catch {
+      outcomes.set(next.name, { answer: 'refused', code: String(poisoned) });
+    }
+  }
   return outcomes;
 }
 
@@ -80,12 +97,24 @@ describe('JSONTestSuite', function () {
 
   describe('on a live channel', () => {
     it('refuses every n_ file sent as a frame body, poisoning the channel each time', async () => {
-      const outcomes = await sendOnLiveChannels(load('n_'), 4);
+      const outcomes = await sendOnChannelPairs(load('n_'));
       expect(outcomes.size).to.equal(188);
+      for (const [name, outcome] of outcomes) {
+        expect(outcome.answer, name).to.equal('refused');
+        expect((outcome as { code: string }).code, name).to.match(/^(frame_malformed|frame_too_deep)$/);
+      }
+    });
+
+    it('refuses n_ files sent to a child process the same way, the child leaving with exit 70 each time', async () => {
+      // Every twelfth file: a child process costs ~0.25 s to start, and the pairs above hold every file.
+      const sample = load('n_').filter((_, index) => index % 12 === 0);
+      expect(sample).to.have.length(16);
+      const outcomes = await sendOnLiveChannels(sample, 4);
       for (const [name, outcome] of outcomes) {
         expect(outcome.answer, name).to.equal('refused');
         expect((outcome as { code: string }).code, name).to.match(/^(frame_malformed|frame_too_deep|schema_violation)$/);
       }
+      expect(outcomes.size).to.equal(16);
     });
 
     it('accepts every y_ object and echoes the same value, but refuses a member given twice', async () => {
