@@ -141,7 +141,7 @@ export class KernelService implements ChildService {
       'ops.list': (body) => submit(() => listOperations(kernel, body)),
       recover: (body) => submit((context) => recoverOperations(kernel, body, context)),
       'grant.add': (body) => submit((context) => grantView(kernel, addGrant(kernel, body, context.now))),
-      'grant.list': () => submit(() => listGrants(kernel)),
+      'grant.list': (body) => submit((context) => listGrants(kernel, body, context)),
       'grant.revoke': (body) => submit((context) => grantView(kernel, revokeGrant(kernel, body.capability_id, context.now))),
       'executor.pin': (body) =>
         submit((context) => {

@@ -42,23 +42,30 @@ export function listOperations(kernel: Kernel, request: RequestOf<'ops.list'>): 
 
 /** Cut rows to the views that fit one frame of this session, with where the next page starts. */
 function framePage(kernel: Kernel, rows: readonly OperationRow[], limit: number, offset: number): { operations: OperationView[]; next_offset: number | null } {
-  const operations: OperationView[] = [];
+  const { views, next_offset } = fittingViews(kernel, rows, limit, offset, (row) => operationView(kernel, row), (row) => `operation ${row.request_id}`);
+  return { operations: views, next_offset };
+}
+
+/**
+ * The views of `rows` (at most `limit`; one more row than that says a page
+ * is not the last) that fit one frame of this session, and where the next
+ * page starts. A row whose view alone does not fit is refused
+ * frame_too_large, naming what to raise.
+ */
+function fittingViews<Row, View>(kernel: Kernel, rows: readonly Row[], limit: number, offset: number, view: (row: Row) => View, name: (row: Row) => string): { views: View[]; next_offset: number | null } {
+  const views: View[] = [];
   let bytes = LIST_FRAME_ROOM_BYTES;
   for (const row of rows.slice(0, limit)) {
-    const view = operationView(kernel, row);
+    const made = view(row);
     // The frame encodes its body with JSON.stringify: this is the view's size there, and a comma.
-    bytes += Buffer.byteLength(JSON.stringify(view), 'utf8') + 1;
+    bytes += Buffer.byteLength(JSON.stringify(made), 'utf8') + 1;
     if (bytes > kernel.maxFrameBytes) break;
-    operations.push(view);
+    views.push(made);
   }
-  if (operations.length === 0 && rows.length > 0) {
-    throw new CustodyError(
-      'internal',
-      `operation ${rows[0]!.request_id} at offset ${offset} does not fit one frame of ${kernel.maxFrameBytes} bytes on its own; raise max_frame_bytes to list past it`,
-    );
+  if (views.length === 0 && rows.length > 0) {
+    throw new CustodyError('frame_too_large', `${name(rows[0]!)} at offset ${offset} does not fit one frame of ${kernel.maxFrameBytes} bytes on its own; raise max_frame_bytes to list past it`);
   }
-  const more = operations.length < rows.length;
-  return { operations, next_offset: more ? offset + operations.length : null };
+  return { views, next_offset: views.length < rows.length ? offset + views.length : null };
 }
 
 /** Committed starts, awaiting reports and unknowns, oldest first: what a supervisor must drive to a signed end. */
@@ -67,6 +74,14 @@ export function recoverOperations(kernel: Kernel, request: RequestOf<'recover'>,
   return { ...framePage(kernel, rows, request.limit, request.offset), now: context.now };
 }
 
-export function listGrants(kernel: Kernel): ResultOf<'grant.list'> {
-  return { grants: kernel.store.grants.all().map((row) => grantView(kernel, row)) };
+/**
+ * One page of grants, newest first. Grants are never deleted, and a service
+ * that grants per session piles up expired ones: the live ones are read
+ * through grants_expiry (kernel.db version 8), and a page stops at what one
+ * frame carries, where the whole list in one answer failed past ~1,500 grants.
+ */
+export function listGrants(kernel: Kernel, request: RequestOf<'grant.list'>, context: UnitContext): ResultOf<'grant.list'> {
+  const rows = kernel.store.grants.page(request.live ? context.now : null, request.limit + 1, request.offset);
+  const { views, next_offset } = fittingViews(kernel, rows, request.limit, request.offset, (row) => grantView(kernel, row), (row) => `grant ${row.capability_id}`);
+  return { grants: views, next_offset };
 }

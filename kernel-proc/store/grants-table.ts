@@ -23,21 +23,29 @@ export function byNewest(a: GrantRow, b: GrantRow): number {
 
 export class GrantsTable {
   readonly #get: Database.Statement<[string], GrantRow>;
-  readonly #all: Database.Statement<[], GrantRow>;
   readonly #liveOf: Database.Statement<[{ tool: string; subject: string; now: number }], GrantRow>;
   readonly #newestOf: Database.Statement<[{ tool: string; subject: string }], GrantRow>;
+  readonly #page: Database.Statement<[{ limit: number; offset: number }], GrantRow>;
+  readonly #livePage: Database.Statement<[{ now: number; limit: number; offset: number }], GrantRow>;
   readonly #insert: Database.Statement<[Omit<GrantRow, 'revoked_at'>]>;
   readonly #revoke: Database.Statement<[{ id: string; now: number }]>;
 
   constructor(db: Database.Database) {
     this.#get = db.prepare('SELECT * FROM grants WHERE capability_id = ?');
-    // Newest first: that is the order an operator lists them in and the order reserve picks among equals.
-    this.#all = db.prepare('SELECT * FROM grants ORDER BY issued_at DESC, capability_id');
     // Reserve's candidates (kernel.db version 8): grants_live finds the unexpired
     // grants of one pattern and subject; revoked ones among them are skipped here.
     this.#liveOf = db.prepare("SELECT * FROM grants WHERE tool = @tool AND subject IN (@subject, '*') AND expires_at > @now AND revoked_at IS NULL");
     // The newest grant of one pattern and subject, whatever its state: grants_newest in its order, one entry read.
     this.#newestOf = db.prepare('SELECT * FROM grants WHERE tool = @tool AND subject = @subject ORDER BY issued_at DESC, capability_id LIMIT 1');
+    // grant.list pages, newest first (the order byNewest names): every grant (an operator's listing), or the live ones through grants_expiry.
+    // As ops.list's (operations-table.ts): the inner query sorts keys, the outer one reads the page's rows.
+    this.#page = db.prepare(`
+      SELECT * FROM grants WHERE rowid IN (SELECT rowid FROM grants ORDER BY issued_at DESC, capability_id LIMIT @limit OFFSET @offset)
+      ORDER BY issued_at DESC, capability_id`);
+    this.#livePage = db.prepare(`
+      SELECT * FROM grants WHERE rowid IN (
+        SELECT rowid FROM grants WHERE expires_at > @now AND revoked_at IS NULL ORDER BY issued_at DESC, capability_id LIMIT @limit OFFSET @offset)
+      ORDER BY issued_at DESC, capability_id`);
     this.#insert = db.prepare(`
       INSERT INTO grants (capability_id, tool, subject, max_invocations, max_cost_units, not_before, expires_at, issued_at,
                           capability, capability_digest)
@@ -50,8 +58,9 @@ export class GrantsTable {
     return this.#get.get(capabilityId);
   }
 
-  all(): GrantRow[] {
-    return this.#all.all();
+  /** A page of grants newest first: all of them, or (`liveAt` a time) those neither expired nor revoked then. */
+  page(liveAt: number | null, limit: number, offset: number): GrantRow[] {
+    return liveAt === null ? this.#page.all({ limit, offset }) : this.#livePage.all({ now: liveAt, limit, offset });
   }
 
   /**

@@ -582,10 +582,13 @@ FROM grants g LEFT JOIN (
  * - grants_newest (tool, subject, issued_at, capability_id): the newest
  *   grant of one pattern and subject in any state, one entry, whose refusal
  *   a reservation no live grant can carry is answered with.
+ * - grants_expiry (expires_at): grant.list of the live grants (GET
+ *   /v1/tools, custody mcp) reads the unexpired ones, not the pile.
  */
 const V8 = `
 CREATE INDEX grants_live ON grants (tool, subject, expires_at);
 CREATE INDEX grants_newest ON grants (tool, subject, issued_at DESC, capability_id);
+CREATE INDEX grants_expiry ON grants (expires_at);
 `;
 
 export const KERNEL_MIGRATIONS: readonly Migration[] = [
@@ -596,7 +599,7 @@ export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 5, description: 'kernel_epochs: every kernel key epoch with the rotation statement that introduced it', sql: V5 },
   { version: 6, description: 'reports out of the operations row, output read from the report; receipt columns read from the receipt bytes', sql: V6 },
   { version: 7, description: 'holds by state counted on each grant; holds_by_grant dropped; operations_by_creation for ops.list', sql: V7 },
-  { version: 8, description: 'grants_live and grants_newest: reserve reads the grants that could carry it, not every grant', sql: V8 },
+  { version: 8, description: 'grants_live, grants_newest and grants_expiry: reserve and the live grant list read the grants that could carry it, not every grant', sql: V8 },
 ];
 
 export const KERNEL_DB_FILE = 'kernel.db';

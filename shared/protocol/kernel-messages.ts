@@ -12,7 +12,7 @@ import {
   toolName,
   toolPattern,
 } from './common.js';
-import { type MessageSpec, artifactText, emptyBody } from './message-spec.js';
+import { type MessageSpec, artifactText } from './message-spec.js';
 
 export const OPERATION_STATES = [
   'reserved',
@@ -74,6 +74,7 @@ export const grantView = z.strictObject({
   cost_units_used: nonNegativeInt,
   cost_units_held: nonNegativeInt,
 });
+export type GrantView = z.infer<typeof grantView>;
 
 const reserveRequest = z.strictObject({
   request_id: identifier,
@@ -173,7 +174,12 @@ export const KERNEL_MESSAGES = {
     }),
     result: grantView,
   },
-  'grant.list': { to: ['kernel'], request: emptyBody, result: z.strictObject({ grants: z.array(grantView) }) },
+  /** Grants newest first, paged like ops.list; `live`: only those neither expired nor revoked at the kernel's now. */
+  'grant.list': {
+    to: ['kernel'],
+    request: z.strictObject({ live: z.boolean(), limit: positiveInt.max(10_000), offset: nonNegativeInt }),
+    result: z.strictObject({ grants: z.array(grantView), next_offset: nonNegativeInt.nullable() }),
+  },
   'grant.revoke': {
     to: ['kernel'],
     request: z.strictObject({ capability_id: identifier }),

@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { ERROR_CODES } from '../../shared/errors.js';
 import { hex32, identifier, jsonObject, jsonValue, nonNegativeInt, positiveInt, timestampMs, toolName, toolPattern } from '../../shared/protocol/common.js';
 import { claimView, toolView } from '../../shared/protocol/executor-messages.js';
-import { KERNEL_MESSAGES, OPERATION_STATES, grantView, operationView } from '../../shared/protocol/kernel-messages.js';
+import { OPERATION_STATES, grantView, operationView } from '../../shared/protocol/kernel-messages.js';
 import { artifactText } from '../../shared/protocol/message-spec.js';
 import { REQUEST_PHASES } from '../operations/phases.js';
 
@@ -92,7 +92,8 @@ export const artifactsAnswer = z.strictObject({
   artifacts: z.array(z.strictObject({ file: z.string(), kind: z.enum(['receipt', 'authorization', 'report']), text: artifactText })),
 });
 
-export const grantsAnswer = KERNEL_MESSAGES['grant.list'].result;
+/** Every grant, newest first (the kernel's grant.list pages, read to the end). */
+export const grantsAnswer = z.strictObject({ grants: z.array(grantView) });
 export const grantAnswer = grantView;
 
 export const archiveAnswer = z.strictObject({

@@ -13,7 +13,7 @@ import { recoverRollback } from '../operations/rollback-recovery.js';
 import type { RequestRow } from '../store/supervisor-store.js';
 import type { Service } from '../service.js';
 import type { ChildHandle } from '../children/child-handle.js';
-import type { OperationView } from '../../shared/protocol/kernel-messages.js';
+import type { GrantView, OperationView } from '../../shared/protocol/kernel-messages.js';
 import type { ResultOf } from '../../shared/protocol/messages.js';
 import { refuseBeforeReserve } from './precheck.js';
 import { DEFAULT_WAIT_MS } from './wait.js';
@@ -231,7 +231,22 @@ export async function artifacts(service: Service, name: string): Answer {
 }
 
 export async function listGrants(service: Service): Answer {
-  return { body: await service.kernel.request('grant.list', {}) };
+  return { body: { grants: await kernelGrants(service, false) } };
+}
+
+/**
+ * Grants newest first, every page of the kernel's grant.list (each cut to
+ * one frame); `live`: only those neither expired nor revoked, which the
+ * kernel reads without the expired pile (kernel.db version 8).
+ */
+export async function kernelGrants(service: Service, live: boolean): Promise<GrantView[]> {
+  const grants: GrantView[] = [];
+  for (let offset: number | null = 0; offset !== null; ) {
+    const page: ResultOf<'grant.list'> = await service.kernel.request('grant.list', { live, limit: 10_000, offset });
+    grants.push(...page.grants);
+    offset = page.next_offset;
+  }
+  return grants;
 }
 
 export async function addGrant(service: Service, body: z.infer<typeof grantAddBody>): Answer {

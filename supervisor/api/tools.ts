@@ -12,6 +12,7 @@ import { identifier, toolPatternCovers } from '../../shared/protocol/common.js';
 import type { ResultOf } from '../../shared/protocol/messages.js';
 import type { Service } from '../service.js';
 import type { toolsAnswer } from './answers.js';
+import { kernelGrants } from './handlers.js';
 
 const TOOLS_TIMEOUT_MS = 10_000;
 
@@ -22,7 +23,7 @@ export async function listTools(service: Service, query: URLSearchParams): Promi
   const subject = query.get('subject') ?? 'agent';
   if (!identifier.safeParse(subject).success) throw new CustodyError('bad_request', `subject ${JSON.stringify(subject)} is not an identifier; omit it for the agent's subject`);
   const now = nowMs();
-  const { grants } = await service.kernel.request('grant.list', {});
+  const grants = await kernelGrants(service, true);
   const live = grants.flatMap((grant) => {
     const body = readEnvelope(grant.capability).envelope.body as CapabilityBody;
     const remaining = body.max_invocations - grant.invocations_used - grant.invocations_held;

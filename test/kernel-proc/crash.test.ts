@@ -4,7 +4,7 @@
 // store kept and what a retry gets.
 import { expect } from 'chai';
 import { operationIdFor } from '../../shared/protocol/binding.js';
-import { KernelProcess, KernelRoot, TOOL, grantBody, holdOf, pinBody, reserveBody, signReport, testExecutor, verifyReceipt, refused } from './helpers.js';
+import { KernelProcess, KernelRoot, TOOL, grantBody, holdOf, pinBody, reserveBody, signReport, testExecutor, verifyReceipt, refused, ALL_GRANTS } from './helpers.js';
 
 describe('kernel-proc: kill -9 after each commit, then a restart on the same directory', function () {
   this.timeout(30_000);
@@ -134,7 +134,7 @@ describe('kernel-proc: kill -9 right after provisioning commits', function () {
     const refusal = await KernelProcess.diesBeforeHello(root, { mode: 'provision', faults: ['after_provision_commit'] });
     expect(refusal.code).to.be.oneOf(['peer_exited', 'channel_closed']);
     const kernel = await KernelProcess.start(root);
-    expect((await kernel.request('grant.list', {})).grants).to.have.length(1);
+    expect((await kernel.request('grant.list', ALL_GRANTS)).grants).to.have.length(1);
     await kernel.stop();
     expect((await KernelProcess.refusal(root, { mode: 'provision' })).code).to.equal('store_exists');
   });

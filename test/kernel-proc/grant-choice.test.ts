@@ -13,6 +13,7 @@ import path from 'node:path';
 import { byNewest, type GrantRow, GrantsTable } from '../../kernel-proc/store/grants-table.js';
 import { KERNEL_MIGRATIONS } from '../../kernel-proc/store/schema.js';
 import { coveringPatterns, toolPatternCovers } from '../../shared/protocol/common.js';
+import type { ResultOf } from '../../shared/protocol/messages.js';
 import { applyMigrations } from '../../shared/store/migrations.js';
 import { preparedWhile, queryPlan } from '../helpers/query-plans.js';
 import { KernelProcess, KernelRoot, grantBody, pinBody, reserveBody, testExecutor, verifyReceipt } from './helpers.js';
@@ -54,7 +55,8 @@ describe('kernel-proc: the grant a reservation draws on', function () {
             table.insert({ capability_id: id, tool: g.tool, subject: g.subject, max_invocations: 1, max_cost_units: null, not_before: 0, expires_at: g.issued_at + 4 + g.expires_in, issued_at: g.issued_at, capability: '{}', capability_digest: '0'.repeat(64) });
             if (g.revoked) table.revoke(id, g.issued_at + 1);
           });
-          const covering = table.all().filter((row) => toolPatternCovers(row.tool, tool) && (row.subject === '*' || row.subject === subject));
+          const every = db.prepare('SELECT * FROM grants ORDER BY issued_at DESC, capability_id').all() as GrantRow[];
+          const covering = every.filter((row) => toolPatternCovers(row.tool, tool) && (row.subject === '*' || row.subject === subject));
           const ids = (rows: readonly GrantRow[]) => rows.map((row) => row.capability_id);
           const patterns = coveringPatterns(tool);
           expect(ids(table.live(patterns, subject, now))).to.deep.equal(ids(covering.filter((row) => row.revoked_at === null && now < row.expires_at)));
@@ -72,10 +74,15 @@ describe('kernel-proc: the grant a reservation draws on', function () {
     const db = new Database(':memory:');
     try {
       applyMigrations(db, 'grants', KERNEL_MIGRATIONS, { provisioning: true });
-      const statements = preparedWhile(() => new GrantsTable(db)).filter((sql) => /WHERE tool = @tool/.test(sql));
+      const prepared = preparedWhile(() => new GrantsTable(db));
+      const statements = prepared.filter((sql) => /WHERE tool = @tool/.test(sql));
       expect(statements).to.have.length(2);
       const plans = statements.map((sql) => queryPlan(db, sql).join('; '));
       expect(plans).to.deep.equal(['SEARCH grants USING INDEX grants_live (tool=? AND subject=? AND expires_at>?)', 'SEARCH grants USING INDEX grants_newest (tool=? AND subject=?)']);
+      // grant.list of the live grants (GET /v1/tools, custody mcp): the unexpired ones, sorted among themselves.
+      const livePage = prepared.find((sql) => /WHERE expires_at > @now/.test(sql))!;
+      expect(queryPlan(db, livePage)).to.include('SEARCH grants USING INDEX grants_expiry (expires_at>?)');
+      expect(queryPlan(db, livePage).filter((step) => /^SCAN grants/.test(step))).to.deep.equal([]);
     } finally {
       db.close();
     }
@@ -107,6 +114,16 @@ describe('kernel-proc: the grant a reservation draws on', function () {
       root.remove();
     });
 
+    const grantOf = async (capabilityId: string) => {
+      for (let offset: number | null = 0; offset !== null; ) {
+        const page: ResultOf<'grant.list'> = await kernel.request('grant.list', { live: false, limit: 10_000, offset });
+        const found = page.grants.find((grant) => grant.capability_id === capabilityId);
+        if (found) return found;
+        offset = page.next_offset;
+      }
+      throw new Error(`no grant ${capabilityId}`);
+    };
+
     it('refuses with the newest expired grant when none is live, draws on a live one once granted, and refuses with it once revoked', async () => {
       const newestExpired = `cap-pile-${String(PILED - 1).padStart(5, '0')}`;
       const expired = await kernel.request('reserve', reserveBody('pile-1', { tool: 'pile/x' }));
@@ -123,6 +140,28 @@ describe('kernel-proc: the grant a reservation draws on', function () {
       expect(revoked, 'the newest covering grant is now the revoked one').to.include({ verdict: 'deny', reason: 'capability_revoked' });
       expect(verifyReceipt(revoked.receipt!, root.publicKey).capability_id).to.equal(live.capability_id);
       expect(root.read<{ n: number }>('SELECT count(*) AS n FROM grants WHERE expires_at < ?', root.now())[0]!.n).to.equal(PILED);
+    });
+
+    it('lists the live grants without the pile, and every grant a page at a time', async () => {
+      const live = await kernel.request('grant.add', grantBody('pile/*'));
+      const listed = await kernel.request('grant.list', { live: true, limit: 10_000, offset: 0 });
+      // This one and the grant the kernel was provisioned with; none of the pile, nor the one revoked above.
+      expect(listed.grants.map((grant) => grant.capability_id)).to.deep.equal([live.capability_id, root.read<{ id: string }>("SELECT capability_id AS id FROM grants WHERE tool = 'review-notes/append'")[0]!.id]);
+      expect(listed.grants[0]).to.deep.equal(await grantOf(live.capability_id));
+      expect(listed.next_offset).to.equal(null);
+      const seen: string[] = [];
+      const offsets: number[] = [];
+      for (let offset: number | null = 0; offset !== null; ) {
+        offsets.push(offset);
+        const page: ResultOf<'grant.list'> = await kernel.request('grant.list', { live: false, limit: 1000, offset });
+        seen.push(...page.grants.map((grant) => grant.capability_id));
+        offset = page.next_offset;
+      }
+      // The pile, the provisioned grant, the grant revoked above and this one.
+      expect(offsets).to.deep.equal([0, 1000, 2000, 3000]);
+      expect(new Set(seen).size).to.equal(PILED + 3);
+      expect(seen[0], 'newest first').to.equal(live.capability_id);
+      expect(seen.at(-1)).to.equal('cap-pile-00000');
     });
   });
 });

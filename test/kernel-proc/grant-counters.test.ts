@@ -8,7 +8,7 @@ import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import { applyMigrations } from '../../shared/store/migrations.js';
 import { KERNEL_MIGRATIONS } from '../../kernel-proc/store/schema.js';
-import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, reserveBody, signReport, testExecutor } from './helpers.js';
+import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, reserveBody, signReport, testExecutor, ALL_GRANTS } from './helpers.js';
 
 interface GrantUsageRow {
   readonly invocations_used: number;
@@ -122,7 +122,7 @@ describe('kernel-proc: grant usage counters', function () {
   });
 
   it('reports the counters in grant.list as the kernel uses them', async () => {
-    const { grants } = (await kernel.request('grant.list', {})) as { grants: Array<Record<string, unknown>> };
+    const { grants } = (await kernel.request('grant.list', ALL_GRANTS)) as { grants: Array<Record<string, unknown>> };
     expect(grants.find((grant) => grant.capability_id === capabilityId)).to.include({ invocations_used: 1, invocations_held: 0, cost_units_used: 3, cost_units_held: 0 });
   });
 

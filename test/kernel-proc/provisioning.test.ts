@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { decodeArtifact } from '../../shared/artifacts/artifact.js';
-import { KernelProcess, KernelRoot } from './helpers.js';
+import { KernelProcess, KernelRoot, ALL_GRANTS } from './helpers.js';
 
 const modeOf = (file: string) => fs.statSync(file).mode & 0o777;
 
@@ -40,7 +40,7 @@ describe('kernel-proc: provisioning and serving', function () {
     });
 
     it('creates the default grant: review-notes/append, any subject, 4 invocations, 1 hour, no cost cap, signed by the kernel', async () => {
-      const { grants } = await kernel.request('grant.list', {});
+      const { grants } = await kernel.request('grant.list', ALL_GRANTS);
       expect(grants).to.have.length(1);
       const capability = decodeArtifact('capability', grants[0]!.capability, { trustedSigners: [root.publicKey] }).body;
       expect(capability).to.include({ tool: 'review-notes/append', subject: '*', max_invocations: 4, max_cost_units: null });
@@ -89,11 +89,11 @@ describe('kernel-proc: provisioning and serving', function () {
   it('serves again on the same directory, with the same key and grants', async () => {
     const root = fresh();
     const first = await KernelProcess.start(root, { mode: 'provision' });
-    const { grants } = await first.request('grant.list', {});
+    const { grants } = await first.request('grant.list', ALL_GRANTS);
     await first.stop();
     const second = await KernelProcess.start(root);
     expect(second.session.hello.public_key).to.equal(root.publicKey);
-    expect((await second.request('grant.list', {})).grants).to.deep.equal(grants);
+    expect((await second.request('grant.list', ALL_GRANTS)).grants).to.deep.equal(grants);
     await second.stop();
   });
 
@@ -103,11 +103,11 @@ describe('kernel-proc: provisioning and serving', function () {
       mode: 'provision',
       settings: { default_grant: { tool: 'x/*', subject: 'alice', max_invocations: 2, max_cost_units: 9, ttl_ms: 60_000 } },
     });
-    const [grant] = (await kernel.request('grant.list', {})).grants;
+    const [grant] = (await kernel.request('grant.list', ALL_GRANTS)).grants;
     expect(decodeArtifact('capability', grant!.capability, { trustedSigners: [custom.publicKey] }).body).to.include({ tool: 'x/*', subject: 'alice', max_cost_units: 9 });
     await kernel.stop();
     const none = await KernelProcess.start(fresh(), { mode: 'provision', settings: { default_grant: null } });
-    expect((await none.request('grant.list', {})).grants).to.deep.equal([]);
+    expect((await none.request('grant.list', ALL_GRANTS)).grants).to.deep.equal([]);
     await none.stop();
   });
 

@@ -3,7 +3,7 @@ import { artifactDigest } from '../../shared/artifacts/artifact.js';
 import { canonicalBytes } from '../../shared/canonical/jcs.js';
 import { bindRequest, operationIdFor, parametersDigest, requestBindingHash } from '../../shared/protocol/binding.js';
 import type { RequestOf } from '../../shared/protocol/messages.js';
-import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, reserveBody, testExecutor, verifyReceipt, refused } from './helpers.js';
+import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, reserveBody, testExecutor, verifyReceipt, refused, ALL_GRANTS } from './helpers.js';
 
 /** A reserve body whose RFC 8785 form is exactly `bytes` long. */
 function reserveOfSize(requestId: string, tool: string, bytes: number): RequestOf<'reserve'> {
@@ -40,7 +40,7 @@ describe('kernel-proc: reserve', function () {
     expect(receipt).to.include({ decision: 'reserve', verdict: 'allow', reason: 'ok', state: 'reserved', request_id: 'allow-1' });
     expect(receipt.hold).to.include({ disposition: 'reserved', invocations: 1 });
     expect(result.nonce!.expires_at - receipt.issued_at).to.equal(120_000);
-    const { grants } = await kernel.request('grant.list', {});
+    const { grants } = await kernel.request('grant.list', ALL_GRANTS);
     const grant = grants.find((g) => g.capability_id === result.expected!.capability_id)!;
     expect(result.expected).to.deep.equal({
       operation_id: operationIdFor('allow-1'),
@@ -200,7 +200,7 @@ describe('kernel-proc: reserve', function () {
     }
     const fifth = await kernel.request('reserve', reserveBody('budget-5', { capability_id: grant.capability_id }));
     expect(fifth).to.include({ verdict: 'deny', reason: 'budget_exhausted' });
-    const view = (await kernel.request('grant.list', {})).grants.find((g) => g.capability_id === grant.capability_id);
+    const view = (await kernel.request('grant.list', ALL_GRANTS)).grants.find((g) => g.capability_id === grant.capability_id);
     expect(view).to.include({ invocations_used: 0, invocations_held: 4 });
   });
 

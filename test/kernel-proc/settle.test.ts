@@ -18,6 +18,7 @@ import {
   testExecutor,
   verifyReceipt,
   refused,
+  ALL_GRANTS,
 } from './helpers.js';
 
 describe('kernel-proc: settle', function () {
@@ -236,7 +237,7 @@ describe('kernel-proc: settle', function () {
     before(async () => {
       capabilityId = (await kernel.request('grant.add', grantBody(TOOL, { max_cost_units: 100 }))).capability_id;
     });
-    const usage = async () => (await kernel.request('grant.list', {})).grants.find((g) => g.capability_id === capabilityId)!;
+    const usage = async () => (await kernel.request('grant.list', ALL_GRANTS)).grants.find((g) => g.capability_id === capabilityId)!;
 
     it('charges the realized cost and releases the rest of the hold', async () => {
       const { operationId, authorization } = await dispatch('r-cost', { capability_id: capabilityId, cost_units: 10 });
