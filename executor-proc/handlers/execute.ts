@@ -62,7 +62,7 @@ export async function executeOnce(context: ExecutorContext, body: RequestOf<'exe
       const { claimCapacity, refusalReserve } = context.ledger.config;
       throw new CustodyError(
         'ledger_full',
-        `ledger holds ${claim.live} of ${claimCapacity} claims (${refusalReserve} kept for refusals); nothing was claimed — archive expired, settled claims to make room (custody archive), then ask again with the same name`,
+        `ledger holds ${claim.live} of ${claimCapacity} claims (${refusalReserve} kept for refusals); nothing was claimed — settled claims leave once their window has passed (the service archives every timing.archive_interval_ms; custody archive does it now), then ask again with the same name`,
       );
     }
     case 'epoch_retired':
@@ -153,7 +153,7 @@ function refuseBeforeClaim(context: ExecutorContext, verified: VerifiedAuthoriza
     case 'full':
       throw new CustodyError(
         'ledger_full',
-        `ledger holds ${outcome.live} of ${config.claimCapacity} claims and refusals, the refusal reserve included; the arguments were refused (${cause.code}: ${cause.message}) but the refusal could not be recorded — archive expired, settled claims to make room (custody archive)`,
+        `ledger holds ${outcome.live} of ${config.claimCapacity} claims and refusals, the refusal reserve included; the arguments were refused (${cause.code}: ${cause.message}) but the refusal could not be recorded — settled claims leave once their window has passed (the service archives every timing.archive_interval_ms; custody archive does it now)`,
       );
   }
 }

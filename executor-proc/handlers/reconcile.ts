@@ -56,7 +56,7 @@ export async function reconcileOperation(context: ExecutorContext, body: Request
     case 'full':
       throw new CustodyError(
         'ledger_full',
-        `ledger holds ${refusal.live} of ${config.claimCapacity} claims and refusals, the refusal reserve included; archive expired, settled claims to record this refusal (custody archive)`,
+        `ledger holds ${refusal.live} of ${config.claimCapacity} claims and refusals, the refusal reserve included; settled claims leave once their window has passed (the service archives every timing.archive_interval_ms; custody archive does it now), then this refusal is recorded`,
       );
   }
 }

@@ -49,8 +49,9 @@ function framePage(kernel: Kernel, rows: readonly OperationRow[], limit: number,
 /**
  * The views of `rows` (at most `limit`; one more row than that says a page
  * is not the last) that fit one frame of this session, and where the next
- * page starts. A row whose view alone does not fit is refused
- * frame_too_large, naming what to raise.
+ * page starts. A view that does not fit one frame on its own is sent alone:
+ * the channel answers frame_too_large for it (docs/PROTOCOL.md), and the
+ * caller raises max_frame_bytes to list past it.
  */
 function fittingViews<Row, View>(kernel: Kernel, rows: readonly Row[], limit: number, offset: number, view: (row: Row) => View, name: (row: Row) => string): { views: View[]; next_offset: number | null } {
   const views: View[] = [];
@@ -62,8 +63,9 @@ function fittingViews<Row, View>(kernel: Kernel, rows: readonly Row[], limit: nu
     if (bytes > kernel.maxFrameBytes) break;
     views.push(made);
   }
-  if (views.length === 0 && rows.length > 0) {
-    throw new CustodyError('frame_too_large', `${name(rows[0]!)} at offset ${offset} does not fit one frame of ${kernel.maxFrameBytes} bytes on its own; raise max_frame_bytes to list past it`);
+  if (views.length === 0 && rows.length > 0 && limit > 0) {
+    kernel.log.warn('view_too_large', { what: name(rows[0]!), offset, max_frame_bytes: kernel.maxFrameBytes });
+    views.push(view(rows[0]!));
   }
   return { views, next_offset: views.length < rows.length ? offset + views.length : null };
 }

@@ -240,13 +240,14 @@ export async function listGrants(service: Service): Answer {
  * kernel reads without the expired pile (kernel.db version 8).
  */
 export async function kernelGrants(service: Service, live: boolean): Promise<GrantView[]> {
-  const grants: GrantView[] = [];
+  // Pages read at different moments: a grant added between two shifts the later ones, and comes twice; it is kept once.
+  const grants = new Map<string, GrantView>();
   for (let offset: number | null = 0; offset !== null; ) {
     const page: ResultOf<'grant.list'> = await service.kernel.request('grant.list', { live, limit: 10_000, offset });
-    grants.push(...page.grants);
+    for (const grant of page.grants) if (!grants.has(grant.capability_id)) grants.set(grant.capability_id, grant);
     offset = page.next_offset;
   }
-  return grants;
+  return [...grants.values()];
 }
 
 export async function addGrant(service: Service, body: z.infer<typeof grantAddBody>): Answer {

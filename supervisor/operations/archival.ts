@@ -4,8 +4,9 @@
 // `claim_capacity` claims (50,000 by default), so a service nobody archives
 // refuses every execute with ledger_full once it has run that many
 // operations. A pass runs on demand (`custody archive`, POST /v1/archive) and
-// every `timing.archive_interval_ms` on its own (60 s by default; 0 leaves it
-// to the operator).
+// every `timing.archive_interval_ms` on its own (10 s by default; 0 leaves it
+// to the operator). An executor that cannot be asked (failed, restarting)
+// does not hold up the others: each is passed on its own.
 //
 // A pass: each executor lists its live ledger a page at a time, with why an
 // entry may not leave yet (no report, window open). Of the others, those the
@@ -18,6 +19,7 @@
 // kernel's whole history (docs/PERFORMANCE.md "History on the start path"),
 // and a kernel exchange only for what the log cannot answer. An entry the
 // kernel has not settled is kept as not_settled.
+import { type CustodyError, toCustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
 import { LEDGER_LIVE_PAGE_MAX } from '../../shared/protocol/executor-messages.js';
 import type { ResultOf } from '../../shared/protocol/messages.js';
@@ -71,7 +73,7 @@ export class Archival {
     return this.#passing;
   }
 
-  /** A pass of the timer: what it moved is logged, and a failure (an executor restarting, the service stopping) waits for the next one. */
+  /** A pass of the timer: what it moved is logged; an executor it could not pass (logged by #passOnce) waits for the next one. */
   async #scheduled(): Promise<void> {
     // A pass still running (a large ledger, a slow kernel) is not joined again: it is logged once, by the tick that started it.
     if (this.#ctx.signal.aborted || this.#passing !== null) return;
@@ -79,14 +81,25 @@ export class Archival {
       for (const pass of await this.pass()) {
         if (pass.archived > 0) this.#ctx.log.info('archived', { executor: pass.executor, archived: pass.archived, live: pass.live, kept: pass.kept });
       }
-    } catch (error) {
-      this.#ctx.log.warn('archive_pass_failed', { ...errorFields(error), next_in_ms: this.#ctx.config.timing.archive_interval_ms });
+    } catch {
+      // Each failure was logged with its executor.
     }
   }
 
+  /** Every executor in turn, each on its own: one that fails is logged and the others are still passed; then the first failure is thrown. */
   async #passOnce(): Promise<ArchivePass[]> {
     const passes: ArchivePass[] = [];
-    for (const [name, executor] of this.#executors) passes.push(await this.#passOn(name, executor));
+    let failure: CustodyError | null = null;
+    for (const [name, executor] of this.#executors) {
+      if (this.#ctx.signal.aborted) break;
+      try {
+        passes.push(await this.#passOn(name, executor));
+      } catch (error) {
+        failure ??= toCustodyError(error);
+        if (!this.#ctx.signal.aborted) this.#ctx.log.warn('archive_pass_failed', { executor: name, ...errorFields(error) });
+      }
+    }
+    if (failure !== null) throw failure;
     return passes;
   }
 
@@ -97,7 +110,8 @@ export class Archival {
     const keep = (reason: string) => (kept[reason] = (kept[reason] ?? 0) + 1);
     let archived = 0;
     let live = 0;
-    for (let after: number | null = 0; after !== null; ) {
+    // A stopping service ends the pass between pages: its executors are being stopped.
+    for (let after: number | null = 0; after !== null && !this.#ctx.signal.aborted; ) {
       const page: ResultOf<'ledger.live'> = await executor.request('ledger.live', { after, limit: ARCHIVE_PAGE }, { timeoutMs: ARCHIVE_EXCHANGE_MS });
       live = page.live;
       const ready: string[] = [];

@@ -95,6 +95,13 @@ function learnedOf(patch: RequestPatch): RequestPatch {
   return Object.fromEntries(PATCHABLE.filter((key) => patch[key] !== undefined).map((key) => [key, patch[key]]));
 }
 
+/** The characters of a row's text columns: what remembering it costs, near enough. */
+function sizeOf(row: RequestRow): number {
+  let chars = 0;
+  for (const value of Object.values(row)) if (typeof value === 'string') chars += value.length;
+  return chars;
+}
+
 /** What #moveRow did: the row after it, the row before when the phase changed, and the moves in memory it wrote. */
 interface Moved {
   readonly row: RequestRow;
@@ -127,11 +134,13 @@ export function supervisorStoreSpec(dir: string): StoreSpec {
 }
 
 /**
- * Request rows remembered as supervisor.db holds them (#remembered): enough
- * for every request in flight at the API's bound and the rest of a busy
- * moment; one forgotten early is read again, nothing more.
+ * Request rows remembered as supervisor.db holds them (#remembered), counted
+ * by the characters of their text columns: ~4 KB a row in the common case,
+ * so thousands of requests in flight, while a few rows carrying large
+ * arguments or outputs cannot hold more memory than this. A size, not a
+ * behaviour: a row forgotten early is read again, nothing more.
  */
-const REMEMBERED_ROWS = 4096;
+const REMEMBERED_CHARS = 32 * 1024 * 1024;
 
 /** Rows of the request log read per slice by requestsDispatchedTo: ~40 MB of the largest rows, a few ms of reading. */
 const DISPATCHED_ROWS_PER_SLICE = 10_000;
@@ -205,6 +214,8 @@ export class SupervisorStore {
    * the store: they see its uncommitted writes, which this map never holds.
    */
   readonly #remembered = new Map<string, RequestRow>();
+  /** The characters #remembered holds (#sizeOf), kept under REMEMBERED_CHARS. */
+  #rememberedChars = 0;
   /** The row a grouped write left, until its transaction commits (#groupedWrite); a later write forgets it. */
   readonly #committing = new Map<string, RequestRow>();
 
@@ -604,14 +615,25 @@ export class SupervisorStore {
 
   /** Only a row read outside a transaction, or one whose transaction committed (#groupedWrite). */
   #remember(row: RequestRow): void {
+    this.#drop(row.request_id);
+    const size = sizeOf(row);
+    if (size > REMEMBERED_CHARS) return;
     this.#remembered.set(row.request_id, row);
+    this.#rememberedChars += size;
     // A Map iterates in insertion order: the first key is the longest remembered.
-    if (this.#remembered.size > REMEMBERED_ROWS) this.#remembered.delete(this.#remembered.keys().next().value!);
+    while (this.#rememberedChars > REMEMBERED_CHARS) this.#drop(this.#remembered.keys().next().value!);
+  }
+
+  #drop(requestId: string): void {
+    const row = this.#remembered.get(requestId);
+    if (row === undefined) return;
+    this.#remembered.delete(requestId);
+    this.#rememberedChars -= sizeOf(row);
   }
 
   /** Before any write of a request's row: the next read outside a transaction reads it from the store. */
   #forget(requestId: string): void {
-    this.#remembered.delete(requestId);
+    this.#drop(requestId);
     this.#committing.delete(requestId);
   }
 
@@ -683,7 +705,12 @@ export class SupervisorStore {
   persist(known: RequestRow): Promise<RequestRow> {
     const requestId = known.request_id;
     if (!this.#unwritten.has(requestId)) return Promise.resolve(known);
-    return this.#groupedWrite(requestId, () => ({ moved: this.#moveRow(requestId, this.#unwritten.get(requestId)!.phase, {}), cutpoints: [] })).then((row) => this.getRequest(requestId) ?? row);
+    return this.#groupedWrite(requestId, () => {
+      // A crash counted meanwhile (countCrash) may have written them already: then nothing is left to write.
+      const unwritten = this.#unwritten.get(requestId);
+      const moved = unwritten ? this.#moveRow(requestId, unwritten.phase, {}) : { row: this.#getRequest.get(requestId)!, before: null, written: undefined };
+      return { moved, cutpoints: [] };
+    }).then((row) => this.getRequest(requestId) ?? row);
   }
 
   // ------------------------------------------------------------- quarantine

@@ -374,7 +374,9 @@ def main():
         added = session.request('grant.add', 'g1', {'tool': 'review-notes/*', 'subject': '*', 'max_invocations': 1,
                                                     'max_cost_units': None, 'not_before': None, 'ttl_ms': 60000})
         check(added['kind'] == 'result' and added['body']['capability_id'], 'grant.add is answered with the grant')
-        too_large = session.request('grant.list', 'g2', {'live': False, 'limit': 10, 'offset': 0})
+        # A reserve's answer carries its signed receipt: well over 1024 bytes.
+        too_large = session.request('reserve', 'g2', {'request_id': 'too-large-1', 'subject': 'agent', 'tool': 'review-notes/append',
+                                                       'arguments': {}, 'capability_id': None, 'cost_units': 0})
         check(too_large['kind'] == 'error' and too_large['body']['code'] == 'frame_too_large', 'a result over the bound is answered error frame_too_large')
         check(session.request('ping', 'q0', {})['kind'] == 'result', 'the channel stays open after frame_too_large')
         passed.append('serve under 1024 bytes: a result too large is answered error frame_too_large; the channel stays open')

@@ -75,7 +75,9 @@ describe('the state lock across supervisors', function () {
     this.slow(20_000);
     expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
     const children = [await childPid(service, 'kernel'), await childPid(service, 'executor')];
-    const request = { tool: 'fixture/sleep', request_id: 'across-the-kill', arguments: { ms: 3000 } };
+    // Long enough that the effect is still running when the next supervisor starts, on a machine under test load:
+    // its executor then outlives the kill (it waits for the effect before leaving), and the next start must kill it.
+    const request = { tool: 'fixture/sleep', request_id: 'across-the-kill', arguments: { ms: 15_000 } };
     const first = await service.http('POST', '/v1/invoke', { ...request, wait_ms: 50 }, 'agent');
     expect(first.status).to.equal(202);
     const db = path.join(service.paths.supervisorDir, 'supervisor.db');

@@ -6,6 +6,7 @@
 // ones settled on this executor — never one the kernel has not settled, nor
 // one settled on another executor — counting why it kept every other.
 import { expect } from 'chai';
+import { CustodyError } from '../../../shared/errors.js';
 import type { ChildHandle } from '../../../supervisor/children/child-handle.js';
 import { Archival } from '../../../supervisor/operations/archival.js';
 import type { OperationContext } from '../../../supervisor/operations/context.js';
@@ -83,6 +84,19 @@ describe('supervisor: an archival pass over a live ledger', () => {
         },
       },
     } as unknown as OperationContext;
+
+    // An executor that cannot be asked, passed first: the others are passed all the same, then its failure is the answer.
+    const failed = { request: () => Promise.reject(new CustodyError('executor_unavailable', 'executor first is failed')) };
+    const warned: Array<Record<string, unknown>> = [];
+    Object.assign(ctx, { log: { warn: (event: string, fields: Record<string, unknown>) => warned.push({ event, ...fields }) }, signal: new AbortController().signal });
+    const both = new Archival(ctx, new Map([['first', failed as unknown as ChildHandle], ['default', executor as unknown as ChildHandle]]));
+    const refusal = await both.pass().catch((error: unknown) => error);
+    expect(refusal).to.have.property('code', 'executor_unavailable');
+    expect(warned).to.deep.equal([{ event: 'archive_pass_failed', executor: 'first', code: 'executor_unavailable', message: 'executor first is failed' }]);
+    expect(sent.flat().sort(), 'the executor after the failed one was passed').to.deep.equal([id(1), id(6), id(8)]);
+    sent.length = 0;
+    asked.length = 0;
+    pageAfter.length = 0;
 
     const answer = await new Archival(ctx, new Map([['default', executor as unknown as ChildHandle]])).pass();
     expect(pageAfter, 'every page, each after the last one').to.deep.equal([0, 7]);

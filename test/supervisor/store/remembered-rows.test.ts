@@ -98,6 +98,38 @@ describe('supervisor/store: rows remembered between writes', () => {
     expect(store.getRequest('m4')!.receipt).to.equal(null);
   });
 
+  it('keeps what supervisor.db holds when a grouped write is rolled back after its UPDATE', async () => {
+    await logged('m7');
+    store.movePhaseLater('m7', 'reserved', { nonce_id: 'n-7' });
+    store.movePhaseLater('m7', 'authorized', { authorization: 'auth-7', executor: 'e-1' });
+    await store.startAttemptGrouped('m7');
+    agrees('m7', 'started');
+    // Told of the move inside its savepoint, after the UPDATE: throwing there rolls the UPDATE back.
+    store.observer = {
+      incident: () => undefined,
+      child: () => undefined,
+      phase: () => {
+        throw new Error('refused after the write');
+      },
+      committed: () => undefined,
+    };
+    const failed = await store.movePhaseGrouped('m7', 'reported', { report: 'report-7' }).catch((error: unknown) => error);
+    store.observer = null;
+    expect(failed).to.be.an('error').with.property('message', 'refused after the write');
+    agrees('m7', 'after the rolled-back UPDATE');
+    expect(onDisk('m7')).to.include({ phase: 'executing', report: null });
+  });
+
+  it('persists nothing and fails nothing when a crash counted meanwhile already wrote the moves in memory', async () => {
+    await logged('m8');
+    store.movePhaseLater('m8', 'reserved', { nonce_id: 'n-8' });
+    const persisted = store.persist(store.getRequest('m8')!);
+    // Before the grouped write runs (the next turn): the crash writes what memory holds.
+    expect(store.countCrash('m8', 'kernel', 'killed', 5).quarantined).to.equal(false);
+    expect((await persisted).phase).to.equal('reserved');
+    agrees('m8', 'persisted after the crash wrote it');
+  });
+
   it('does not remember a grouped write whose row was written again between its commit and its answer', async () => {
     await logged('m5');
     store.movePhaseLater('m5', 'reserved', { nonce_id: 'n-5' });
