@@ -63,7 +63,7 @@ function fittingViews<Row, View>(kernel: Kernel, rows: readonly Row[], limit: nu
     if (bytes > kernel.maxFrameBytes) break;
     views.push(made);
   }
-  if (views.length === 0 && rows.length > 0 && limit > 0) {
+  if (views.length === 0 && rows.length > 0) {
     kernel.log.warn('view_too_large', { what: name(rows[0]!), offset, max_frame_bytes: kernel.maxFrameBytes });
     views.push(view(rows[0]!));
   }

@@ -172,7 +172,6 @@ export class SupervisorStore {
   readonly #getPhase: Database.Statement<[string], { phase: RequestPhase }>;
   readonly #getByOperation: Database.Statement<[string], RequestRow>;
   readonly #setPhase: Database.Statement;
-  readonly #setPhaseAny: Database.Statement;
   readonly #openRequests: Database.Statement<[], RequestRow>;
   readonly #quarantined: Database.Statement<[], RequestRow>;
   readonly #crashesOf: Database.Statement<[string], { n: number }>;
@@ -189,10 +188,8 @@ export class SupervisorStore {
   #lingerTimer: NodeJS.Timeout | null = null;
   /** Told of incidents, children and phase moves once they are written. */
   observer: StoreObserver | null = null;
-  /** One prepared UPDATE per set of patched columns, made on first use. */
-  readonly #patches = new Map<string, Database.Statement>();
-  /** #moveRow's UPDATE per set of written columns, made on first use. */
-  readonly #moves = new Map<string, Database.Statement>();
+  /** The UPDATEs of request rows, one per set of columns written (#update), prepared on first use. */
+  readonly #updates = new Map<string, Database.Statement>();
   /** The request log's hot writes, grouped per event-loop turn (shared/store/group-commit.ts). */
   readonly #group: GroupCommit;
   /**
@@ -213,8 +210,8 @@ export class SupervisorStore {
    * supervisor's reads of its own rows"). Reads inside a transaction go to
    * the store: they see its uncommitted writes, which this map never holds.
    */
-  readonly #remembered = new Map<string, RequestRow>();
-  /** The characters #remembered holds (#sizeOf), kept under REMEMBERED_CHARS. */
+  readonly #remembered = new Map<string, { readonly row: RequestRow; readonly chars: number }>();
+  /** The characters #remembered holds (sizeOf each row, once), kept under REMEMBERED_CHARS. */
   #rememberedChars = 0;
   /** The row a grouped write left, until its transaction commits (#groupedWrite); a later write forgets it. */
   readonly #committing = new Map<string, RequestRow>();
@@ -258,8 +255,6 @@ export class SupervisorStore {
     this.#getPhase = db.prepare('SELECT phase FROM requests WHERE request_id = ?');
     this.#getByOperation = db.prepare('SELECT * FROM requests WHERE operation_id = ?');
     this.#setPhase = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ? AND phase = ?');
-    // Writing moves already checked in memory, one step at a time (movePhaseLater).
-    this.#setPhaseAny = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ?');
     // A quarantined request is not open: nothing resumes it but an operator's release.
     // An IN list of the open phases, not NOT IN the closed ones: the index on
     // phase answers it, where NOT IN read every row of the history. Sorted by
@@ -600,14 +595,14 @@ export class SupervisorStore {
 
   /** A request's phase as this process knows it, without reading its artifacts (the admission check before every send). */
   phaseOf(requestId: string): RequestPhase | undefined {
-    return this.#unwritten.get(requestId)?.phase ?? (this.db.inTransaction ? undefined : this.#remembered.get(requestId)?.phase) ?? this.#getPhase.get(requestId)?.phase;
+    return this.#unwritten.get(requestId)?.phase ?? (this.db.inTransaction ? undefined : this.#remembered.get(requestId)?.row.phase) ?? this.#getPhase.get(requestId)?.phase;
   }
 
   /** A request's row as supervisor.db holds it: remembered outside a transaction (#remembered), read inside one. */
   #stored(requestId: string): RequestRow | undefined {
     if (this.db.inTransaction) return this.#getRequest.get(requestId);
     const remembered = this.#remembered.get(requestId);
-    if (remembered) return remembered;
+    if (remembered) return remembered.row;
     const row = this.#getRequest.get(requestId);
     if (row) this.#remember(row);
     return row;
@@ -616,19 +611,19 @@ export class SupervisorStore {
   /** Only a row read outside a transaction, or one whose transaction committed (#groupedWrite). */
   #remember(row: RequestRow): void {
     this.#drop(row.request_id);
-    const size = sizeOf(row);
-    if (size > REMEMBERED_CHARS) return;
-    this.#remembered.set(row.request_id, row);
-    this.#rememberedChars += size;
+    const chars = sizeOf(row);
+    if (chars > REMEMBERED_CHARS) return;
+    this.#remembered.set(row.request_id, { row, chars });
+    this.#rememberedChars += chars;
     // A Map iterates in insertion order: the first key is the longest remembered.
     while (this.#rememberedChars > REMEMBERED_CHARS) this.#drop(this.#remembered.keys().next().value!);
   }
 
   #drop(requestId: string): void {
-    const row = this.#remembered.get(requestId);
-    if (row === undefined) return;
+    const remembered = this.#remembered.get(requestId);
+    if (remembered === undefined) return;
     this.#remembered.delete(requestId);
-    this.#rememberedChars -= sizeOf(row);
+    this.#rememberedChars -= remembered.chars;
   }
 
   /** Before any write of a request's row: the next read outside a transaction reads it from the store. */
@@ -655,17 +650,14 @@ export class SupervisorStore {
   }
 
   /**
-   * Write a request's unwritten moves into the transaction under way, so that
-   * supervisor.db says what this process knows before anything else is
-   * written for it. Returns what was written (forget it once that commits).
+   * Write a request's moves held in memory into the transaction under way
+   * (#moveRow to the phase they reached), so that supervisor.db says what
+   * this process knows before anything else is written for it; null when
+   * there are none. `written` is forgotten once that commits.
    */
-  #writeUnwritten(requestId: string): Unwritten | undefined {
+  #writeUnwritten(requestId: string): Moved | null {
     const unwritten = this.#unwritten.get(requestId);
-    if (!unwritten) return undefined;
-    this.#forget(requestId);
-    this.#setPhaseAny.run(unwritten.phase, nowMs(), requestId);
-    this.patchRequest(requestId, unwritten.patch);
-    return unwritten;
+    return unwritten ? this.#moveRow(requestId, unwritten.phase, {}) : null;
   }
 
   /** Forget moves that are now durable, unless a later move replaced them meanwhile. */
@@ -707,8 +699,7 @@ export class SupervisorStore {
     if (!this.#unwritten.has(requestId)) return Promise.resolve(known);
     return this.#groupedWrite(requestId, () => {
       // A crash counted meanwhile (countCrash) may have written them already: then nothing is left to write.
-      const unwritten = this.#unwritten.get(requestId);
-      const moved = unwritten ? this.#moveRow(requestId, unwritten.phase, {}) : { row: this.#getRequest.get(requestId)!, before: null, written: undefined };
+      const moved = this.#writeUnwritten(requestId) ?? { row: this.#getRequest.get(requestId)!, before: null, written: undefined };
       return { moved, cutpoints: [] };
     }).then((row) => this.getRequest(requestId) ?? row);
   }
@@ -725,17 +716,14 @@ export class SupervisorStore {
   countCrash(requestId: string, child: string, why: string, limit: number): { crashes: number; quarantined: boolean } {
     let written: Unwritten | undefined;
     const counted = this.db.transaction(() => {
-      written = this.#writeUnwritten(requestId);
+      written = this.#writeUnwritten(requestId)?.written;
       const row = this.#getRequest.get(requestId);
       if (!row || row.phase === 'quarantined' || row.phase === 'settled' || row.phase === 'refused') return { crashes: 0, quarantined: false };
       this.#incident.run({ at: nowMs(), child, kind: CRASH_INCIDENT, code: null, message: `${child} ended (${why}) while ${requestId} was in flight on it (phase ${row.phase})`, operation_id: row.operation_id });
       this.observer?.incident({ child, kind: CRASH_INCIDENT, code: null });
       const crashes = this.#crashesOf.get(row.operation_id)?.n ?? 0;
       if (crashes < limit) return { crashes, quarantined: false };
-      REQUEST_MACHINE.assertMove(row.phase, 'quarantined', `request ${requestId}`);
-      this.#forget(requestId);
-      this.#setPhase.run('quarantined', nowMs(), requestId, row.phase);
-      this.patchRequest(requestId, { reason: `quarantined after ${crashes} crashes of ${child} (from ${row.phase})` });
+      const parked = this.#moveRow(requestId, 'quarantined', { reason: `quarantined after ${crashes} crashes of ${child} (from ${row.phase})` });
       this.#incident.run({
         at: nowMs(),
         child,
@@ -745,7 +733,7 @@ export class SupervisorStore {
         operation_id: row.operation_id,
       });
       this.observer?.incident({ child, kind: 'quarantined', code: 'request_quarantined' });
-      this.observer?.phase(row, this.#getRequest.get(requestId)!);
+      this.observer?.phase(row, parked.row);
       return { crashes, quarantined: true };
     }).immediate();
     this.#written(requestId, written);
@@ -775,12 +763,7 @@ export class SupervisorStore {
   patchRequest(requestId: string, patch: RequestPatch): void {
     const keys = PATCHABLE.filter((key) => patch[key] !== undefined);
     if (keys.length === 0) return;
-    const signature = keys.join(',');
-    let statement = this.#patches.get(signature);
-    if (!statement) {
-      statement = this.db.prepare(`UPDATE requests SET ${keys.map((key) => `${key} = @${key}`).join(', ')}, updated_at = @updated_at WHERE request_id = @request_id`);
-      this.#patches.set(signature, statement);
-    }
+    const statement = this.#update(`UPDATE requests SET ${keys.map((key) => `${key} = @${key}`).join(', ')}, updated_at = @updated_at WHERE request_id = @request_id`);
     this.#forget(requestId);
     statement.run({ ...Object.fromEntries(keys.map((key) => [key, patch[key]])), updated_at: nowMs(), request_id: requestId });
   }
@@ -840,15 +823,16 @@ export class SupervisorStore {
     return { row, before, written: unwritten };
   }
 
-  /** The UPDATE of #moveRow for one set of written columns, prepared on first use. */
+  /** The UPDATE of #moveRow for one set of written columns. */
   #moveStatement(keys: readonly string[], attempt: boolean): Database.Statement {
-    const signature = `${keys.join(',')}${attempt ? '+attempt' : ''}`;
-    let statement = this.#moves.get(signature);
-    if (!statement) {
-      const set = ['phase = @phase', 'updated_at = @now', ...keys.map((key) => `${key} = @${key}`), ...(attempt ? ['attempts = attempts + 1'] : [])];
-      statement = this.db.prepare(`UPDATE requests SET ${set.join(', ')} WHERE request_id = @request_id AND phase = @from`);
-      this.#moves.set(signature, statement);
-    }
+    const set = ['phase = @phase', 'updated_at = @now', ...keys.map((key) => `${key} = @${key}`), ...(attempt ? ['attempts = attempts + 1'] : [])];
+    return this.#update(`UPDATE requests SET ${set.join(', ')} WHERE request_id = @request_id AND phase = @from`);
+  }
+
+  /** A request-row UPDATE by its text, prepared on first use (a handful of column sets occur). */
+  #update(sql: string): Database.Statement {
+    let statement = this.#updates.get(sql);
+    if (!statement) this.#updates.set(sql, (statement = this.db.prepare(sql)));
     return statement;
   }
 }

@@ -157,6 +157,9 @@ describe('kernel-proc: the grant a reservation draws on', function () {
         seen.push(...page.grants.map((grant) => grant.capability_id));
         offset = page.next_offset;
       }
+      // limit is bounded like ops.list's: 10,000 taken (above), one more refused.
+      const refused = await kernel.request('grant.list', { live: false, limit: 10_001, offset: 0 }).catch((error: unknown) => error);
+      expect(refused).to.have.property('code', 'schema_violation');
       // The pile, the provisioned grant, the grant revoked above and this one.
       expect(offsets).to.deep.equal([0, 1000, 2000, 3000]);
       expect(new Set(seen).size).to.equal(PILED + 3);
