@@ -1,6 +1,7 @@
 // Grants: the kernel's signed capabilities, kept as their exact bytes beside
 // plain columns an operator can query. Only revocation changes a grant.
 import type Database from 'better-sqlite3';
+import type { GrantKey } from '../../shared/protocol/kernel-messages.js';
 
 export interface GrantRow {
   readonly capability_id: string;
@@ -16,6 +17,14 @@ export interface GrantRow {
   readonly capability_digest: string;
 }
 
+/** A key before every grant, newest first: a first page starts after it. */
+const NEWEST_FIRST_START: GrantKey = { issued_at: Number.MAX_SAFE_INTEGER, capability_id: '' };
+
+/** The key a grant.list page that ends at this grant hands on. */
+export function grantKeyOf(row: GrantRow): GrantKey {
+  return { issued_at: row.issued_at, capability_id: row.capability_id };
+}
+
 /** Newest first, as grant.list lists them and reserve picks among equals: issued_at descending, then capability_id (byte order, as SQLite's). */
 export function byNewest(a: GrantRow, b: GrantRow): number {
   return b.issued_at - a.issued_at || (a.capability_id < b.capability_id ? -1 : a.capability_id > b.capability_id ? 1 : 0);
@@ -25,8 +34,8 @@ export class GrantsTable {
   readonly #get: Database.Statement<[string], GrantRow>;
   readonly #liveOf: Database.Statement<[{ tool: string; subject: string; now: number }], GrantRow>;
   readonly #newestOf: Database.Statement<[{ tool: string; subject: string }], GrantRow>;
-  readonly #page: Database.Statement<[{ limit: number; offset: number }], GrantRow>;
-  readonly #livePage: Database.Statement<[{ now: number; limit: number; offset: number }], GrantRow>;
+  readonly #page: Database.Statement<[GrantKey & { limit: number }], GrantRow>;
+  readonly #livePage: Database.Statement<[GrantKey & { now: number; limit: number }], GrantRow>;
   readonly #insert: Database.Statement<[Omit<GrantRow, 'revoked_at'>]>;
   readonly #revoke: Database.Statement<[{ id: string; now: number }]>;
 
@@ -37,14 +46,18 @@ export class GrantsTable {
     this.#liveOf = db.prepare("SELECT * FROM grants WHERE tool = @tool AND subject IN (@subject, '*') AND expires_at > @now AND revoked_at IS NULL");
     // The newest grant of one pattern and subject, whatever its state: grants_newest in its order, one entry read.
     this.#newestOf = db.prepare('SELECT * FROM grants WHERE tool = @tool AND subject = @subject ORDER BY issued_at DESC, capability_id LIMIT 1');
-    // grant.list pages, newest first (the order byNewest names): every grant (an operator's listing), or the live ones through grants_expiry.
-    // As ops.list's (operations-table.ts): the inner query sorts keys, the outer one reads the page's rows.
+    // grant.list pages, newest first (the order byNewest names), each after the last page's key (docs/PROTOCOL.md,
+    // "Paging"): every grant (an operator's listing) in grants_by_issue's order from the key on (kernel.db
+    // version 9), or the live ones through grants_expiry, their keys sorted and the page's rows read by rowid
+    // (named: with a key bound too, the planner would walk grants_by_issue through every expired grant).
     this.#page = db.prepare(`
-      SELECT * FROM grants WHERE rowid IN (SELECT rowid FROM grants ORDER BY issued_at DESC, capability_id LIMIT @limit OFFSET @offset)
-      ORDER BY issued_at DESC, capability_id`);
+      SELECT * FROM grants WHERE issued_at <= @issued_at AND (issued_at < @issued_at OR capability_id > @capability_id)
+      ORDER BY issued_at DESC, capability_id LIMIT @limit`);
     this.#livePage = db.prepare(`
       SELECT * FROM grants WHERE rowid IN (
-        SELECT rowid FROM grants WHERE expires_at > @now AND revoked_at IS NULL ORDER BY issued_at DESC, capability_id LIMIT @limit OFFSET @offset)
+        SELECT rowid FROM grants INDEXED BY grants_expiry WHERE expires_at > @now AND revoked_at IS NULL
+          AND issued_at <= @issued_at AND (issued_at < @issued_at OR capability_id > @capability_id)
+        ORDER BY issued_at DESC, capability_id LIMIT @limit)
       ORDER BY issued_at DESC, capability_id`);
     this.#insert = db.prepare(`
       INSERT INTO grants (capability_id, tool, subject, max_invocations, max_cost_units, not_before, expires_at, issued_at,
@@ -58,9 +71,14 @@ export class GrantsTable {
     return this.#get.get(capabilityId);
   }
 
-  /** A page of grants newest first: all of them, or (`liveAt` a time) those neither expired nor revoked then. */
-  page(liveAt: number | null, limit: number, offset: number): GrantRow[] {
-    return liveAt === null ? this.#page.all({ limit, offset }) : this.#livePage.all({ now: liveAt, limit, offset });
+  /**
+   * A page of grants newest first, those after `after` (from the newest when
+   * null): all of them, or (`liveAt` a time) those neither expired nor
+   * revoked then.
+   */
+  page(liveAt: number | null, limit: number, after: GrantKey | null): GrantRow[] {
+    const key = after ?? NEWEST_FIRST_START;
+    return liveAt === null ? this.#page.all({ ...key, limit }) : this.#livePage.all({ ...key, now: liveAt, limit });
   }
 
   /**

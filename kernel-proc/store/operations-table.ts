@@ -5,7 +5,7 @@
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
 import { answeredOutput } from '../../shared/protocol/artifacts.js';
-import type { OperationState } from '../../shared/protocol/kernel-messages.js';
+import type { OperationKey, OperationState } from '../../shared/protocol/kernel-messages.js';
 import { OPERATION_MACHINE } from '../machines.js';
 
 export interface OperationRow {
@@ -79,15 +79,24 @@ const ROW = 'operations.*, NULL AS report, NULL AS output';
 /** The states `recover` hands to the supervisor: committed starts it must drive to a signed end. */
 const IN_DOUBT: readonly OperationState[] = ['dispatch_committed', 'awaiting_report', 'unknown'];
 
+/** Keys before every operation in each order: a first page starts after them. */
+const NEWEST_FIRST_START: OperationKey = { created_at: Number.MAX_SAFE_INTEGER, operation_id: '' };
+const OLDEST_FIRST_START: OperationKey = { created_at: 0, operation_id: '' };
+
+/** The key a page that ends at this row hands on (ops.list, recover). */
+export function operationKeyOf(row: OperationRow): OperationKey {
+  return { created_at: row.created_at, operation_id: row.operation_id };
+}
+
 export class OperationsTable {
   readonly #get: Database.Statement<[string], OperationRow>;
   readonly #insert: Database.Statement<[NewOperation]>;
   readonly #move: Database.Statement<[{ id: string; from: string; to: string; now: number; flag: string | null }]>;
   readonly #dispatch: Database.Statement<[DispatchCommit & { id: string; now: number }]>;
   readonly #settle: Database.Statement<[Settlement & { id: string; from: string; to: string; now: number }]>;
-  readonly #listAll: Database.Statement<[{ limit: number; offset: number }], OperationRow>;
-  readonly #list: Database.Statement<[{ states: string; limit: number; offset: number }], OperationRow>;
-  readonly #inDoubt: Database.Statement<[{ states: string; limit: number; offset: number }], OperationRow>;
+  readonly #listAll: Database.Statement<[OperationKey & { limit: number }], OperationRow>;
+  readonly #list: Database.Statement<[OperationKey & { states: string; limit: number }], OperationRow>;
+  readonly #inDoubt: Database.Statement<[OperationKey & { states: string; limit: number }], OperationRow>;
   readonly #awaitAll: Database.Statement<[{ now: number }]>;
   readonly #report: Database.Statement<[string], { report: string }>;
   readonly #keepReport: Database.Statement<[{ id: string; report: string }]>;
@@ -110,26 +119,33 @@ export class OperationsTable {
     this.#settle = db.prepare(`
       UPDATE operations SET state = @to, updated_at = @now, report_digest = @report_digest, flag = coalesce(@flag, flag)
       WHERE operation_id = @id AND state = @from`);
-    // A page is sorted out of a temporary b-tree of offset + limit entries, in
-    // memory (shared/store/sqlite-store.ts, temp_store): the inner query sorts
-    // keys only (~100 bytes a row, where whole rows took ~5 KB), and the outer
-    // one reads the page's rows by rowid. With no state named, the inner query
-    // walks operations_by_creation from the newest and stops at the page's end
-    // (kernel.db version 7), where it sorted every operation; with states,
-    // operations_by_state finds only theirs.
+    // A page starts after the previous page's last key (docs/PROTOCOL.md,
+    // "Paging"), never at a count of rows to skip: a page 100,000 deep costs
+    // its own rows, and rows that come or go between pages shift nothing.
+    // A first page starts after a key before
+    // every row (NEWEST_FIRST_START, OLDEST_FIRST_START). With no state named,
+    // the inner query walks operations_by_creation from the key down and
+    // stops at the page's end (ties of one millisecond, which the order takes
+    // by ascending id, are sorted among themselves); with states,
+    // operations_by_state finds only theirs and the keys of those past the
+    // bound are sorted in memory (shared/store/sqlite-store.ts, temp_store),
+    // ~100 bytes a row, and the outer query reads the page's rows by rowid.
     this.#listAll = db.prepare(`
       SELECT ${ROW} FROM operations WHERE rowid IN (
-        SELECT rowid FROM operations ORDER BY created_at DESC, operation_id LIMIT @limit OFFSET @offset)
+        SELECT rowid FROM operations WHERE created_at <= @created_at AND (created_at < @created_at OR operation_id > @operation_id)
+        ORDER BY created_at DESC, operation_id LIMIT @limit)
       ORDER BY created_at DESC, operation_id`);
     this.#list = db.prepare(`
       SELECT ${ROW} FROM operations WHERE rowid IN (
         SELECT rowid FROM operations WHERE state IN (SELECT value FROM json_each(@states))
-        ORDER BY created_at DESC, operation_id LIMIT @limit OFFSET @offset)
+          AND created_at <= @created_at AND (created_at < @created_at OR operation_id > @operation_id)
+        ORDER BY created_at DESC, operation_id LIMIT @limit)
       ORDER BY created_at DESC, operation_id`);
     this.#inDoubt = db.prepare(`
       SELECT ${ROW} FROM operations WHERE rowid IN (
         SELECT rowid FROM operations WHERE state IN (SELECT value FROM json_each(@states))
-        ORDER BY created_at, operation_id LIMIT @limit OFFSET @offset)
+          AND (created_at, operation_id) > (@created_at, @operation_id)
+        ORDER BY created_at, operation_id LIMIT @limit)
       ORDER BY created_at, operation_id`);
     this.#awaitAll = db.prepare(`
       UPDATE operations SET state = 'awaiting_report', updated_at = @now WHERE state = 'dispatch_committed'`);
@@ -172,14 +188,20 @@ export class OperationsTable {
     expectOne(this.#settle.run({ ...settlement, id: row.operation_id, from: row.state, to, now }).changes, row, to);
   }
 
-  /** One page, newest first; operation_id breaks ties of created_at, so the order is total and pages do not overlap. */
-  list(states: readonly OperationState[] | null, limit: number, offset: number): OperationRow[] {
-    const rows = states === null ? this.#listAll.all({ limit, offset }) : this.#list.all({ states: JSON.stringify(states), limit, offset });
+  /**
+   * One page, newest first, of the operations after `after` (from the newest
+   * when null); operation_id breaks ties of created_at, so the order is total
+   * and pages do not overlap.
+   */
+  list(states: readonly OperationState[] | null, limit: number, after: OperationKey | null): OperationRow[] {
+    const key = after ?? NEWEST_FIRST_START;
+    const rows = states === null ? this.#listAll.all({ ...key, limit }) : this.#list.all({ ...key, states: JSON.stringify(states), limit });
     return rows.map((row) => this.#withReport(row)!);
   }
 
-  inDoubt(limit: number, offset: number): OperationRow[] {
-    return this.#inDoubt.all({ states: JSON.stringify(IN_DOUBT), limit, offset }).map((row) => this.#withReport(row)!);
+  /** One page, oldest first, of the operations in doubt after `after` (from the oldest when null). */
+  inDoubt(limit: number, after: OperationKey | null): OperationRow[] {
+    return this.#inDoubt.all({ ...(after ?? OLDEST_FIRST_START), states: JSON.stringify(IN_DOUBT), limit }).map((row) => this.#withReport(row)!);
   }
 
   /** Startup recovery: every committed start becomes awaiting_report (ARCHITECTURE.md §6.3). Returns how many. */

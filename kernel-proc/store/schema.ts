@@ -591,6 +591,17 @@ CREATE INDEX grants_newest ON grants (tool, subject, issued_at DESC, capability_
 CREATE INDEX grants_expiry ON grants (expires_at);
 `;
 
+/**
+ * Version 9: grant.list pages by key, not by offset (docs/PROTOCOL.md,
+ * "Paging"). grants_by_issue holds the listing's order (issued_at
+ * descending, then capability_id), so a page of every grant reads its own
+ * entries from the previous page's key on, where it sorted the keys of every
+ * grant issued before it.
+ */
+const V9 = `
+CREATE INDEX grants_by_issue ON grants (issued_at DESC, capability_id);
+`;
+
 export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'identity, grants, executor pins, operations, holds, nonces, receipts, views', sql: V1 },
   { version: 2, description: 'head: a forward-only count of committed write batches', sql: V2 },
@@ -600,6 +611,7 @@ export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 6, description: 'reports out of the operations row, output read from the report; receipt columns read from the receipt bytes', sql: V6 },
   { version: 7, description: 'holds by state counted on each grant; holds_by_grant dropped; operations_by_creation for ops.list', sql: V7 },
   { version: 8, description: 'grants_live, grants_newest and grants_expiry: reserve and the live grant list read the grants that could carry it, not every grant', sql: V8 },
+  { version: 9, description: 'grants_by_issue: grant.list reads each page from the previous page\'s key in the listing\'s order', sql: V9 },
 ];
 
 export const KERNEL_DB_FILE = 'kernel.db';

@@ -54,6 +54,10 @@ export const operationView = z.strictObject({
 });
 export type OperationView = z.infer<typeof operationView>;
 
+/** Where a page of ops.list or recover ended: its last operation's creation time and id. */
+export const operationKey = z.strictObject({ created_at: timestampMs, operation_id: hex32 });
+export type OperationKey = z.infer<typeof operationKey>;
+
 /** The answer to reserve, start and settle: a decision, its receipt, and what follows from it. */
 const decision = z.strictObject({
   operation_id: hex32,
@@ -75,6 +79,10 @@ export const grantView = z.strictObject({
   cost_units_held: nonNegativeInt,
 });
 export type GrantView = z.infer<typeof grantView>;
+
+/** Where a page of grant.list ended: its last grant's issue time and id. */
+export const grantKey = z.strictObject({ issued_at: timestampMs, capability_id: identifier });
+export type GrantKey = z.infer<typeof grantKey>;
 
 const reserveRequest = z.strictObject({
   request_id: identifier,
@@ -141,26 +149,33 @@ export const KERNEL_MESSAGES = {
     result: z.strictObject({ operation: operationView.nullable(), receipts: z.array(artifactText) }),
   },
   /**
-   * Operations newest first (created_at, then operation_id), one page at a
-   * time: skip `offset` of them, return at most `limit` — fewer when more
-   * would not fit one frame. `next_offset` is where the next page starts, or
-   * null when this page reached the end; a caller pages by it, never by
-   * offset + limit. Pages are read at different moments: an operation
-   * created meanwhile enters at the front and shows again at a page
-   * boundary; one that leaves the selected states meanwhile can shift
-   * another past a boundary. Terminal states never change, so paging over
-   * them misses nothing.
+   * Operations newest first (created_at descending, then operation_id
+   * ascending: a total order), one page at a time: at most `limit` of those
+   * that come after `after` in that order (from the newest when null), fewer
+   * when more would not fit one frame. `next_after` is the key of the page's
+   * last operation when more may follow, null when this page reached the
+   * end; a caller asks for the next page with it. A page starts where the
+   * last one ended whatever happened between: one that left the selected
+   * states meanwhile shifts nothing, so each operation there throughout is
+   * listed exactly once; one created meanwhile sorts before the keys already
+   * read (unless it shares the last one's millisecond) and is listed at most
+   * once.
    */
   'ops.list': {
     to: ['kernel'],
-    request: z.strictObject({ states: z.array(operationState).nullable(), limit: positiveInt.max(10_000), offset: nonNegativeInt }),
-    result: z.strictObject({ operations: z.array(operationView), next_offset: nonNegativeInt.nullable() }),
+    request: z.strictObject({ states: z.array(operationState).nullable(), limit: positiveInt.max(10_000), after: operationKey.nullable() }),
+    result: z.strictObject({ operations: z.array(operationView), next_after: operationKey.nullable() }),
   },
-  /** Operations a supervisor must drive to a signed end (committed starts, awaiting reports, unknowns), oldest first, paged like ops.list. */
+  /**
+   * Operations a supervisor must drive to a signed end (committed starts,
+   * awaiting reports, unknowns), oldest first (created_at, then
+   * operation_id), paged like ops.list: one the supervisor settles while it
+   * pages leaves the set without shifting the others past a page's end.
+   */
   recover: {
     to: ['kernel'],
-    request: z.strictObject({ limit: positiveInt.max(10_000), offset: nonNegativeInt }),
-    result: z.strictObject({ operations: z.array(operationView), now: timestampMs, next_offset: nonNegativeInt.nullable() }),
+    request: z.strictObject({ limit: positiveInt.max(10_000), after: operationKey.nullable() }),
+    result: z.strictObject({ operations: z.array(operationView), now: timestampMs, next_after: operationKey.nullable() }),
   },
   'grant.add': {
     to: ['kernel'],
@@ -174,11 +189,16 @@ export const KERNEL_MESSAGES = {
     }),
     result: grantView,
   },
-  /** Grants newest first, paged like ops.list; `live`: only those neither expired nor revoked at the kernel's now. */
+  /**
+   * Grants newest first (issued_at descending, then capability_id
+   * ascending), paged like ops.list by the last grant's key; `live`: only
+   * those neither expired nor revoked at the kernel's now. A grant that
+   * expires while a caller pages shifts nothing, so no live one is skipped.
+   */
   'grant.list': {
     to: ['kernel'],
-    request: z.strictObject({ live: z.boolean(), limit: positiveInt.max(10_000), offset: nonNegativeInt }),
-    result: z.strictObject({ grants: z.array(grantView), next_offset: nonNegativeInt.nullable() }),
+    request: z.strictObject({ live: z.boolean(), limit: positiveInt.max(10_000), after: grantKey.nullable() }),
+    result: z.strictObject({ grants: z.array(grantView), next_after: grantKey.nullable() }),
   },
   'grant.revoke': {
     to: ['kernel'],

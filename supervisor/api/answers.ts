@@ -3,10 +3,10 @@
 // the server validates with (bodies.ts), and test/supervisor/api/openapi.test.ts
 // checks real answers of a live service against that description.
 import { z } from 'zod';
-import { ERROR_CODES } from '../../shared/errors.js';
+import { CustodyError, ERROR_CODES } from '../../shared/errors.js';
 import { hex32, identifier, jsonObject, jsonValue, nonNegativeInt, positiveInt, timestampMs, toolName, toolPattern } from '../../shared/protocol/common.js';
 import { claimView, toolView } from '../../shared/protocol/executor-messages.js';
-import { OPERATION_STATES, grantView, operationView } from '../../shared/protocol/kernel-messages.js';
+import { OPERATION_STATES, type OperationKey, grantView, operationKey, operationView } from '../../shared/protocol/kernel-messages.js';
 import { artifactText } from '../../shared/protocol/message-spec.js';
 import { REQUEST_PHASES } from '../operations/phases.js';
 
@@ -57,6 +57,25 @@ export const outcomeAnswer = z.strictObject({
   executor: z.string().nullable(),
 });
 
+/**
+ * A page of GET /v1/operations ends at a key, `<created_at>.<operation_id>`
+ * (the kernel's ops.list key, docs/PROTOCOL.md "Paging"), and the next page
+ * is asked for after it.
+ */
+export const PAGE_KEY = /^[1-9][0-9]{0,15}\.[0-9a-f]{64}$/;
+
+export function pageKeyText(key: OperationKey): string {
+  return `${key.created_at}.${key.operation_id}`;
+}
+
+/** A key as the query's `after` holds it (the server has checked it against PAGE_KEY); one out of range is refused. */
+export function parsePageKey(text: string): OperationKey {
+  const dot = text.indexOf('.');
+  const parsed = operationKey.safeParse({ created_at: Number(text.slice(0, dot)), operation_id: text.slice(dot + 1) });
+  if (!parsed.success) throw new CustodyError('target_invalid', `query parameter after must be the next_after of a previous answer, got ${JSON.stringify(text.slice(0, 100))}`);
+  return parsed.data;
+}
+
 export const operationsAnswer = z.strictObject({
   operations: z.array(
     z.strictObject({
@@ -70,8 +89,8 @@ export const operationsAnswer = z.strictObject({
       flag: z.string().nullable(),
     }),
   ),
-  /** Where the next page starts (the `offset` to ask with), or null when this page reached the oldest operation. */
-  next_offset: nonNegativeInt.nullable(),
+  /** The key of this page's last operation (the `after` to ask the next page with), or null when this page reached the oldest operation. */
+  next_after: z.string().regex(PAGE_KEY).nullable(),
 });
 
 export const operationAnswer = z.strictObject({ request: outcomeAnswer.nullable(), kernel: operationView.nullable(), receipts: z.array(artifactText) });

@@ -13,10 +13,11 @@ import { recoverRollback } from '../operations/rollback-recovery.js';
 import type { RequestRow } from '../store/supervisor-store.js';
 import type { Service } from '../service.js';
 import type { ChildHandle } from '../children/child-handle.js';
-import type { GrantView, OperationView } from '../../shared/protocol/kernel-messages.js';
+import type { GrantKey, GrantView, OperationKey, OperationView } from '../../shared/protocol/kernel-messages.js';
 import type { ResultOf } from '../../shared/protocol/messages.js';
 import { refuseBeforeReserve } from './precheck.js';
 import { DEFAULT_WAIT_MS } from './wait.js';
+import { pageKeyText, parsePageKey } from './answers.js';
 import type { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 
 type Answer = Promise<{ status?: number; body: unknown }>;
@@ -131,36 +132,36 @@ export function step(service: Service, name: string, goal: 'report' | 'reconcile
   return answerDrive(service, name, service.driver.drive(name, goal), body.wait_ms);
 }
 
-/** Kernel pages from `offset` on, up to `limit` operations (pages are cut to fit one frame), and where the next listing starts. */
-async function listKernelOperations(service: Service, limit: number, offset: number): Promise<{ operations: OperationView[]; next_offset: number | null }> {
+/** Kernel pages after `after`, up to `limit` operations (pages are cut to fit one frame), and the key the next listing starts after. */
+async function listKernelOperations(service: Service, limit: number, after: OperationKey | null): Promise<{ operations: OperationView[]; next_after: OperationKey | null }> {
   const operations: OperationView[] = [];
-  let next: number | null = offset;
-  while (next !== null && operations.length < limit) {
-    const page: ResultOf<'ops.list'> = await service.kernel.request('ops.list', { states: null, limit: Math.min(limit - operations.length, 10_000), offset: next });
+  let next: OperationKey | null = after;
+  do {
+    const page: ResultOf<'ops.list'> = await service.kernel.request('ops.list', { states: null, limit: Math.min(limit - operations.length, 10_000), after: next });
     operations.push(...page.operations);
-    next = page.next_offset;
-  }
-  return { operations, next_offset: next };
+    next = page.next_after;
+  } while (next !== null && operations.length < limit);
+  return { operations, next_after: next };
 }
 
 export async function listOperations(service: Service, query: URLSearchParams): Answer {
   const limit = Math.min(Math.max(Number(query.get('limit') ?? '200') || 200, 1), 100_000);
-  const offset = Number(query.get('offset') ?? '0');
-  const { operations, next_offset } = await listKernelOperations(service, limit, offset);
+  const after = query.has('after') ? parsePageKey(query.get('after')!) : null;
+  const { operations, next_after } = await listKernelOperations(service, limit, after);
   const listed: Array<{ name: string; operation_id: string; tool: string; state: string | null; phase: string | null; updated_at: number; flag: string | null }> = operations.map((op) => {
     const row = service.store.getRequestByOperation(op.operation_id);
     return { name: op.request_id, operation_id: op.operation_id, tool: op.tool, state: op.state, phase: row?.phase ?? null, updated_at: op.updated_at, flag: op.flag };
   });
   // A request quarantined before the kernel recorded it is listed too (state null), on the first page: every parked request is visible, once.
   const known = new Set(listed.map((op) => op.operation_id));
-  for (const row of offset === 0 ? service.store.quarantinedRequests() : []) {
+  for (const row of after === null ? service.store.quarantinedRequests() : []) {
     if (known.has(row.operation_id)) continue;
     // One the kernel recorded is on its own page of the listing (one it records between
     // the listing and this lookup shows on the next listing's first page).
     if ((await service.kernel.request('operation.get', { operation_id: row.operation_id, request_id: null })).operation) continue;
     listed.push({ name: row.request_id, operation_id: row.operation_id, tool: row.tool, state: null, phase: row.phase, updated_at: row.updated_at, flag: 'quarantined' });
   }
-  return { body: { operations: listed, next_offset } };
+  return { body: { operations: listed, next_after: next_after === null ? null : pageKeyText(next_after) } };
 }
 
 export async function showOperation(service: Service, name: string): Answer {
@@ -240,14 +241,15 @@ export async function listGrants(service: Service): Answer {
  * kernel reads without the expired pile (kernel.db version 8).
  */
 export async function kernelGrants(service: Service, live: boolean): Promise<GrantView[]> {
-  // Pages read at different moments: a grant added between two shifts the later ones, and comes twice; it is kept once.
-  const grants = new Map<string, GrantView>();
-  for (let offset: number | null = 0; offset !== null; ) {
-    const page: ResultOf<'grant.list'> = await service.kernel.request('grant.list', { live, limit: 10_000, offset });
-    for (const grant of page.grants) if (!grants.has(grant.capability_id)) grants.set(grant.capability_id, grant);
-    offset = page.next_offset;
-  }
-  return [...grants.values()];
+  // Each page starts after the last one's key: a grant added meanwhile is newer than every key read, and one that expires shifts nothing.
+  const grants: GrantView[] = [];
+  let after: GrantKey | null = null;
+  do {
+    const page: ResultOf<'grant.list'> = await service.kernel.request('grant.list', { live, limit: 10_000, after });
+    grants.push(...page.grants);
+    after = page.next_after;
+  } while (after !== null);
+  return grants;
 }
 
 export async function addGrant(service: Service, body: z.infer<typeof grantAddBody>): Answer {

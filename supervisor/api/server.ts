@@ -22,6 +22,7 @@ import { argumentBytesBound, argumentsDepthBudget, checkArgumentBytes } from '..
 import { type Access, type BodyLimits, TokenGate, readJsonBody, sendClientError, sendError, sendJson, sendText } from './http.js';
 import { archiveBody, authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 import { parseTarget } from './target.js';
+import { PAGE_KEY } from './answers.js';
 import * as handlers from './handlers.js';
 import { listTools } from './tools.js';
 import { openApiDocument } from './openapi.js';
@@ -77,7 +78,7 @@ const ROUTES: readonly Route[] = [
   route('GET', '/v1/status', 'agent', ({ service }) => Promise.resolve({ body: handlers.status(service) })),
   route('POST', '/v1/invoke', 'agent', async (c) => handlers.invoke(c.service, checkArguments(c.service, await c.body(invokeBody, ['request_id'])))),
   route('POST', '/v1/authorize', 'control', async (c) => handlers.authorize(c.service, checkArguments(c.service, await c.body(authorizeBody, ['operation'])))),
-  route('GET', '/v1/operations', 'agent', (c) => handlers.listOperations(c.service, c.query), ['limit', 'offset']),
+  route('GET', '/v1/operations', 'agent', (c) => handlers.listOperations(c.service, c.query), ['limit', 'after']),
   route('GET', '/v1/operations/:name', 'agent', (c) => handlers.showOperation(c.service, c.params.name!)),
   route('GET', '/v1/operations/:name/trace', 'agent', (c) => handlers.trace(c.service, c.params.name!)),
   route('GET', '/v1/operations/:name/artifacts', 'agent', (c) => handlers.artifacts(c.service, c.params.name!)),
@@ -124,7 +125,7 @@ function checkParam(kind: Param, value: string): string {
 /** What each query parameter may hold; a parameter a route does not read is refused before this. */
 const QUERY_VALUES: Record<string, { pattern: RegExp; what: string }> = {
   limit: { pattern: /^[0-9]{1,7}$/, what: 'a whole number of at most 7 digits' },
-  offset: { pattern: /^[0-9]{1,15}$/, what: 'a whole number of at most 15 digits' },
+  after: { pattern: PAGE_KEY, what: "the next_after of a previous answer (<created_at>.<operation_id>)" },
   subject: { pattern: /^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$/, what: 'a subject id (1-128 letters, digits and _ . : @ / + -)' },
 };
 

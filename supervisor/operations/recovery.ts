@@ -6,7 +6,7 @@
 // README's note on the kernel-side sweep).
 import { toCustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
-import type { OperationView } from '../../shared/protocol/kernel-messages.js';
+import type { OperationKey, OperationView } from '../../shared/protocol/kernel-messages.js';
 import type { ResultOf } from '../../shared/protocol/messages.js';
 import { nowMs } from '../../shared/clock.js';
 import type { Backoff } from './backoff.js';
@@ -101,14 +101,15 @@ export class RecoverySweeper {
   async #listInDoubt(): Promise<{ operations: OperationView[]; now: number }> {
     const ctx = this.#ctx;
     const operations: OperationView[] = [];
-    let offset: number | null = 0;
-    let now = nowMs();
-    while (offset !== null && operations.length < MAX_SWEPT) {
-      const page: ResultOf<'recover'> = await ctx.kernel.request('recover', { limit: 1000, offset }, { timeoutMs: ctx.config.timing.kernel_request_ms });
+    let after: OperationKey | null = null;
+    let now: number;
+    // Each page starts after the last one's key: an operation settled while this reads (a drive of the last sweep) leaves the set without shifting another past a page's end.
+    do {
+      const page: ResultOf<'recover'> = await ctx.kernel.request('recover', { limit: 1000, after }, { timeoutMs: ctx.config.timing.kernel_request_ms });
       operations.push(...page.operations);
       now = page.now;
-      offset = page.next_offset;
-    }
+      after = page.next_after;
+    } while (after !== null && operations.length < MAX_SWEPT);
     return { operations, now };
   }
 

@@ -67,7 +67,7 @@ describe('kernel-proc: kill -9 after each commit, then a restart on the same dir
     const retry = await kernel.request('start', start);
     expect(retry).to.include({ verdict: 'allow', state: 'dispatch_committed', authorization: view.authorization });
     expect((await get('c-start')).operation!.window).to.deep.equal(view.window);
-    expect((await kernel.request('recover', { limit: 100, offset: 0 })).operations.map((op) => op.request_id)).to.include('c-start');
+    expect((await kernel.request('recover', { limit: 100, after: null })).operations.map((op) => op.request_id)).to.include('c-start');
     const settled = await kernel.request('settle', { authorization: retry.authorization!, report: signReport(executor, retry.authorization!, root.publicKey) });
     expect(settled.state).to.equal('completed');
   });

@@ -13,6 +13,7 @@ import path from 'node:path';
 import { byNewest, type GrantRow, GrantsTable } from '../../kernel-proc/store/grants-table.js';
 import { KERNEL_MIGRATIONS } from '../../kernel-proc/store/schema.js';
 import { coveringPatterns, toolPatternCovers } from '../../shared/protocol/common.js';
+import type { GrantKey, GrantView } from '../../shared/protocol/kernel-messages.js';
 import type { ResultOf } from '../../shared/protocol/messages.js';
 import { applyMigrations } from '../../shared/store/migrations.js';
 import { preparedWhile, queryPlan } from '../helpers/query-plans.js';
@@ -83,6 +84,9 @@ describe('kernel-proc: the grant a reservation draws on', function () {
       const livePage = prepared.find((sql) => /WHERE expires_at > @now/.test(sql))!;
       expect(queryPlan(db, livePage)).to.include('SEARCH grants USING INDEX grants_expiry (expires_at>?)');
       expect(queryPlan(db, livePage).filter((step) => /^SCAN grants/.test(step))).to.deep.equal([]);
+      // grant.list of every grant (custody grant list): from the last page's key on in grants_by_issue's order, nothing sorted (kernel.db version 9).
+      const everyPage = prepared.find((sql) => /FROM grants WHERE issued_at <= @issued_at/.test(sql))!;
+      expect(queryPlan(db, everyPage)).to.deep.equal(['SEARCH grants USING INDEX grants_by_issue (issued_at<?)']);
     } finally {
       db.close();
     }
@@ -114,14 +118,23 @@ describe('kernel-proc: the grant a reservation draws on', function () {
       root.remove();
     });
 
+    /** Every page of grant.list from the newest, following next_after; `between` runs after each page, with it. */
+    const pages = async (live: boolean, limit: number, between?: (page: GrantView[]) => Promise<void>) => {
+      const all: GrantView[][] = [];
+      let after: GrantKey | null = null;
+      do {
+        const page: ResultOf<'grant.list'> = await kernel.request('grant.list', { live, limit, after });
+        all.push(page.grants);
+        after = page.next_after;
+        if (after !== null) expect(after.capability_id, 'a page ends at its last grant').to.equal(page.grants.at(-1)!.capability_id);
+        await between?.(page.grants);
+      } while (after !== null);
+      return all;
+    };
     const grantOf = async (capabilityId: string) => {
-      for (let offset: number | null = 0; offset !== null; ) {
-        const page: ResultOf<'grant.list'> = await kernel.request('grant.list', { live: false, limit: 10_000, offset });
-        const found = page.grants.find((grant) => grant.capability_id === capabilityId);
-        if (found) return found;
-        offset = page.next_offset;
-      }
-      throw new Error(`no grant ${capabilityId}`);
+      const found = (await pages(false, 10_000)).flat().find((grant) => grant.capability_id === capabilityId);
+      if (!found) throw new Error(`no grant ${capabilityId}`);
+      return found;
     };
 
     it('refuses with the newest expired grant when none is live, draws on a live one once granted, and refuses with it once revoked', async () => {
@@ -144,27 +157,46 @@ describe('kernel-proc: the grant a reservation draws on', function () {
 
     it('lists the live grants without the pile, and every grant a page at a time', async () => {
       const live = await kernel.request('grant.add', grantBody('pile/*'));
-      const listed = await kernel.request('grant.list', { live: true, limit: 10_000, offset: 0 });
+      const listed = await kernel.request('grant.list', { live: true, limit: 10_000, after: null });
       // This one and the grant the kernel was provisioned with; none of the pile, nor the one revoked above.
       expect(listed.grants.map((grant) => grant.capability_id)).to.deep.equal([live.capability_id, root.read<{ id: string }>("SELECT capability_id AS id FROM grants WHERE tool = 'review-notes/append'")[0]!.id]);
       expect(listed.grants[0]).to.deep.equal(await grantOf(live.capability_id));
-      expect(listed.next_offset).to.equal(null);
-      const seen: string[] = [];
-      const offsets: number[] = [];
-      for (let offset: number | null = 0; offset !== null; ) {
-        offsets.push(offset);
-        const page: ResultOf<'grant.list'> = await kernel.request('grant.list', { live: false, limit: 1000, offset });
-        seen.push(...page.grants.map((grant) => grant.capability_id));
-        offset = page.next_offset;
-      }
+      expect(listed.next_after).to.equal(null);
+      const paged = await pages(false, 1000);
+      const seen = paged.flat().map((grant) => grant.capability_id);
       // limit is bounded like ops.list's: 10,000 taken (above), one more refused.
-      const refused = await kernel.request('grant.list', { live: false, limit: 10_001, offset: 0 }).catch((error: unknown) => error);
+      const refused = await kernel.request('grant.list', { live: false, limit: 10_001, after: null }).catch((error: unknown) => error);
       expect(refused).to.have.property('code', 'schema_violation');
       // The pile, the provisioned grant, the grant revoked above and this one.
-      expect(offsets).to.deep.equal([0, 1000, 2000, 3000]);
+      expect(paged.map((page) => page.length)).to.deep.equal([1000, 1000, 1000, 3]);
       expect(new Set(seen).size).to.equal(PILED + 3);
       expect(seen[0], 'newest first').to.equal(live.capability_id);
       expect(seen.at(-1)).to.equal('cap-pile-00000');
+    });
+
+    it('lists every live grant once while grants already listed are revoked and new ones added between pages', async () => {
+      const added: string[] = [];
+      for (let i = 0; i < 20; i++) added.push((await kernel.request('grant.add', grantBody('pile/*'))).capability_id);
+      const before = (await pages(true, 10_000)).flat().map((grant) => grant.capability_id);
+      expect(before).to.include.members(added);
+      // After each page, revoke a grant that page listed (it leaves the live list) and add one: by offset, the next page began one later and skipped a live grant.
+      const revoked = new Set<string>();
+      const late: string[] = [];
+      const paged = await pages(true, 4, async (page) => {
+        const leaving = page.find((grant) => added.includes(grant.capability_id) && !revoked.has(grant.capability_id));
+        if (leaving) {
+          await kernel.request('grant.revoke', { capability_id: leaving.capability_id });
+          revoked.add(leaving.capability_id);
+        }
+        late.push((await kernel.request('grant.add', grantBody('pile/*'))).capability_id);
+      });
+      expect(revoked.size, 'grants that left between pages').to.be.greaterThan(3);
+      const listed = paged.flat().map((grant) => grant.capability_id);
+      expect(listed.filter((id) => !late.includes(id)), 'each grant live throughout, once, in order').to.deep.equal(before);
+      expect(new Set(listed).size).to.equal(listed.length);
+      const after = (await pages(true, 10_000)).flat().map((grant) => grant.capability_id);
+      expect(after.filter((id) => !late.includes(id))).to.deep.equal(before.filter((id) => !revoked.has(id)));
+      expect(after).to.include.members(late);
     });
   });
 });

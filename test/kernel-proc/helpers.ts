@@ -209,7 +209,7 @@ export function signReport(executor: TestExecutor, authorizationText: string, ke
 
 /** A grant.add body: `ttl_ms` one hour unless given. */
 /** grant.list of every grant, the first page (a test's handful fits one frame). */
-export const ALL_GRANTS = { live: false, limit: 10_000, offset: 0 } as const;
+export const ALL_GRANTS = { live: false, limit: 10_000, after: null } as const;
 
 export function grantBody(tool: string, overrides: Partial<RequestOf<'grant.add'>> = {}): RequestOf<'grant.add'> {
   return { tool, subject: '*', max_invocations: 100, max_cost_units: null, not_before: null, ttl_ms: 3_600_000, ...overrides };

@@ -221,11 +221,11 @@ describe('kernel-proc: settle', function () {
     });
 
     it('lists operations by state, newest first, up to a limit; recover lists committed starts and unknowns', async () => {
-      const listed = (await kernel.request('ops.list', { states: ['dispatch_committed'], limit: 2, offset: 0 })).operations;
+      const listed = (await kernel.request('ops.list', { states: ['dispatch_committed'], limit: 2, after: null })).operations;
       expect(listed).to.have.length(2);
       expect(listed.every((op) => op.state === 'dispatch_committed')).to.equal(true);
       expect(listed[0]!.created_at).to.be.at.least(listed[1]!.created_at);
-      const { operations, now } = await kernel.request('recover', { limit: 1000, offset: 0 });
+      const { operations, now } = await kernel.request('recover', { limit: 1000, after: null });
       expect(now).to.be.a('number');
       expect(operations.every((op) => ['dispatch_committed', 'awaiting_report', 'unknown'].includes(op.state))).to.equal(true);
       expect(operations.map((op) => op.request_id)).to.include('r-query');
@@ -330,7 +330,7 @@ describe('kernel-proc: settle', function () {
       expect(marked.operation.hold).to.include({ disposition: 'reserved' });
       expect(verifyReceipt(marked.operation.last_receipt!, root.publicKey)).to.include({ decision: 'unknown', reason: 'outcome_unknown', state: 'unknown' });
       expect(JSON.stringify(await kernel.request('mark_unknown', { operation_id: operationId, reason: 'again' }))).to.equal(JSON.stringify(marked));
-      expect((await kernel.request('recover', { limit: 1000, offset: 0 })).operations.map((op) => op.operation_id)).to.include(operationId);
+      expect((await kernel.request('recover', { limit: 1000, after: null })).operations.map((op) => op.operation_id)).to.include(operationId);
       const settled = await kernel.request('settle', { authorization, report: report(executor, authorization) });
       expect(settled.state).to.equal('completed');
       expect(holdOf(root, operationId)!.state).to.equal('consumed');

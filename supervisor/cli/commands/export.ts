@@ -3,8 +3,10 @@
 // `record` ("operation" or "incident") — for log pipelines and jq. Written
 // through ndjson's stringify stream, so a reader sees lines as they come.
 // Operations are read a page at a time, newest first (GET /v1/operations
-// with the previous answer's next_offset), so a long history is written as
-// it is read and never held whole.
+// after the previous answer's next_after), so a long history is written as
+// it is read and never held whole. Each page starts after the key the last
+// one ended at: an operation created during the export is newer than the
+// export's start and is not written, and none is written twice.
 import { Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import ndjson from 'ndjson';
@@ -19,19 +21,12 @@ const INCIDENTS_LIMIT = 1000;
 export async function exportCommand(client: ServiceClient, output: Writable = process.stdout, page = EXPORT_PAGE): Promise<number> {
   const incidents = await client.get(`/v1/incidents?limit=${INCIDENTS_LIMIT}`, incidentsAnswer);
   async function* records(): AsyncGenerator<Record<string, unknown>> {
-    // Pages are read at different moments: k operations created meanwhile shift the later pages by k,
-    // so the previous page's last k come again at the top of the next one; each is written once.
-    let previous = new Set<string>();
-    for (let offset: number | null = 0; offset !== null; ) {
-      const { body }: { body: z.output<typeof operationsAnswer> } = await client.get(`/v1/operations?limit=${page}&offset=${offset}`, operationsAnswer);
-      const current = new Set<string>();
-      for (const operation of body.operations) {
-        current.add(operation.operation_id);
-        if (!previous.has(operation.operation_id)) yield { record: 'operation', ...operation };
-      }
-      previous = current;
-      offset = body.next_offset;
-    }
+    let after: string | null = null;
+    do {
+      const { body }: { body: z.output<typeof operationsAnswer> } = await client.get(`/v1/operations?limit=${page}${after === null ? '' : `&after=${after}`}`, operationsAnswer);
+      for (const operation of body.operations) yield { record: 'operation', ...operation };
+      after = body.next_after;
+    } while (after !== null);
     for (const incident of incidents.body.incidents) yield { record: 'incident', ...incident };
   }
   // stdout stays open after the last line: the process ends it.

@@ -117,7 +117,7 @@ const OPS_LISTED = 1000;
 export async function opsCommand(client: ServiceClient, out: Output): Promise<number> {
   const { body } = await client.get(`/v1/operations?limit=${OPS_LISTED}`, operationsAnswer);
   const { operations } = body;
-  const more = body.next_offset === null ? '' : `\nThe newest ${operations.length} are shown; custody export lists every operation.`;
+  const more = body.next_after === null ? '' : `\nThe newest ${operations.length} are shown; custody export lists every operation.`;
   out.result(body, () =>
     operations.length === 0
       ? 'No operations yet.'

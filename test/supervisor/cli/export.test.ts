@@ -5,6 +5,7 @@ import ndjson from 'ndjson';
 import { PassThrough, Readable } from 'node:stream';
 import { connect } from '../../../supervisor/cli/client.js';
 import { exportCommand } from '../../../supervisor/cli/commands/export.js';
+import { MAX_TIMESTAMP_MS } from '../../../shared/protocol/common.js';
 import { until } from '../../helpers/eventually.js';
 import { type TestService, startService } from '../../helpers/service.js';
 
@@ -54,28 +55,41 @@ describe('custody export', function () {
 
     const api = await service.http('GET', '/v1/operations?limit=100', undefined, 'agent');
     expect(operations.map(({ record: _record, ...op }) => op)).to.deep.equal(api.body.operations);
-    expect(api.body.next_offset, 'one page held them all').to.equal(null);
+    expect(api.body.next_after, 'one page held them all').to.equal(null);
   });
 
-  it('pages the listing: each answer says where the next page starts, and the export reads every page, writing each operation once', async () => {
+  it('pages the listing: each answer gives the key the next page starts after, and the export reads every page, writing each operation once', async () => {
     expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=third', '--request-id', 'export-3'])).code).to.equal(0);
-    const all = (await service.http('GET', '/v1/operations', undefined, 'agent')).body as { operations: Array<{ name: string }>; next_offset: number | null };
+    const all = (await service.http('GET', '/v1/operations', undefined, 'agent')).body as { operations: Array<{ name: string; operation_id: string }>; next_after: string | null };
     expect(all.operations.map((op) => op.name)).to.deep.equal(['export-3', 'export-2', 'export-1']);
     const pages: string[][] = [];
-    for (let offset: number | null = 0; offset !== null; ) {
-      const { body } = await service.http('GET', `/v1/operations?limit=2&offset=${offset}`, undefined, 'agent');
+    const keys: string[] = [];
+    let after: string | null = null;
+    do {
+      const { body } = await service.http('GET', `/v1/operations?limit=2${after === null ? '' : `&after=${after}`}`, undefined, 'agent');
       pages.push((body.operations as Array<{ name: string }>).map((op) => op.name));
-      offset = body.next_offset as number | null;
-    }
+      after = body.next_after as string | null;
+      if (after !== null) keys.push(after);
+    } while (after !== null);
     expect(pages).to.deep.equal([['export-3', 'export-2'], ['export-1']]);
-    expect((await service.http('GET', '/v1/operations?offset=3', undefined, 'agent')).body).to.deep.equal({ operations: [], next_offset: null });
-    // At most 15 digits: the largest is taken (nothing that far back), one digit more is refused.
-    expect((await service.http('GET', `/v1/operations?offset=${'9'.repeat(15)}`, undefined, 'agent')).body).to.deep.equal({ operations: [], next_offset: null });
-    for (const bad of ['-1', '1.5', 'x', '1'.repeat(16)]) {
-      const refused = await service.http('GET', `/v1/operations?offset=${bad}`, undefined, 'agent');
+    // The key is the page's last operation's: its creation time and id.
+    const second = (await service.http('GET', `/v1/operations/export-2`, undefined, 'agent')).body as { kernel: { created_at: number; operation_id: string } };
+    expect(keys).to.deep.equal([`${second.kernel.created_at}.${second.kernel.operation_id}`]);
+    const oldest = (await service.http('GET', `/v1/operations/export-1`, undefined, 'agent')).body as { kernel: { created_at: number; operation_id: string } };
+    expect((await service.http('GET', `/v1/operations?after=${oldest.kernel.created_at}.${oldest.kernel.operation_id}`, undefined, 'agent')).body).to.deep.equal({ operations: [], next_after: null });
+    // A key past every operation (the largest time a key may hold) lists from the newest; a time one past it is refused.
+    const past = (await service.http('GET', `/v1/operations?after=${MAX_TIMESTAMP_MS}.${'f'.repeat(64)}`, undefined, 'agent')).body as { operations: Array<{ name: string }> };
+    expect(past.operations.map((op) => op.name)).to.deep.equal(['export-3', 'export-2', 'export-1']);
+    const hex = '0'.repeat(64);
+    for (const bad of [`${MAX_TIMESTAMP_MS + 1}.${hex}`, `0.${hex}`, `-1.${hex}`, `1.${hex}0`, `1.${'A'.repeat(64)}`, `1${hex}`, '3', 'x', `${'9'.repeat(17)}.${hex}`]) {
+      const refused = await service.http('GET', `/v1/operations?after=${bad}`, undefined, 'agent');
       expect(refused.status, bad).to.equal(400);
-      expect(String(refused.body.message)).to.include('offset');
+      expect(String(refused.body.message), bad).to.include('next_after');
     }
+    // The listing no longer skips by count; asked to, it says what it reads instead.
+    const byOffset = await service.http('GET', '/v1/operations?offset=2', undefined, 'agent');
+    expect(byOffset.status).to.equal(400);
+    expect(String(byOffset.body.message)).to.include('after');
 
     // Pages of one: three answers, each operation written once, newest first, then the incidents.
     const out = new PassThrough();
@@ -87,13 +101,13 @@ describe('custody export', function () {
     expect(records.filter((r) => r.record === 'incident').length).to.be.greaterThan(0);
   });
 
-  it('writes once an operation a page boundary shows twice because another was created between the pages', async () => {
+  it('writes every operation once, and none created after it began, when another is created between its pages', async () => {
     const real = connect(service.dir);
     let pagesRead = 0;
     const client = {
       get: async (...args: Parameters<typeof real.get>) => {
         const answer = await real.get(...args);
-        // After the first page: one more operation, at the front, shifts every later page by one.
+        // After the first page: one more operation, at the front. By offset it shifted every later page by one, and the first page's last came again.
         if (args[0].startsWith('/v1/operations') && ++pagesRead === 1) {
           const created = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'meanwhile' }, request_id: 'export-4' }, 'agent');
           expect(created.status).to.equal(200);
@@ -106,7 +120,10 @@ describe('custody export', function () {
     out.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
     expect(await exportCommand(client, out, 1)).to.equal(0);
     const names = (await parseLines(text)).filter((r) => r.record === 'operation').map((r) => r.name);
-    expect(pagesRead, 'the first page was read again, shifted').to.equal(4);
+    expect(pagesRead, 'one page an operation, none read twice').to.equal(3);
     expect(names).to.deep.equal(['export-3', 'export-2', 'export-1']);
+    // The next export starts from the newest, and has it.
+    expect(((await service.http('GET', '/v1/operations?limit=1', undefined, 'agent')).body as { operations: Array<{ name: string }> }).operations[0]!.name).to.equal('export-4');
   });
+
 });
