@@ -23,4 +23,6 @@ export const CLI_EXIT = {
   unreachable: 5,
   /** `execute --drop-reply`: the executor exited with the drill's status, and so does the CLI. */
   replyDropped: CHILD_EXIT.dropReply,
+  /** Its reader closed stdout (`custody export | head`): 128 + SIGPIPE, as a tool the signal ended. */
+  outputClosed: 141,
 } as const;

@@ -231,10 +231,19 @@ receipt
     setExit(receiptVerifyCommand(json(options), file, options)),
   );
 
+/** A write to a stdout whose reader has gone (`custody export | head`): what a Unix tool ended by SIGPIPE does, quietly. */
+const outputClosed = (error: unknown): boolean => (error as NodeJS.ErrnoException | null)?.code === 'EPIPE';
+process.stdout.on('error', (error) => {
+  if (outputClosed(error)) process.exit(CLI_EXIT.outputClosed);
+  throw error;
+});
+
 try {
   await program.parseAsync(process.argv);
 } catch (error) {
-  if (error instanceof CommanderError) {
+  if (outputClosed(error)) {
+    exitCode = CLI_EXIT.outputClosed;
+  } else if (error instanceof CommanderError) {
     exitCode = error.exitCode === 0 ? 0 : CLI_EXIT.usage;
   } else {
     const failure = toCustodyError(error);

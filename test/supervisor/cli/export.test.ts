@@ -2,12 +2,14 @@
 // read back line by line with ndjson's own parser and held against the API.
 import { expect } from 'chai';
 import ndjson from 'ndjson';
+import { spawn } from 'node:child_process';
 import { PassThrough, Readable } from 'node:stream';
 import { connect } from '../../../supervisor/cli/client.js';
 import { exportCommand } from '../../../supervisor/cli/commands/export.js';
 import { MAX_TIMESTAMP_MS } from '../../../shared/protocol/common.js';
 import { until } from '../../helpers/eventually.js';
-import { type TestService, startService } from '../../helpers/service.js';
+import { CLI, type TestService, startService } from '../../helpers/service.js';
+import { CLI_EXIT } from '../../../shared/exit-codes.js';
 
 /** Parse stdout as NDJSON, strictly: a line that is not one JSON object fails the test. */
 async function parseLines(text: string): Promise<Array<Record<string, unknown>>> {
@@ -126,4 +128,14 @@ describe('custody export', function () {
     expect(((await service.http('GET', '/v1/operations?limit=1', undefined, 'agent')).body as { operations: Array<{ name: string }> }).operations[0]!.name).to.equal('export-4');
   });
 
+  it('stops quietly with 141 when its reader closes the pipe first (custody export | head)', async () => {
+    const child = spawn(process.execPath, [CLI, '--state', service.dir, 'export'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    // The reader is gone before the first line: every write the export makes meets a closed pipe (EPIPE).
+    child.stdout.destroy();
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', (status) => resolve(status)));
+    expect(stderr, 'nothing said: the reader chose to stop').to.equal('');
+    expect(code).to.equal(CLI_EXIT.outputClosed);
+  });
 });
