@@ -4,7 +4,7 @@
 // checks real answers of a live service against that description.
 import { z } from 'zod';
 import { CustodyError, ERROR_CODES } from '../../shared/errors.js';
-import { hex32, identifier, jsonObject, jsonValue, nonNegativeInt, positiveInt, timestampMs, toolName, toolPattern } from '../../shared/protocol/common.js';
+import { MAX_TIMESTAMP_MS, hex32, identifier, jsonObject, jsonValue, nonNegativeInt, positiveInt, timestampMs, toolName, toolPattern } from '../../shared/protocol/common.js';
 import { claimView, toolView } from '../../shared/protocol/executor-messages.js';
 import { OPERATION_STATES, type OperationKey, grantView, operationKey, operationView } from '../../shared/protocol/kernel-messages.js';
 import { artifactText } from '../../shared/protocol/message-spec.js';
@@ -72,7 +72,7 @@ export function pageKeyText(key: OperationKey): string {
 export function parsePageKey(text: string): OperationKey {
   const dot = text.indexOf('.');
   const parsed = operationKey.safeParse({ created_at: Number(text.slice(0, dot)), operation_id: text.slice(dot + 1) });
-  if (!parsed.success) throw new CustodyError('target_invalid', `query parameter after must be the next_after of a previous answer, got ${JSON.stringify(text.slice(0, 100))}`);
+  if (!parsed.success) throw new CustodyError('target_invalid', `query parameter after must be the next_after of a previous answer; its time is past the largest timestamp (${MAX_TIMESTAMP_MS}): ${JSON.stringify(text.slice(0, 100))}`);
   return parsed.data;
 }
 

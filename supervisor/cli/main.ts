@@ -53,6 +53,7 @@ program
   .option('--state <dir>', 'state directory')
   .option('--port <n>', 'control API port on 127.0.0.1 (overrides custody.json; 0 = any free port)', parsePort)
   .action(async (options: { state?: string; port?: number }) => {
+    serving = true;
     setExit(await startCommand(resolveStateDir(options.state ?? program.opts<{ state?: string }>().state), options.port));
   });
 
@@ -231,11 +232,16 @@ receipt
     setExit(receiptVerifyCommand(json(options), file, options)),
   );
 
-/** A write to a stdout whose reader has gone (`custody export | head`): what a Unix tool ended by SIGPIPE does, quietly. */
+/**
+ * A write to a stdout whose reader has gone (`custody export | head`): what
+ * a Unix tool ended by SIGPIPE does, quietly. Not the service: its stdout
+ * carries one line, and a reader that left after it stops nothing.
+ */
 const outputClosed = (error: unknown): boolean => (error as NodeJS.ErrnoException | null)?.code === 'EPIPE';
+let serving = false;
 process.stdout.on('error', (error) => {
-  if (outputClosed(error)) process.exit(CLI_EXIT.outputClosed);
-  throw error;
+  if (!outputClosed(error)) throw error;
+  if (!serving) process.exit(CLI_EXIT.outputClosed);
 });
 
 try {

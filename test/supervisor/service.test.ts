@@ -8,6 +8,7 @@ import path from 'node:path';
 import { isGone } from '../../supervisor/children/proc-stat.js';
 import { programPath } from '../../shared/entry-points.js';
 import { CLI, custody, FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
+import { until } from '../helpers/eventually.js';
 
 describe('the control API', function () {
   this.timeout(60_000);
@@ -219,6 +220,32 @@ describe('custody start on an empty state', function () {
       child.kill('SIGTERM');
       await once(child, 'exit');
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('keeps serving when the reader of its stdout is gone before its one line (a closed pipe stops a CLI command, not the service)', async () => {
+    const { mkdtempSync, rmSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-closed-'));
+    const state = path.join(dir, 'state');
+    const child = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    child.stdout.destroy();
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+    try {
+      // The banner is written once the service serves; its write meets the closed pipe.
+      await until('the service serving', () => Promise.resolve(existsSync(path.join(state, 'supervisor', 'service.json')) ? true : undefined));
+      await until('the service started', () => Promise.resolve(/"event":"service_started"/.test(stderr) ? true : undefined));
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(child.exitCode, 'still running').to.equal(null);
+      const status = await custody(['--state', state, 'status', '--json']);
+      expect(status.code).to.equal(0);
+    } finally {
+      const exited = child.exitCode !== null || child.signalCode !== null ? null : once(child, 'exit');
+      child.kill('SIGTERM');
+      const code = exited === null ? child.exitCode : ((await exited) as [number | null])[0];
+      rmSync(dir, { recursive: true, force: true });
+      expect(code, 'a clean stop').to.equal(0);
     }
   });
 });

@@ -5,8 +5,9 @@
 // Operations are read a page at a time, newest first (GET /v1/operations
 // after the previous answer's next_after), so a long history is written as
 // it is read and never held whole. Each page starts after the key the last
-// one ended at: an operation created during the export is newer than the
-// export's start and is not written, and none is written twice.
+// one ended at: an operation created during the export sorts before every
+// key already read and is not written (unless it shares the last key's
+// millisecond: then once), and none is written twice.
 import { Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import ndjson from 'ndjson';
