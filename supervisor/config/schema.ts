@@ -66,6 +66,12 @@ export const boundsSchema = z.strictObject({
   max_body_bytes: z.number().int().min(1024).max(1024 * 1024).default(256 * 1024),
   /** Requests the kernel channel carries at once. */
   kernel_max_in_flight: z.number().int().min(1).max(4096).default(256),
+  /**
+   * Operations in doubt one recovery sweep looks at (supervisor/operations/
+   * recovery.ts); the next sweep goes on after the last one it looked at, so
+   * every one is reached however many wait.
+   */
+  recovery_sweep_operations: z.number().int().min(1).max(1_000_000).default(10_000),
 });
 
 export const timingSchema = z.strictObject({

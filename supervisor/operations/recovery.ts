@@ -21,8 +21,12 @@ interface Pending {
   readonly backoff: Backoff;
 }
 
-/** Operations one sweep looks at; the rest wait for the next sweep. */
-const MAX_SWEPT = 10_000;
+/** One sweep's listing: `whole` when it holds every operation in doubt. */
+interface InDoubt {
+  readonly operations: OperationView[];
+  readonly now: number;
+  readonly whole: boolean;
+}
 
 export class RecoverySweeper {
   readonly #ctx: OperationContext;
@@ -35,6 +39,15 @@ export class RecoverySweeper {
   readonly #orphans = new Set<string>();
   #timer: NodeJS.Timeout | null = null;
   #sweeping: Promise<void> | null = null;
+  /**
+   * Where the next sweep's listing starts: null from the oldest, else after
+   * the last operation the previous sweep looked at, when it stopped at
+   * bounds.recovery_sweep_operations with more in doubt. Without it, that
+   * many old operations nobody can move (an executor failed, walks an
+   * operator holds, quarantined requests) would hide every newer one from
+   * every sweep.
+   */
+  #resumeAfter: OperationKey | null = null;
 
   constructor(ctx: OperationContext, driver: OperationDriver) {
     this.#ctx = ctx;
@@ -59,16 +72,19 @@ export class RecoverySweeper {
 
   async #sweepOnce(): Promise<void> {
     const ctx = this.#ctx;
-    let listing: { operations: OperationView[]; now: number };
+    let listing: InDoubt;
     try {
       listing = await this.#listInDoubt();
     } catch (error) {
       ctx.log.debug('sweep_skipped', errorFields(error));
       return;
     }
-    const listed = new Set(listing.operations.map((op) => op.operation_id));
-    for (const id of this.#pending.keys()) if (!listed.has(id)) this.#pending.delete(id);
-    for (const id of this.#parked) if (!listed.has(id)) this.#parked.delete(id);
+    // What is no longer in doubt is forgotten, once a sweep has seen all that is.
+    if (listing.whole) {
+      const listed = new Set(listing.operations.map((op) => op.operation_id));
+      for (const id of this.#pending.keys()) if (!listed.has(id)) this.#pending.delete(id);
+      for (const id of this.#parked) if (!listed.has(id)) this.#parked.delete(id);
+    }
     for (const op of listing.operations) {
       if (ctx.signal.aborted) return;
       if (listing.now < (this.#pending.get(op.operation_id)?.due ?? 0)) continue;
@@ -97,20 +113,28 @@ export class RecoverySweeper {
     }
   }
 
-  /** Every operation the kernel holds in doubt, page by page (each page cut to one frame). */
-  async #listInDoubt(): Promise<{ operations: OperationView[]; now: number }> {
+  /**
+   * The operations the kernel holds in doubt, page by page (each page cut to
+   * one frame), oldest first from where the last sweep stopped, at most
+   * bounds.recovery_sweep_operations of them.
+   */
+  async #listInDoubt(): Promise<InDoubt> {
     const ctx = this.#ctx;
+    const most = ctx.config.bounds.recovery_sweep_operations;
     const operations: OperationView[] = [];
-    let after: OperationKey | null = null;
+    const from = this.#resumeAfter;
+    let after: OperationKey | null = from;
     let now: number;
     // Each page starts after the last one's key: an operation settled while this reads (a drive of the last sweep) leaves the set without shifting another past a page's end.
     do {
-      const page: ResultOf<'recover'> = await ctx.kernel.request('recover', { limit: 1000, after }, { timeoutMs: ctx.config.timing.kernel_request_ms });
+      const page: ResultOf<'recover'> = await ctx.kernel.request('recover', { limit: Math.min(1000, most - operations.length), after }, { timeoutMs: ctx.config.timing.kernel_request_ms });
       operations.push(...page.operations);
       now = page.now;
       after = page.next_after;
-    } while (after !== null && operations.length < MAX_SWEPT);
-    return { operations, now };
+    } while (after !== null && operations.length < most);
+    // Stopped at the bound with more in doubt: the next sweep goes on from here; at the end, it starts again from the oldest.
+    this.#resumeAfter = after;
+    return { operations, now, whole: from === null && after === null };
   }
 
   /** Back off an operation whose last attempt failed, so a refusal is not repeated every sweep. */

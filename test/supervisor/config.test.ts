@@ -67,6 +67,10 @@ describe('custody.json', () => {
     expect(messageOf({ timing: { archive_interval_ms: 86_400_001 } })).to.match(/timing\.archive_interval_ms.*got 86400001/);
     expect(parseConfig({ timing: { archive_interval_ms: 0 } }).timing.archive_interval_ms, '0: only custody archive').to.equal(0);
     expect(messageOf({ timing: { archive_interval_ms: -1 } })).to.match(/timing\.archive_interval_ms.*got -1/);
+    expect(parseConfig({ bounds: { recovery_sweep_operations: 1_000_000 } }).bounds.recovery_sweep_operations).to.equal(1_000_000);
+    expect(messageOf({ bounds: { recovery_sweep_operations: 1_000_001 } })).to.match(/bounds\.recovery_sweep_operations.*got 1000001/);
+    expect(parseConfig({ bounds: { recovery_sweep_operations: 1 } }).bounds.recovery_sweep_operations).to.equal(1);
+    expect(messageOf({ bounds: { recovery_sweep_operations: 0 } })).to.match(/bounds\.recovery_sweep_operations.*got 0/);
   });
 
   it('defaults the pool wait to 10 s and metrics to no token on loopback', () => {
@@ -75,6 +79,7 @@ describe('custody.json', () => {
     expect(config.timing.kernel_head_linger_ms).to.equal(50);
     expect(config.timing.migrate_timeout_ms).to.equal(3_600_000);
     expect(config.timing.archive_interval_ms, 'a live ledger archived on its own').to.equal(10_000);
+    expect(config.bounds.recovery_sweep_operations).to.equal(10_000);
     expect(config.metrics).to.deep.equal({ require_token: false });
     expect(messageOf({ metrics: { require_token: 'yes' } })).to.match(/metrics\.require_token/);
   });
