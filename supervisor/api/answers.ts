@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { CustodyError, ERROR_CODES } from '../../shared/errors.js';
 import { MAX_TIMESTAMP_MS, hex32, identifier, jsonObject, jsonValue, nonNegativeInt, positiveInt, timestampMs, toolName, toolPattern } from '../../shared/protocol/common.js';
 import { claimView, toolView } from '../../shared/protocol/executor-messages.js';
-import { OPERATION_STATES, type OperationKey, grantView, operationKey, operationView } from '../../shared/protocol/kernel-messages.js';
+import { type GrantKey, OPERATION_STATES, type OperationKey, grantKey, grantView, operationKey, operationView } from '../../shared/protocol/kernel-messages.js';
 import { artifactText } from '../../shared/protocol/message-spec.js';
 import { REQUEST_PHASES } from '../operations/phases.js';
 
@@ -58,22 +58,35 @@ export const outcomeAnswer = z.strictObject({
 });
 
 /**
- * A page of GET /v1/operations ends at a key, `<created_at>.<operation_id>`
- * (the kernel's ops.list key, docs/PROTOCOL.md "Paging"), and the next page
- * is asked for after it.
+ * A page of GET /v1/operations or GET /v1/grants ends at a key,
+ * `<created_at>.<operation_id>` or `<issued_at>.<capability_id>` (the
+ * kernel's ops.list and grant.list keys, docs/PROTOCOL.md "Paging"), and the
+ * next page is asked for after it. PAGE_KEY is what the query's `after` may
+ * hold at all; each listing reads its own key from it.
  */
-export const PAGE_KEY = /^[1-9][0-9]{0,15}\.[0-9a-f]{64}$/;
+export const PAGE_KEY = /^[1-9][0-9]{0,15}\.[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$/;
+export const OPERATION_PAGE_KEY = /^[1-9][0-9]{0,15}\.[0-9a-f]{64}$/;
 
-export function pageKeyText(key: OperationKey): string {
-  return `${key.created_at}.${key.operation_id}`;
+export function pageKeyText(key: OperationKey | GrantKey): string {
+  return 'created_at' in key ? `${key.created_at}.${key.operation_id}` : `${key.issued_at}.${key.capability_id}`;
 }
 
-/** A key as the query's `after` holds it (the server has checked it against PAGE_KEY); one out of range is refused. */
-export function parsePageKey(text: string): OperationKey {
+/** The time and id of a query's `after` (the server has checked it against PAGE_KEY), as `schema` reads them; a key it refuses is target_invalid. */
+function parsePageKey<T>(text: string, read: (time: number, id: string) => { success: true; data: T } | { success: false }, what: string): T {
   const dot = text.indexOf('.');
-  const parsed = operationKey.safeParse({ created_at: Number(text.slice(0, dot)), operation_id: text.slice(dot + 1) });
-  if (!parsed.success) throw new CustodyError('target_invalid', `query parameter after must be the next_after of a previous answer; its time is past the largest timestamp (${MAX_TIMESTAMP_MS}): ${JSON.stringify(text.slice(0, 100))}`);
+  const parsed = read(Number(text.slice(0, dot)), text.slice(dot + 1));
+  if (!parsed.success) {
+    throw new CustodyError('target_invalid', `query parameter after must be the next_after of a previous answer (${what}, the time at most ${MAX_TIMESTAMP_MS}), got ${JSON.stringify(text.slice(0, 100))}`);
+  }
   return parsed.data;
+}
+
+export function parseOperationPageKey(text: string): OperationKey {
+  return parsePageKey(text, (created_at, operation_id) => operationKey.safeParse({ created_at, operation_id }), '<created_at>.<operation_id>');
+}
+
+export function parseGrantPageKey(text: string): GrantKey {
+  return parsePageKey(text, (issued_at, capability_id) => grantKey.safeParse({ issued_at, capability_id }), '<issued_at>.<capability_id>');
 }
 
 export const operationsAnswer = z.strictObject({
@@ -90,7 +103,7 @@ export const operationsAnswer = z.strictObject({
     }),
   ),
   /** The key of this page's last operation (the `after` to ask the next page with), or null when this page reached the oldest operation. */
-  next_after: z.string().regex(PAGE_KEY).nullable(),
+  next_after: z.string().regex(OPERATION_PAGE_KEY).nullable(),
 });
 
 export const operationAnswer = z.strictObject({ request: outcomeAnswer.nullable(), kernel: operationView.nullable(), receipts: z.array(artifactText) });
@@ -112,7 +125,11 @@ export const artifactsAnswer = z.strictObject({
 });
 
 /** Every grant, newest first (the kernel's grant.list pages, read to the end). */
-export const grantsAnswer = z.strictObject({ grants: z.array(grantView) });
+export const grantsAnswer = z.strictObject({
+  grants: z.array(grantView),
+  /** The key of this page's last grant (the `after` to ask the next page with), or null when this page reached the oldest grant. */
+  next_after: z.string().regex(PAGE_KEY).nullable(),
+});
 export const grantAnswer = grantView;
 
 export const archiveAnswer = z.strictObject({

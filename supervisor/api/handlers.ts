@@ -17,7 +17,7 @@ import type { GrantKey, GrantView, OperationKey, OperationView } from '../../sha
 import type { ResultOf } from '../../shared/protocol/messages.js';
 import { refuseBeforeReserve } from './precheck.js';
 import { DEFAULT_WAIT_MS } from './wait.js';
-import { pageKeyText, parsePageKey } from './answers.js';
+import { pageKeyText, parseGrantPageKey, parseOperationPageKey } from './answers.js';
 import type { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 
 type Answer = Promise<{ status?: number; body: unknown }>;
@@ -146,7 +146,7 @@ async function listKernelOperations(service: Service, limit: number, after: Oper
 
 export async function listOperations(service: Service, query: URLSearchParams): Answer {
   const limit = Math.min(Math.max(Number(query.get('limit') ?? '200') || 200, 1), 100_000);
-  const after = query.has('after') ? parsePageKey(query.get('after')!) : null;
+  const after = query.has('after') ? parseOperationPageKey(query.get('after')!) : null;
   const { operations, next_after } = await listKernelOperations(service, limit, after);
   const listed: Array<{ name: string; operation_id: string; tool: string; state: string | null; phase: string | null; updated_at: number; flag: string | null }> = operations.map((op) => {
     const row = service.store.getRequestByOperation(op.operation_id);
@@ -231,8 +231,23 @@ export async function artifacts(service: Service, name: string): Answer {
   return { body: { name, operation_id: operationIdFor(name), kernel_public_key: service.store.getPin('kernel')?.public_key ?? null, artifacts: files } };
 }
 
-export async function listGrants(service: Service): Answer {
-  return { body: { grants: await kernelGrants(service, false) } };
+/**
+ * Grants newest first, a page at a time (`limit`, default 1,000, at most
+ * 10,000; `after` the previous answer's next_after), every grant ever issued
+ * or (`live=true`) those neither expired nor revoked: a service that grants
+ * per session piles up grants, and one answer held them all.
+ */
+export async function listGrants(service: Service, query: URLSearchParams): Answer {
+  const limit = Math.min(Math.max(Number(query.get('limit') ?? '1000') || 1000, 1), 10_000);
+  const live = query.get('live') === 'true';
+  let after: GrantKey | null = query.has('after') ? parseGrantPageKey(query.get('after')!) : null;
+  const grants: GrantView[] = [];
+  do {
+    const page: ResultOf<'grant.list'> = await service.kernel.request('grant.list', { live, limit: limit - grants.length, after });
+    grants.push(...page.grants);
+    after = page.next_after;
+  } while (after !== null && grants.length < limit);
+  return { body: { grants, next_after: after === null ? null : pageKeyText(after) } };
 }
 
 /**

@@ -85,7 +85,7 @@ const ROUTES: readonly Route[] = [
   route('POST', '/v1/operations/:name/execute', 'control', async (c) => handlers.execute(c.service, c.params.name!, await c.body(executeBody))),
   route('POST', '/v1/operations/:name/report', 'control', async (c) => handlers.step(c.service, c.params.name!, 'report', await c.body(stepBody))),
   route('POST', '/v1/operations/:name/reconcile', 'control', async (c) => handlers.step(c.service, c.params.name!, 'reconcile', await c.body(stepBody))),
-  route('GET', '/v1/grants', 'control', (c) => handlers.listGrants(c.service)),
+  route('GET', '/v1/grants', 'control', (c) => handlers.listGrants(c.service, c.query), ['limit', 'after', 'live']),
   route('POST', '/v1/grants', 'control', async (c) => handlers.addGrant(c.service, await c.body(grantAddBody))),
   route('DELETE', '/v1/grants/:id', 'control', (c) => handlers.revokeGrant(c.service, c.params.id!)),
   route('POST', '/v1/archive', 'control', async (c) => (await c.body(archiveBody), handlers.archive(c.service))),
@@ -125,7 +125,8 @@ function checkParam(kind: Param, value: string): string {
 /** What each query parameter may hold; a parameter a route does not read is refused before this. */
 const QUERY_VALUES: Record<string, { pattern: RegExp; what: string }> = {
   limit: { pattern: /^[0-9]{1,7}$/, what: 'a whole number of at most 7 digits' },
-  after: { pattern: PAGE_KEY, what: "the next_after of a previous answer (<created_at>.<operation_id>)" },
+  after: { pattern: PAGE_KEY, what: 'the next_after of a previous answer (<time>.<id>)' },
+  live: { pattern: /^(true|false)$/, what: 'true or false' },
   subject: { pattern: /^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$/, what: 'a subject id (1-128 letters, digits and _ . : @ / + -)' },
 };
 

@@ -195,8 +195,9 @@ grant
   );
 grant
   .command('list')
+  .option('--live', 'only the grants neither expired nor revoked')
   .option('--json', 'machine-readable output')
-  .action(async (options: { json?: boolean }) => setExit(await grantListCommand(client(), json(options))));
+  .action(async (options: { live?: boolean; json?: boolean }) => setExit(await grantListCommand(client(), json(options), options.live === true)));
 grant
   .command('revoke')
   .argument('<id>', 'capability id')

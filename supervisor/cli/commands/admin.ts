@@ -49,10 +49,16 @@ export async function grantAddCommand(client: ServiceClient, out: Output, option
   return 0;
 }
 
-export async function grantListCommand(client: ServiceClient, out: Output): Promise<number> {
-  const { body } = await client.get('/v1/grants', grantsAnswer);
-  const { grants } = body;
-  out.result(body, () => (grants.length === 0 ? 'No grants.' : table(GRANT_HEADERS, grants.map(grantLine))));
+/** Every grant, newest first (or, `live`, those neither expired nor revoked), read `page` at a time. */
+export async function grantListCommand(client: ServiceClient, out: Output, live = false, page = 10_000): Promise<number> {
+  const grants: Array<z.output<typeof grantsAnswer>['grants'][number]> = [];
+  let after: string | null = null;
+  do {
+    const { body }: { body: z.output<typeof grantsAnswer> } = await client.get(`/v1/grants?limit=${page}&live=${live}${after === null ? '' : `&after=${encodeURIComponent(after)}`}`, grantsAnswer);
+    grants.push(...body.grants);
+    after = body.next_after;
+  } while (after !== null);
+  out.result({ grants }, () => (grants.length === 0 ? (live ? 'No live grants.' : 'No grants.') : table(GRANT_HEADERS, grants.map(grantLine))));
   return 0;
 }
 
