@@ -362,6 +362,29 @@ def main():
         # 2. serve, leave by shutdown
         session = Session(argv, 'kernel', 'kernel', 'serve')
         session.hello(pin)
+        # grant.list pages by key (PROTOCOL.md, "Paging"): each page after the last one's next_after, newest first
+        for n in range(3):
+            added = session.request('grant.add', f'a{n}', {'tool': 'review-notes/*', 'subject': '*', 'max_invocations': 1 + n,
+                                                           'max_cost_units': None, 'not_before': None, 'ttl_ms': 60000})
+            check(added['kind'] == 'result', 'grant.add is answered with the grant')
+        whole = session.request('grant.list', 'l0', {'live': False, 'limit': 10000, 'after': None})['body']
+        check(whole['next_after'] is None and len(whole['grants']) >= 3, 'one page holds every grant, and says it is the last')
+        paged, after, n = [], None, 0
+        while True:
+            n += 1
+            page = session.request('grant.list', f'l{n}', {'live': False, 'limit': 1, 'after': after})['body']
+            check(len(page['grants']) == 1, 'a page of limit 1 holds one grant')
+            paged += [grant['capability_id'] for grant in page['grants']]
+            if page['next_after'] is None:
+                break
+            check(list(page['next_after']) == ['issued_at', 'capability_id'] and page['next_after']['capability_id'] == paged[-1],
+                  'next_after is the key of the page\'s last grant')
+            after = page['next_after']
+        check(paged == [grant['capability_id'] for grant in whole['grants']], 'the pages, in turn, are the whole listing')
+        issued = [json.loads(grant['capability'])['body']['issued_at'] for grant in whole['grants']]
+        check(issued == sorted(issued, reverse=True), 'grants are listed newest first')
+        passed.append('serve: grant.list pages by next_after, newest first, the pages making the whole listing')
+
         answer = session.request('shutdown', 's1', {})
         check(answer['kind'] == 'result' and answer['body'] == {}, 'shutdown is answered {}')
         status, rest, _ = session.finish()
