@@ -33,7 +33,7 @@ describe('the CLI reading the service', () => {
   });
 
   it('shows an answer of the shape its route describes', async () => {
-    answer = { grants: [] };
+    answer = { grants: [], next_after: null };
     const result = await custody(['grant', 'list', '--state', state]);
     expect(result.stderr).to.equal('');
     expect(result.code).to.equal(0);
@@ -41,10 +41,10 @@ describe('the CLI reading the service', () => {
   });
 
   it('refuses an answer of another shape with an error naming the route and the member', async () => {
-    answer = { grants: [{ capability_id: 'g1' }] };
+    answer = { grants: [{ capability_id: 'g1' }], next_after: null };
     const result = await custody(['grant', 'list', '--state', state]);
     expect(result.code).to.equal(1);
     expect(result.stdout).to.equal('');
-    expect(result.stderr).to.match(/GET \/v1\/grants is not the shape it describes \(grants\.0\.\w+: /);
+    expect(result.stderr).to.match(/GET \/v1\/grants\?\S* is not the shape it describes \(grants\.0\.\w+: /);
   });
 });
