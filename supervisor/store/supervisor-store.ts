@@ -171,6 +171,7 @@ export class SupervisorStore {
   readonly #getRequest: Database.Statement<[string], RequestRow>;
   readonly #getPhase: Database.Statement<[string], { phase: RequestPhase }>;
   readonly #getByOperation: Database.Statement<[string], RequestRow>;
+  readonly #endOf: Database.Statement<[string], Pick<RequestRow, 'phase' | 'executor' | 'outcome'>>;
   readonly #setPhase: Database.Statement;
   readonly #openRequests: Database.Statement<[], RequestRow>;
   readonly #quarantined: Database.Statement<[], RequestRow>;
@@ -254,6 +255,8 @@ export class SupervisorStore {
     this.#getRequest = db.prepare('SELECT * FROM requests WHERE request_id = ?');
     this.#getPhase = db.prepare('SELECT phase FROM requests WHERE request_id = ?');
     this.#getByOperation = db.prepare('SELECT * FROM requests WHERE operation_id = ?');
+    // Three short columns of the row, not its ~4 KB of artifacts: archival asks this of every claim it may move.
+    this.#endOf = db.prepare('SELECT phase, executor, outcome FROM requests WHERE operation_id = ?');
     this.#setPhase = db.prepare('UPDATE requests SET phase = ?, updated_at = ? WHERE request_id = ? AND phase = ?');
     // A quarantined request is not open: nothing resumes it but an operator's release.
     // An IN list of the open phases, not NOT IN the closed ones: the index on
@@ -634,6 +637,11 @@ export class SupervisorStore {
 
   getRequestByOperation(operationId: string): RequestRow | undefined {
     return this.#known(this.#getByOperation.get(operationId));
+  }
+
+  /** Where the request log's row of an operation stands, as written: its phase, executor and outcome (supervisor/operations/archival.ts). */
+  endOf(operationId: string): Pick<RequestRow, 'phase' | 'executor' | 'outcome'> | undefined {
+    return this.#endOf.get(operationId);
   }
 
   openRequests(): RequestRow[] {

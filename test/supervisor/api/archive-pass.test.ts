@@ -8,7 +8,7 @@
 import { expect } from 'chai';
 import { CustodyError } from '../../../shared/errors.js';
 import type { ChildHandle } from '../../../supervisor/children/child-handle.js';
-import { Archival } from '../../../supervisor/operations/archival.js';
+import { ARCHIVE_MOVE, ARCHIVE_PAUSE_MS, Archival } from '../../../supervisor/operations/archival.js';
 import type { OperationContext } from '../../../supervisor/operations/context.js';
 import type { RequestRow } from '../../../supervisor/store/supervisor-store.js';
 
@@ -73,7 +73,7 @@ describe('supervisor: an archival pass over a live ledger', () => {
     const ctx = {
       store: {
         getPin: (name: string) => (name === 'default' ? { identity_id: 'exec-a' } : undefined),
-        getRequestByOperation: (operationId: string) => rows[operationId] as RequestRow | undefined,
+        endOf: (operationId: string) => rows[operationId] as RequestRow | undefined,
       },
       kernel: {
         request: (kind: string, body: { operation_id: string }) => {
@@ -103,5 +103,29 @@ describe('supervisor: an archival pass over a live ledger', () => {
     expect(asked.sort(), 'the kernel is asked only about entries that could leave and the log does not show settled here').to.deep.equal([id(1), id(10), id(3), id(5), id(6), id(7), id(9)].sort());
     expect(sent.flat().sort(), 'only what was settled on this executor').to.deep.equal([id(1), id(6), id(8)]);
     expect(answer).to.deep.equal([{ executor: 'default', archived: 3, live: 5, kept: { window_open: 1, no_report: 1, not_settled: 5 } }]);
+  });
+
+  it('moves a page a few at a time, pausing between, so the executions waiting on the executor run between exchanges', async () => {
+    const claims = Array.from({ length: 2 * ARCHIVE_MOVE + 7 }, (_, n) => ({ operation_id: id(100 + n), waiting: null }));
+    const sent: number[] = [];
+    const at: number[] = [];
+    const executor = {
+      request: (kind: string, body: Record<string, unknown>) => {
+        if (kind === 'ledger.live') return Promise.resolve({ claims, next: null, live: claims.length });
+        sent.push((body.settled as string[]).length);
+        at.push(performance.now());
+        return Promise.resolve({ archived: (body.settled as string[]).length, live: 0, not_archived: [] });
+      },
+    };
+    const ctx = {
+      store: { getPin: () => ({ identity_id: 'exec-a' }), endOf: () => ({ phase: 'settled', outcome: 'completed', executor: 'exec-a' }) },
+      kernel: { request: () => Promise.reject(new Error('the log settles every one')) },
+      log: { warn: () => undefined },
+      signal: new AbortController().signal,
+    } as unknown as OperationContext;
+    const [pass] = await new Archival(ctx, new Map([['default', executor as unknown as ChildHandle]])).pass();
+    expect(pass!.archived).to.equal(claims.length);
+    expect(sent, 'three exchanges, none over ARCHIVE_MOVE').to.deep.equal([ARCHIVE_MOVE, ARCHIVE_MOVE, 7]);
+    for (let i = 1; i < at.length; i++) expect(at[i]! - at[i - 1]!, 'a pause between exchanges').to.be.at.least(ARCHIVE_PAUSE_MS - 1);
   });
 });
