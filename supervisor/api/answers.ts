@@ -124,7 +124,7 @@ export const artifactsAnswer = z.strictObject({
   artifacts: z.array(z.strictObject({ file: z.string(), kind: z.enum(['receipt', 'authorization', 'report']), text: artifactText })),
 });
 
-/** Every grant, newest first (the kernel's grant.list pages, read to the end). */
+/** A page of grants, newest first (GET /v1/grants; the kernel's grant.list pages, read up to `limit`). */
 export const grantsAnswer = z.strictObject({
   grants: z.array(grantView),
   /** The key of this page's last grant (the `after` to ask the next page with), or null when this page reached the oldest grant. */

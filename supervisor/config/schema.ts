@@ -69,9 +69,10 @@ export const boundsSchema = z.strictObject({
   /**
    * Operations in doubt one recovery sweep looks at (supervisor/operations/
    * recovery.ts); the next sweep goes on after the last one it looked at, so
-   * every one is reached however many wait.
+   * every one is reached however many wait. A sweep holds the views it
+   * lists (each with its signed artifacts, ~2-4 KB): at most 100,000.
    */
-  recovery_sweep_operations: z.number().int().min(1).max(1_000_000).default(10_000),
+  recovery_sweep_operations: z.number().int().min(1).max(100_000).default(10_000),
 });
 
 export const timingSchema = z.strictObject({

@@ -43,7 +43,7 @@ const ARCHIVE_LOOKUPS_IN_FLIGHT = 16;
 export const ARCHIVE_MOVE = 50;
 /** Pause after each `archive` exchange, so the pass leaves the executor to the executions waiting. */
 export const ARCHIVE_PAUSE_MS = 10;
-/** Deadline of each ledger.live and archive exchange: a page of 500 entries and its writes. */
+/** Deadline of each ledger.live exchange (a page of 500 entries) and archive exchange (ARCHIVE_MOVE operations and their writes). */
 const ARCHIVE_EXCHANGE_MS = 60_000;
 
 /** What one pass did on one executor: moved to the archive, left live, and why each kept entry stayed. */

@@ -21,11 +21,11 @@ interface Pending {
   readonly backoff: Backoff;
 }
 
-/** One sweep's listing: `whole` when it holds every operation in doubt. */
+/** One sweep's listing: `roundEnded` when it reached the newest operation in doubt (the next sweep starts from the oldest). */
 interface InDoubt {
   readonly operations: OperationView[];
   readonly now: number;
-  readonly whole: boolean;
+  readonly roundEnded: boolean;
 }
 
 export class RecoverySweeper {
@@ -48,6 +48,8 @@ export class RecoverySweeper {
    * every sweep.
    */
   #resumeAfter: OperationKey | null = null;
+  /** The operations the sweeps have listed since one started from the oldest. */
+  readonly #seenThisRound = new Set<string>();
 
   constructor(ctx: OperationContext, driver: OperationDriver) {
     this.#ctx = ctx;
@@ -79,11 +81,10 @@ export class RecoverySweeper {
       ctx.log.debug('sweep_skipped', errorFields(error));
       return;
     }
-    // What is no longer in doubt is forgotten, once a sweep has seen all that is.
-    if (listing.whole) {
-      const listed = new Set(listing.operations.map((op) => op.operation_id));
-      for (const id of this.#pending.keys()) if (!listed.has(id)) this.#pending.delete(id);
-      for (const id of this.#parked) if (!listed.has(id)) this.#parked.delete(id);
+    // What is no longer in doubt is forgotten once the sweeps since the oldest have reached the newest: they have seen all that is.
+    if (listing.roundEnded) {
+      for (const id of this.#pending.keys()) if (!this.#seenThisRound.has(id)) this.#pending.delete(id);
+      for (const id of this.#parked) if (!this.#seenThisRound.has(id)) this.#parked.delete(id);
     }
     for (const op of listing.operations) {
       if (ctx.signal.aborted) return;
@@ -123,6 +124,7 @@ export class RecoverySweeper {
     const most = ctx.config.bounds.recovery_sweep_operations;
     const operations: OperationView[] = [];
     const from = this.#resumeAfter;
+    if (from === null) this.#seenThisRound.clear();
     let after: OperationKey | null = from;
     let now: number;
     // Each page starts after the last one's key: an operation settled while this reads (a drive of the last sweep) leaves the set without shifting another past a page's end.
@@ -134,7 +136,8 @@ export class RecoverySweeper {
     } while (after !== null && operations.length < most);
     // Stopped at the bound with more in doubt: the next sweep goes on from here; at the end, it starts again from the oldest.
     this.#resumeAfter = after;
-    return { operations, now, whole: from === null && after === null };
+    for (const op of operations) this.#seenThisRound.add(op.operation_id);
+    return { operations, now, roundEnded: after === null };
   }
 
   /** Back off an operation whose last attempt failed, so a refusal is not repeated every sweep. */

@@ -377,7 +377,7 @@ def main():
             paged += [grant['capability_id'] for grant in page['grants']]
             if page['next_after'] is None:
                 break
-            check(list(page['next_after']) == ['issued_at', 'capability_id'] and page['next_after']['capability_id'] == paged[-1],
+            check(set(page['next_after']) == {'issued_at', 'capability_id'} and page['next_after']['capability_id'] == paged[-1],
                   'next_after is the key of the page\'s last grant')
             after = page['next_after']
         check(paged == [grant['capability_id'] for grant in whole['grants']], 'the pages, in turn, are the whole listing')

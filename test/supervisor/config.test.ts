@@ -67,8 +67,8 @@ describe('custody.json', () => {
     expect(messageOf({ timing: { archive_interval_ms: 86_400_001 } })).to.match(/timing\.archive_interval_ms.*got 86400001/);
     expect(parseConfig({ timing: { archive_interval_ms: 0 } }).timing.archive_interval_ms, '0: only custody archive').to.equal(0);
     expect(messageOf({ timing: { archive_interval_ms: -1 } })).to.match(/timing\.archive_interval_ms.*got -1/);
-    expect(parseConfig({ bounds: { recovery_sweep_operations: 1_000_000 } }).bounds.recovery_sweep_operations).to.equal(1_000_000);
-    expect(messageOf({ bounds: { recovery_sweep_operations: 1_000_001 } })).to.match(/bounds\.recovery_sweep_operations.*got 1000001/);
+    expect(parseConfig({ bounds: { recovery_sweep_operations: 100_000 } }).bounds.recovery_sweep_operations).to.equal(100_000);
+    expect(messageOf({ bounds: { recovery_sweep_operations: 100_001 } })).to.match(/bounds\.recovery_sweep_operations.*got 100001/);
     expect(parseConfig({ bounds: { recovery_sweep_operations: 1 } }).bounds.recovery_sweep_operations).to.equal(1);
     expect(messageOf({ bounds: { recovery_sweep_operations: 0 } })).to.match(/bounds\.recovery_sweep_operations.*got 0/);
   });

@@ -7,8 +7,55 @@
 // a sweep looks at two: only by going on does a sweep reach the fourth and
 // close it without effect.
 import { expect } from 'chai';
+import type { OperationKey, OperationView } from '../../../shared/protocol/kernel-messages.js';
+import type { OperationContext } from '../../../supervisor/operations/context.js';
+import type { OperationDriver } from '../../../supervisor/operations/driver.js';
+import { RecoverySweeper } from '../../../supervisor/operations/recovery.js';
 import { until } from '../../helpers/eventually.js';
 import { type TestService, startService } from '../../helpers/service.js';
+
+describe('the recovery sweep, going on where the last stopped', () => {
+  it('starts each sweep after the last one\'s last operation, starts again from the oldest after the newest, and says a waiting operation once', async () => {
+    // Five operations in doubt, oldest first, each waiting for an executor the service does not have (failed).
+    const doubt = Array.from({ length: 5 }, (_, n) => ({ operation_id: String(n + 1).repeat(64), request_id: `op-${n + 1}`, created_at: 1000 + n, state: 'dispatch_committed', executor_id: 'gone', window: null }) as unknown as OperationView);
+    const firstAfter: Array<OperationKey | null> = [];
+    const listed: string[][] = [];
+    const incidents: string[] = [];
+    let first = true;
+    const ctx = {
+      config: { bounds: { recovery_sweep_operations: 2 }, timing: { kernel_request_ms: 1000 } },
+      signal: new AbortController().signal,
+      log: { debug: () => undefined, warn: () => undefined },
+      executorById: () => {
+        throw new Error('no such executor');
+      },
+      store: { getRequestByOperation: () => undefined, recordIncident: (incident: { operation_id: string }) => incidents.push(incident.operation_id) },
+      kernel: {
+        request: (kind: string, body: { limit: number; after: OperationKey | null }) => {
+          expect(kind).to.equal('recover');
+          if (first) firstAfter.push(body.after);
+          first = false;
+          const rest = doubt.filter((op) => body.after === null || op.created_at > body.after.created_at);
+          const page = rest.slice(0, body.limit);
+          listed.at(-1)!.push(...page.map((op) => op.request_id));
+          const last = page.at(-1);
+          return Promise.resolve({ operations: page, now: 2000, next_after: rest.length > body.limit && last ? { created_at: last.created_at, operation_id: last.operation_id } : null });
+        },
+      },
+    } as unknown as OperationContext;
+    const sweeper = new RecoverySweeper(ctx, {} as OperationDriver);
+    for (let sweep = 0; sweep < 6; sweep++) {
+      first = true;
+      listed.push([]);
+      await sweeper.sweep();
+    }
+    const key = (n: number) => ({ created_at: 1000 + n - 1, operation_id: String(n).repeat(64) });
+    expect(firstAfter).to.deep.equal([null, key(2), key(4), null, key(2), key(4)]);
+    expect(listed).to.deep.equal([['op-1', 'op-2'], ['op-3', 'op-4'], ['op-5'], ['op-1', 'op-2'], ['op-3', 'op-4'], ['op-5']]);
+    // Each waiting operation is said once over two rounds: its mark outlives the sweeps that do not list it.
+    expect(incidents.sort()).to.deep.equal(doubt.map((op) => op.operation_id).sort());
+  });
+});
 
 describe('the recovery sweep, bounded', function () {
   this.timeout(90_000);
