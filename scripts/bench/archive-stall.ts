@@ -6,17 +6,14 @@
 // their windows have passed, invokes one at a time for 3 s (quiet), then one
 // at a time again while `POST /v1/archive` moves them all. Prints the latency
 // of both and how long the pass took.
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { programPath } from '../../shared/entry-points.js';
 import { createLogger } from '../../shared/log.js';
 import { parseConfig } from '../../supervisor/config/load.js';
 import { initState } from '../../supervisor/init.js';
-import { statePaths } from '../../supervisor/paths.js';
-import { benchClient, callApi, invokeNote } from './client.js';
-import { percentile } from './e2e.js';
+import { callApi, invokeNote } from './client.js';
+import { percentile, startService, stopService } from './e2e.js';
 
 const WINDOW_MS = 20_000;
 const operations = Number(process.argv[2] ?? 8000);
@@ -30,16 +27,9 @@ const dir = mkdtempSync(path.join(tmpdir(), 'custody-bench-archive-'));
 const root = path.join(dir, 'state');
 const config = parseConfig({ port: 0, timing: { archive_interval_ms: 0 }, kernel: { settings: { nonce_ttl_ms: WINDOW_MS } } });
 await initState(root, { config, log: createLogger({}, { level: 'error' }), onChildStderr: () => undefined });
-const child = spawn(process.execPath, [programPath('custody'), 'start', '--state', root], { stdio: ['ignore', 'ignore', 'ignore'] });
+const service = await startService(root);
 try {
-  const paths = statePaths(root);
-  let port: number | null = null;
-  while (port === null) {
-    const written = existsSync(paths.serviceJson) ? (JSON.parse(readFileSync(paths.serviceJson, 'utf8')) as { pid: number; port: number }) : null;
-    if (written !== null && written.pid === child.pid) port = written.port;
-    else await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  const client = benchClient(port, readFileSync(paths.controlToken, 'utf8').trim());
+  const { client } = service;
   await callApi(client, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
   let next = 0;
   await Promise.all(
@@ -69,7 +59,6 @@ try {
   const answer = (await pass).body as { executors: Array<{ archived: number }> };
   console.log(JSON.stringify({ operations, archived: answer.executors[0]?.archived, pass_ms: Math.round(performance.now() - started), quiet: figures(quiet), during_pass: figures(during) }));
 } finally {
-  child.kill('SIGTERM');
-  await new Promise((resolve) => child.once('exit', resolve));
+  await stopService(service);
   rmSync(dir, { recursive: true, force: true });
 }

@@ -61,7 +61,8 @@ interface Running {
   readonly client: CustodyClient;
 }
 
-async function startService(root: string): Promise<Running> {
+/** `custody start` on a state, once it serves (its own service.json written). */
+export async function startService(root: string): Promise<Running> {
   const paths = statePaths(root);
   const started = performance.now();
   const child = spawn(process.execPath, [CLI, 'start', '--state', root], { stdio: ['ignore', 'ignore', 'ignore'] });
@@ -226,7 +227,7 @@ function measureCliCall(service: Running, calls: number): { calls: number; p50_m
   return { calls, p50_ms: percentile(walls.sort((a, b) => a - b), 50), cpu_ms_per_call: (reapedChildrenCpuMs() - cpuBefore) / calls };
 }
 
-async function stopService(service: Running): Promise<void> {
+export async function stopService(service: Running): Promise<void> {
   service.process.kill('SIGTERM');
   await new Promise((resolve) => service.process.once('exit', resolve));
 }

@@ -54,6 +54,9 @@ export const operationView = z.strictObject({
 });
 export type OperationView = z.infer<typeof operationView>;
 
+/** The most entries one page of ops.list, recover or grant.list may ask for. */
+export const KERNEL_PAGE_MAX = 10_000;
+
 /** Where a page of ops.list or recover ended: its last operation's creation time and id. */
 export const operationKey = z.strictObject({ created_at: timestampMs, operation_id: hex32 });
 export type OperationKey = z.infer<typeof operationKey>;
@@ -163,7 +166,7 @@ export const KERNEL_MESSAGES = {
    */
   'ops.list': {
     to: ['kernel'],
-    request: z.strictObject({ states: z.array(operationState).nullable(), limit: positiveInt.max(10_000), after: operationKey.nullable() }),
+    request: z.strictObject({ states: z.array(operationState).nullable(), limit: positiveInt.max(KERNEL_PAGE_MAX), after: operationKey.nullable() }),
     result: z.strictObject({ operations: z.array(operationView), next_after: operationKey.nullable() }),
   },
   /**
@@ -174,7 +177,7 @@ export const KERNEL_MESSAGES = {
    */
   recover: {
     to: ['kernel'],
-    request: z.strictObject({ limit: positiveInt.max(10_000), after: operationKey.nullable() }),
+    request: z.strictObject({ limit: positiveInt.max(KERNEL_PAGE_MAX), after: operationKey.nullable() }),
     result: z.strictObject({ operations: z.array(operationView), now: timestampMs, next_after: operationKey.nullable() }),
   },
   'grant.add': {
@@ -197,7 +200,7 @@ export const KERNEL_MESSAGES = {
    */
   'grant.list': {
     to: ['kernel'],
-    request: z.strictObject({ live: z.boolean(), limit: positiveInt.max(10_000), after: grantKey.nullable() }),
+    request: z.strictObject({ live: z.boolean(), limit: positiveInt.max(KERNEL_PAGE_MAX), after: grantKey.nullable() }),
     result: z.strictObject({ grants: z.array(grantView), next_after: grantKey.nullable() }),
   },
   'grant.revoke': {

@@ -13,8 +13,7 @@ import { recoverRollback } from '../operations/rollback-recovery.js';
 import type { RequestRow } from '../store/supervisor-store.js';
 import type { Service } from '../service.js';
 import type { ChildHandle } from '../children/child-handle.js';
-import type { GrantKey, GrantView, OperationKey, OperationView } from '../../shared/protocol/kernel-messages.js';
-import type { ResultOf } from '../../shared/protocol/messages.js';
+import { type GrantKey, type GrantView, KERNEL_PAGE_MAX, type OperationKey } from '../../shared/protocol/kernel-messages.js';
 import { refuseBeforeReserve } from './precheck.js';
 import { DEFAULT_WAIT_MS } from './wait.js';
 import { pageKeyText, parseGrantPageKey, parseOperationPageKey } from './answers.js';
@@ -132,22 +131,42 @@ export function step(service: Service, name: string, goal: 'report' | 'reconcile
   return answerDrive(service, name, service.driver.drive(name, goal), body.wait_ms);
 }
 
-/** Kernel pages after `after`, up to `limit` operations (pages are cut to fit one frame), and the key the next listing starts after. */
-async function listKernelOperations(service: Service, limit: number, after: OperationKey | null): Promise<{ operations: OperationView[]; next_after: OperationKey | null }> {
-  const operations: OperationView[] = [];
-  let next: OperationKey | null = after;
+/**
+ * Up to `limit` entries of a kernel listing (ops.list, grant.list) from
+ * after `after`, asking page after page (each cut to one frame by the
+ * kernel), and the key the next listing starts after: null once the
+ * listing's end was reached.
+ */
+async function kernelPages<Item, Key>(
+  ask: (after: Key | null, limit: number) => Promise<{ items: Item[]; next_after: Key | null }>,
+  after: Key | null,
+  limit = Number.POSITIVE_INFINITY,
+): Promise<{ items: Item[]; next_after: Key | null }> {
+  const items: Item[] = [];
+  let next = after;
   do {
-    const page: ResultOf<'ops.list'> = await service.kernel.request('ops.list', { states: null, limit: Math.min(limit - operations.length, 10_000), after: next });
-    operations.push(...page.operations);
+    const page = await ask(next, Math.min(limit - items.length, KERNEL_PAGE_MAX));
+    items.push(...page.items);
     next = page.next_after;
-  } while (next !== null && operations.length < limit);
-  return { operations, next_after: next };
+  } while (next !== null && items.length < limit);
+  return { items, next_after: next };
+}
+
+/** A query's `limit`: `fallback` when absent or 0, at most `most` (GET /v1/operations, /v1/grants, /v1/incidents; openapi.ts says the same). */
+function limitOf(query: URLSearchParams, fallback: number, most: number): number {
+  return Math.min(Math.max(Number(query.get('limit') ?? fallback) || fallback, 1), most);
 }
 
 export async function listOperations(service: Service, query: URLSearchParams): Answer {
-  const limit = Math.min(Math.max(Number(query.get('limit') ?? '200') || 200, 1), 100_000);
   const after = query.has('after') ? parseOperationPageKey(query.get('after')!) : null;
-  const { operations, next_after } = await listKernelOperations(service, limit, after);
+  const { items: operations, next_after } = await kernelPages(
+    async (from: OperationKey | null, limit) => {
+      const page = await service.kernel.request('ops.list', { states: null, limit, after: from });
+      return { items: page.operations, next_after: page.next_after };
+    },
+    after,
+    limitOf(query, 200, 100_000),
+  );
   const listed: Array<{ name: string; operation_id: string; tool: string; state: string | null; phase: string | null; updated_at: number; flag: string | null }> = operations.map((op) => {
     const row = service.store.getRequestByOperation(op.operation_id);
     return { name: op.request_id, operation_id: op.operation_id, tool: op.tool, state: op.state, phase: row?.phase ?? null, updated_at: op.updated_at, flag: op.flag };
@@ -238,16 +257,9 @@ export async function artifacts(service: Service, name: string): Answer {
  * per session piles up grants, and one answer held them all.
  */
 export async function listGrants(service: Service, query: URLSearchParams): Answer {
-  const limit = Math.min(Math.max(Number(query.get('limit') ?? '1000') || 1000, 1), 10_000);
-  const live = query.get('live') === 'true';
-  let after: GrantKey | null = query.has('after') ? parseGrantPageKey(query.get('after')!) : null;
-  const grants: GrantView[] = [];
-  do {
-    const page: ResultOf<'grant.list'> = await service.kernel.request('grant.list', { live, limit: limit - grants.length, after });
-    grants.push(...page.grants);
-    after = page.next_after;
-  } while (after !== null && grants.length < limit);
-  return { body: { grants, next_after: after === null ? null : pageKeyText(after) } };
+  const after = query.has('after') ? parseGrantPageKey(query.get('after')!) : null;
+  const { items: grants, next_after } = await kernelPages(grantPages(service, query.get('live') === 'true'), after, limitOf(query, 1000, 10_000));
+  return { body: { grants, next_after: next_after === null ? null : pageKeyText(next_after) } };
 }
 
 /**
@@ -256,15 +268,15 @@ export async function listGrants(service: Service, query: URLSearchParams): Answ
  * kernel reads without the expired pile (kernel.db version 8).
  */
 export async function kernelGrants(service: Service, live: boolean): Promise<GrantView[]> {
-  // Each page starts after the last one's key: a grant added meanwhile is newer than every key read, and one that expires shifts nothing.
-  const grants: GrantView[] = [];
-  let after: GrantKey | null = null;
-  do {
-    const page: ResultOf<'grant.list'> = await service.kernel.request('grant.list', { live, limit: 10_000, after });
-    grants.push(...page.grants);
-    after = page.next_after;
-  } while (after !== null);
-  return grants;
+  return (await kernelPages(grantPages(service, live), null)).items;
+}
+
+/** How kernelPages asks for a page of grants. */
+function grantPages(service: Service, live: boolean) {
+  return async (after: GrantKey | null, limit: number) => {
+    const page = await service.kernel.request('grant.list', { live, limit, after });
+    return { items: page.grants, next_after: page.next_after };
+  };
 }
 
 export async function addGrant(service: Service, body: z.infer<typeof grantAddBody>): Answer {
@@ -284,7 +296,7 @@ export async function revokeGrant(service: Service, id: string): Answer {
 }
 
 export function incidents(service: Service, query: URLSearchParams) {
-  const limit = Math.min(Math.max(Number(query.get('limit') ?? '50') || 50, 1), 1000);
+  const limit = limitOf(query, 50, 1000);
   return { incidents: service.store.recentIncidents(limit) };
 }
 

@@ -35,6 +35,20 @@ function checkedAnswer<S extends z.ZodType>(method: string, path: string, answer
   return { status: answer.status, body: checked.data };
 }
 
+/**
+ * Every page of a listing (GET /v1/operations, /v1/grants), each asked for
+ * after the previous answer's next_after, as its answers come: `path` holds
+ * the query the listing takes (at least its limit).
+ */
+export async function* pagesOf<S extends z.ZodType<{ next_after: string | null }>>(client: ServiceClient, path: string, answer: S): AsyncGenerator<z.output<S>> {
+  let after: string | null = null;
+  do {
+    const { body }: { body: z.output<S> } = await client.get(after === null ? path : `${path}&after=${encodeURIComponent(after)}`, answer);
+    yield body;
+    after = body.next_after;
+  } while (after !== null);
+}
+
 function readServiceInfo(paths: StatePaths): { port: number; pid: number } {
   let text: string;
   try {

@@ -29,6 +29,7 @@ import type { OperationContext } from './context.js';
 import type { OperationState } from '../../shared/protocol/kernel-messages.js';
 import type { SupervisorStore } from '../store/supervisor-store.js';
 import { SETTLED_STATES } from './outcome.js';
+import { Periodic } from './periodic.js';
 
 /** Entries of an executor's live ledger read per `ledger.live` page, and kernel lookups in flight at once while a page is judged. */
 const ARCHIVE_PAGE = LEDGER_LIVE_PAGE_MAX;
@@ -57,8 +58,7 @@ export interface ArchivePass {
 export class Archival {
   readonly #ctx: OperationContext;
   readonly #executors: ReadonlyMap<string, ChildHandle>;
-  #timer: NodeJS.Timeout | null = null;
-  #passing: Promise<ArchivePass[]> | null = null;
+  readonly #passes = new Periodic(() => this.#passOnce());
 
   constructor(ctx: OperationContext, executors: ReadonlyMap<string, ChildHandle>) {
     this.#ctx = ctx;
@@ -67,27 +67,22 @@ export class Archival {
 
   /** Passes every timing.archive_interval_ms from now on (none when it is 0). */
   start(): void {
-    const interval = this.#ctx.config.timing.archive_interval_ms;
-    if (interval === 0) return;
-    this.#timer = setInterval(() => void this.#scheduled(), interval);
-    this.#timer.unref();
+    this.#passes.every(this.#ctx.config.timing.archive_interval_ms, () => void this.#scheduled());
   }
 
   stop(): void {
-    if (this.#timer) clearInterval(this.#timer);
-    this.#timer = null;
+    this.#passes.stop();
   }
 
   /** One pass over every executor; a call while one runs shares it. */
   pass(): Promise<ArchivePass[]> {
-    this.#passing ??= this.#passOnce().finally(() => (this.#passing = null));
-    return this.#passing;
+    return this.#passes.run();
   }
 
   /** A pass of the timer: what it moved is logged; an executor it could not pass (logged by #passOnce) waits for the next one. */
   async #scheduled(): Promise<void> {
     // A pass still running (a large ledger, a slow kernel) is not joined again: it is logged once, by the tick that started it.
-    if (this.#ctx.signal.aborted || this.#passing !== null) return;
+    if (this.#ctx.signal.aborted || this.#passes.running) return;
     try {
       for (const pass of await this.pass()) {
         if (pass.archived > 0) this.#ctx.log.info('archived', { executor: pass.executor, archived: pass.archived, live: pass.live, kept: pass.kept });

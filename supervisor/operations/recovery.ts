@@ -10,6 +10,7 @@ import type { OperationKey, OperationView } from '../../shared/protocol/kernel-m
 import type { ResultOf } from '../../shared/protocol/messages.js';
 import { nowMs } from '../../shared/clock.js';
 import type { Backoff } from './backoff.js';
+import { Periodic } from './periodic.js';
 import { type OperationContext, retryBackoff } from './context.js';
 import type { OperationDriver } from './driver.js';
 import { reconcileOperation } from './executor-steps.js';
@@ -37,8 +38,7 @@ export class RecoverySweeper {
   readonly #parked = new Set<string>();
   /** Orphans being reconciled now (each until a report comes back). */
   readonly #orphans = new Set<string>();
-  #timer: NodeJS.Timeout | null = null;
-  #sweeping: Promise<void> | null = null;
+  readonly #sweeps = new Periodic(() => this.#sweepOnce());
   /**
    * Where the next sweep's listing starts: null from the oldest, else after
    * the last operation the previous sweep looked at, when it stopped at
@@ -57,19 +57,16 @@ export class RecoverySweeper {
   }
 
   start(): void {
-    this.#timer = setInterval(() => void this.sweep(), this.#ctx.config.timing.recovery_sweep_ms);
-    this.#timer.unref();
+    this.#sweeps.every(this.#ctx.config.timing.recovery_sweep_ms, () => void this.sweep());
   }
 
   stop(): void {
-    if (this.#timer) clearInterval(this.#timer);
-    this.#timer = null;
+    this.#sweeps.stop();
   }
 
   /** One sweep; overlapping calls share the sweep in progress. */
   sweep(): Promise<void> {
-    this.#sweeping ??= this.#sweepOnce().finally(() => (this.#sweeping = null));
-    return this.#sweeping;
+    return this.#sweeps.run();
   }
 
   async #sweepOnce(): Promise<void> {

@@ -140,7 +140,7 @@ export function supervisorStoreSpec(dir: string): StoreSpec {
  * arguments or outputs cannot hold more memory than this. A size, not a
  * behaviour: a row forgotten early is read again, nothing more.
  */
-const REMEMBERED_CHARS = 32 * 1024 * 1024;
+export const REMEMBERED_CHARS = 32 * 1024 * 1024;
 
 /** Rows of the request log read per slice by requestsDispatchedTo: ~40 MB of the largest rows, a few ms of reading. */
 const DISPATCHED_ROWS_PER_SLICE = 10_000;
@@ -212,21 +212,25 @@ export class SupervisorStore {
    * the store: they see its uncommitted writes, which this map never holds.
    */
   readonly #remembered = new Map<string, { readonly row: RequestRow; readonly chars: number }>();
-  /** The characters #remembered holds (sizeOf each row, once), kept under REMEMBERED_CHARS. */
+  /** The characters #remembered holds (sizeOf each row, once), kept at most #rememberedBound (REMEMBERED_CHARS). */
   #rememberedChars = 0;
   /** The row a grouped write left, until its transaction commits (#groupedWrite); a later write forgets it. */
   readonly #committing = new Map<string, RequestRow>();
 
-  static provision(dir: string): SupervisorStore {
-    return new SupervisorStore(provisionStore(supervisorStoreSpec(dir)));
+  /** `rememberedChars`: the bound on rows remembered (REMEMBERED_CHARS; a test sets it to a few rows). */
+  static provision(dir: string, rememberedChars = REMEMBERED_CHARS): SupervisorStore {
+    return new SupervisorStore(provisionStore(supervisorStoreSpec(dir)), rememberedChars);
   }
 
-  static open(dir: string): SupervisorStore {
-    return new SupervisorStore(openStore(supervisorStoreSpec(dir)));
+  static open(dir: string, rememberedChars = REMEMBERED_CHARS): SupervisorStore {
+    return new SupervisorStore(openStore(supervisorStoreSpec(dir)), rememberedChars);
   }
 
-  private constructor(db: Database.Database) {
+  readonly #rememberedBound: number;
+
+  private constructor(db: Database.Database, rememberedChars: number) {
     this.db = db;
+    this.#rememberedBound = rememberedChars;
     this.#group = new GroupCommit(db, GROUP_COMMIT_MAX_WRITES, 'supervisor', () => this.#headsRider(), (writes) => this.observer?.committed(writes));
     this.#putPin = db.prepare(
       `INSERT INTO pins (name, role, identity_id, public_key, key_epoch, pinned_at) VALUES (@name, @role, @identity_id, @public_key, @key_epoch, @pinned_at)
@@ -615,11 +619,11 @@ export class SupervisorStore {
   #remember(row: RequestRow): void {
     this.#drop(row.request_id);
     const chars = sizeOf(row);
-    if (chars > REMEMBERED_CHARS) return;
+    if (chars > this.#rememberedBound) return;
     this.#remembered.set(row.request_id, { row, chars });
     this.#rememberedChars += chars;
     // A Map iterates in insertion order: the first key is the longest remembered.
-    while (this.#rememberedChars > REMEMBERED_CHARS) this.#drop(this.#remembered.keys().next().value!);
+    while (this.#rememberedChars > this.#rememberedBound) this.#drop(this.#remembered.keys().next().value!);
   }
 
   #drop(requestId: string): void {

@@ -7,7 +7,7 @@ import { decodeArtifact, readEnvelope } from '../../../shared/artifacts/artifact
 import { capabilityBody } from '../../../shared/protocol/artifacts.js';
 import { readPublicKeyFile } from '../../../shared/crypto/key-files.js';
 import type { z } from 'zod';
-import type { ServiceClient } from '../client.js';
+import { type ServiceClient, pagesOf } from '../client.js';
 import { archiveAnswer, artifactsAnswer, grantAnswer, executorRotateAnswer, grantsAnswer, kernelRotateAnswer, keysAnswer, recoverRollbackAnswer, restartAnswer, statusAnswer } from '../../api/answers.js';
 import { type Output, formatDuration, formatTime, table } from '../output.js';
 
@@ -52,12 +52,7 @@ export async function grantAddCommand(client: ServiceClient, out: Output, option
 /** Every grant, newest first (or, `live`, those neither expired nor revoked), read `page` at a time. */
 export async function grantListCommand(client: ServiceClient, out: Output, live = false, page = 10_000): Promise<number> {
   const grants: Array<z.output<typeof grantsAnswer>['grants'][number]> = [];
-  let after: string | null = null;
-  do {
-    const { body }: { body: z.output<typeof grantsAnswer> } = await client.get(`/v1/grants?limit=${page}&live=${live}${after === null ? '' : `&after=${encodeURIComponent(after)}`}`, grantsAnswer);
-    grants.push(...body.grants);
-    after = body.next_after;
-  } while (after !== null);
+  for await (const body of pagesOf(client, `/v1/grants?limit=${page}&live=${live}`, grantsAnswer)) grants.push(...body.grants);
   out.result({ grants }, () => (grants.length === 0 ? (live ? 'No live grants.' : 'No grants.') : table(GRANT_HEADERS, grants.map(grantLine))));
   return 0;
 }

@@ -11,9 +11,8 @@
 import { Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import ndjson from 'ndjson';
-import type { z } from 'zod';
 import { incidentsAnswer, operationsAnswer } from '../../api/answers.js';
-import type { ServiceClient } from '../client.js';
+import { type ServiceClient, pagesOf } from '../client.js';
 
 /** As many as the API lists in one answer. */
 export const EXPORT_PAGE = 100_000;
@@ -22,12 +21,9 @@ const INCIDENTS_LIMIT = 1000;
 export async function exportCommand(client: ServiceClient, output: Writable = process.stdout, page = EXPORT_PAGE): Promise<number> {
   const incidents = await client.get(`/v1/incidents?limit=${INCIDENTS_LIMIT}`, incidentsAnswer);
   async function* records(): AsyncGenerator<Record<string, unknown>> {
-    let after: string | null = null;
-    do {
-      const { body }: { body: z.output<typeof operationsAnswer> } = await client.get(`/v1/operations?limit=${page}${after === null ? '' : `&after=${after}`}`, operationsAnswer);
+    for await (const body of pagesOf(client, `/v1/operations?limit=${page}`, operationsAnswer)) {
       for (const operation of body.operations) yield { record: 'operation', ...operation };
-      after = body.next_after;
-    } while (after !== null);
+    }
     for (const incident of incidents.body.incidents) yield { record: 'incident', ...incident };
   }
   // stdout stays open after the last line: the process ends it.

@@ -3,7 +3,9 @@
 // next_after, and `live=true` for the grants neither expired nor revoked. A
 // service that grants per session piles up grants; one answer held them all.
 // `custody grant list` reads every page.
+import Database from 'better-sqlite3';
 import { expect } from 'chai';
+import path from 'node:path';
 import { connect } from '../../../supervisor/cli/client.js';
 import { grantListCommand } from '../../../supervisor/cli/commands/admin.js';
 import type { Output } from '../../../supervisor/cli/output.js';
@@ -88,5 +90,29 @@ describe('GET /v1/grants, a page at a time', function () {
     expect(cli.code).to.equal(0);
     expect(cli.stdout).to.not.include(added[1]);
     expect(cli.stdout).to.include(added[0]);
+  });
+
+  it('answers at most 10,000 grants a page (a larger limit is taken as 10,000), 1,000 by default, gathered from the kernel\'s frames', async () => {
+    await service.stop();
+    // A service that granted per session: 10,001 more grants, written as its kernel would keep them.
+    const db = new Database(path.join(service.dir, 'kernel', 'kernel.db'));
+    const insert = db.prepare(`INSERT INTO grants (capability_id, tool, subject, max_invocations, max_cost_units, not_before, expires_at, issued_at, capability, capability_digest)
+                               VALUES (?, 'pile/*', '*', 1, NULL, 1, 2, ?, '{}', ?)`);
+    db.transaction(() => {
+      for (let i = 0; i < 10_001; i++) insert.run(`cap-pile-${String(i).padStart(5, '0')}`, 1 + i, '0'.repeat(64));
+    })();
+    db.close();
+    service = await service.restart();
+    const atBound = await list('?limit=10000');
+    expect(atBound.grants).to.have.length(10_000);
+    expect(atBound.next_after, 'more follow').to.not.equal(null);
+    const pastBound = await list('?limit=10001');
+    expect(pastBound.grants).to.have.length(10_000);
+    expect(ids(pastBound.grants)).to.deep.equal(ids(atBound.grants));
+    expect((await list('')).grants).to.have.length(1000);
+    const rest = await list(`?limit=10000&after=${encodeURIComponent(atBound.next_after!)}`);
+    expect(rest.next_after).to.equal(null);
+    // The five added, the provisioned grant and the pile, each once.
+    expect(new Set([...ids(atBound.grants), ...ids(rest.grants)]).size).to.equal(10_001 + 6);
   });
 });

@@ -163,4 +163,33 @@ describe('supervisor/store: rows remembered between writes', () => {
     agrees('m6', 'both committed');
     expect(store.getRequest('m6')).to.include({ phase: 'reported', report: 'report-6', attempts: 1 });
   });
+
+  describe('bounded by the characters of the rows it holds', () => {
+    /** The characters of a row as the store counts them: its text columns. */
+    const charsOf = (row: RequestRow) => Object.values(row).reduce((sum: number, value) => sum + (typeof value === 'string' ? value.length : 0), 0);
+
+    /** Three rows of one size remembered in turn under `bound(size)` characters; which of them the store still answers from memory. */
+    async function rememberedUnder(bound: (size: number) => number): Promise<string[]> {
+      await logged('r1');
+      await logged('r2');
+      await logged('r3');
+      const size = charsOf(onDisk('r1'));
+      store.close();
+      store = SupervisorStore.open(path.join(dir, 'supervisor'), bound(size));
+      for (const id of ['r1', 'r2', 'r3']) store.getRequest(id);
+      for (const id of ['r1', 'r2', 'r3']) changedUnder(id, 'from the shell');
+      // Newest first: reading a forgotten row remembers it again and would push out an older one.
+      return ['r3', 'r2', 'r1'].filter((id) => store.getRequest(id)!.reason === null);
+    }
+
+    it('keeps rows up to the bound exactly', async () => {
+      expect(await rememberedUnder((size) => 2 * size)).to.deep.equal(['r3', 'r2']);
+    });
+    it('forgets the longest remembered one character past it', async () => {
+      expect(await rememberedUnder((size) => 2 * size - 1)).to.deep.equal(['r3']);
+    });
+    it('never remembers a row larger than the bound', async () => {
+      expect(await rememberedUnder((size) => size - 1)).to.deep.equal([]);
+    });
+  });
 });
