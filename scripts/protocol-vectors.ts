@@ -14,7 +14,7 @@ import { signArtifact } from '../shared/artifacts/artifact.js';
 import { signRotation } from '../shared/artifacts/rotation.js';
 import { ARTIFACT_BODIES, ARTIFACT_MAX_BYTES, ARTIFACT_SCHEMAS, type ArtifactKind, holdRecord, invocation, receiptBody } from '../shared/protocol/artifacts.js';
 import { claimView } from '../shared/protocol/executor-messages.js';
-import { grantView, holdView, operationView } from '../shared/protocol/kernel-messages.js';
+import { grantView, holdView, listedOperation, operationView } from '../shared/protocol/kernel-messages.js';
 import { ARGUMENT_BYTES_DEFAULT, kernelSettingsSchema } from '../kernel-proc/settings.js';
 import { DEFAULTS as EXECUTOR_DEFAULTS, executorSettingsSchema } from '../executor-proc/settings.js';
 import { operationIdFor, parametersDigest, requestBindingHash } from '../shared/protocol/binding.js';
@@ -186,7 +186,8 @@ const NESTED_NAMES: ReadonlyArray<readonly [z.ZodType, string, string]> = [
   [invocation, 'invocation', 'what an authorization binds: `expected` in start results, execute and reconcile_operation requests, and `invocation` in an authorization'],
   [holdRecord, 'hold', 'a budget hold as a receipt records it: `id` is null for a decision that placed none'],
   [holdView, 'operation hold', 'the hold of an operation, always with an id'],
-  [operationView, 'operation', 'an operation as the kernel reports it (mark_unknown, operation.get, ops.list, recover)'],
+  [operationView, 'operation', 'an operation as the kernel reports it (mark_unknown, operation.get, recover)'],
+  [listedOperation, 'listed operation', 'an operation as ops.list lists it: its names, state and flag; operation.get answers the rest'],
   [grantView, 'grant', 'a capability and its budget use (grant.add, grant.list, grant.revoke)'],
   [claimView, 'claim', "an executor ledger's entry for an operation (claims.get)"],
 ];

@@ -3,12 +3,11 @@
 // a reservation whose nonce has already run out.
 import { CustodyError } from '../../shared/errors.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
-import type { OperationKey, OperationView } from '../../shared/protocol/kernel-messages.js';
 import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import type { UnitContext } from '../commit-queue.js';
 import type { Kernel } from '../kernel.js';
 import { grantKeyOf } from '../store/grants-table.js';
-import { type OperationRow, operationKeyOf } from '../store/operations-table.js';
+import { operationKeyOf } from '../store/operations-table.js';
 import { grantView, operationView } from '../views.js';
 
 export function getOperation(kernel: Kernel, request: RequestOf<'operation.get'>): ResultOf<'operation.get'> {
@@ -28,60 +27,90 @@ export function getOperation(kernel: Kernel, request: RequestOf<'operation.get'>
 }
 
 /** Room in a frame for its envelope and the result's other members. */
-const LIST_FRAME_ROOM_BYTES = 1024;
+export const LIST_FRAME_ROOM_BYTES = 1024;
 
 /**
- * One page of operations. A view carries an authorization, a receipt and the
- * output, so 10 000 of them are megabytes: the page stops at what one frame
- * of this session carries, and next_after is the key of its last operation.
+ * Rows a page reads at a time. A page stops at what one frame carries (~400
+ * operation views, ~3,000 listed operations): reading all of `limit` (up to
+ * 10,000) to send a few hundred read and threw away the rest, and a listing
+ * of 20,000 operations cost the kernel ~1 ms each (docs/PERFORMANCE.md "A
+ * listing reads entries").
+ */
+export const PAGE_READ_ROWS = 256;
+
+/**
+ * One page of listed operations: each is its row's few columns
+ * (listedOperation), so no report, receipt, hold or nonce is read for it.
  */
 export function listOperations(kernel: Kernel, request: RequestOf<'ops.list'>): ResultOf<'ops.list'> {
-  // One row past the limit tells a last page from a full one.
-  const rows = kernel.store.operations.list(request.states, request.limit + 1, request.after);
-  return framePage(kernel, rows, request.limit);
-}
-
-/** Cut rows to the views that fit one frame of this session, with the key the next page starts after. */
-function framePage(kernel: Kernel, rows: readonly OperationRow[], limit: number): { operations: OperationView[]; next_after: OperationKey | null } {
-  const { views, next_after } = fittingViews(kernel, rows, limit, (row) => operationView(kernel, row), operationKeyOf, (row) => `operation ${row.request_id}`);
+  const { views, next_after } = fittingViews(
+    kernel,
+    (after, limit) => kernel.store.operations.list(request.states, limit, after),
+    request.after,
+    request.limit,
+    (row) => row,
+    operationKeyOf,
+    (row) => `operation ${row.request_id}`,
+  );
   return { operations: views, next_after };
 }
 
 /**
- * The views of `rows` (at most `limit`; one more row than that says a page
- * is not the last) that fit one frame of this session, and the key of the
- * last one when more follow. A view that does not fit one frame on its own
- * is sent alone: the channel answers frame_too_large for it
- * (docs/PROTOCOL.md), and the caller raises max_frame_bytes to list past it.
+ * The views of the rows after `after` (at most `limit`) that fit one frame of
+ * this session, and the key of the last one when more follow; `read(after,
+ * n)` returns the next n rows in the listing's order. Rows are read
+ * `readRows` (PAGE_READ_ROWS) at a time, one past each read telling a last
+ * page from a full one, and reading stops where the frame is full. The reads run in one
+ * synchronous turn of the kernel's write queue, so they see one state. A
+ * view that does not fit one frame on its own is sent alone: the channel
+ * answers frame_too_large for it (docs/PROTOCOL.md), and the caller raises
+ * max_frame_bytes to list past it.
  */
-function fittingViews<Row, View, Key>(
-  kernel: Kernel,
-  rows: readonly Row[],
+export function fittingViews<Row, View, Key>(
+  kernel: Pick<Kernel, 'maxFrameBytes' | 'log'>,
+  read: (after: Key | null, limit: number) => readonly Row[],
+  after: Key | null,
   limit: number,
   view: (row: Row) => View,
   key: (row: Row) => Key,
   name: (row: Row) => string,
+  readRows = PAGE_READ_ROWS,
 ): { views: View[]; next_after: Key | null } {
   const views: View[] = [];
   let bytes = LIST_FRAME_ROOM_BYTES;
-  for (const row of rows.slice(0, limit)) {
-    const made = view(row);
-    // The frame encodes its body with JSON.stringify: this is the view's size there, and a comma.
-    bytes += Buffer.byteLength(JSON.stringify(made), 'utf8') + 1;
-    if (bytes > kernel.maxFrameBytes) break;
-    views.push(made);
+  let from = after;
+  for (;;) {
+    const wanted = Math.min(readRows, limit - views.length);
+    const rows = read(from, wanted + 1);
+    for (const row of rows.slice(0, wanted)) {
+      const made = view(row);
+      // The frame encodes its body with JSON.stringify: this is the view's size there, and a comma.
+      bytes += Buffer.byteLength(JSON.stringify(made), 'utf8') + 1;
+      if (bytes > kernel.maxFrameBytes) {
+        if (views.length > 0) return { views, next_after: from };
+        kernel.log.warn('view_too_large', { what: name(row), max_frame_bytes: kernel.maxFrameBytes });
+        return { views: [made], next_after: rows.length > 1 ? key(row) : null };
+      }
+      views.push(made);
+      from = key(row);
+    }
+    if (rows.length <= wanted) return { views, next_after: null };
+    if (views.length === limit) return { views, next_after: from };
   }
-  if (views.length === 0 && rows.length > 0) {
-    kernel.log.warn('view_too_large', { what: name(rows[0]!), max_frame_bytes: kernel.maxFrameBytes });
-    views.push(view(rows[0]!));
-  }
-  return { views, next_after: views.length < rows.length ? key(rows[views.length - 1]!) : null };
 }
 
 /** Committed starts, awaiting reports and unknowns, oldest first: what a supervisor must drive to a signed end. */
 export function recoverOperations(kernel: Kernel, request: RequestOf<'recover'>, context: UnitContext): ResultOf<'recover'> {
-  const rows = kernel.store.operations.inDoubt(request.limit + 1, request.after);
-  return { ...framePage(kernel, rows, request.limit), now: context.now };
+  const { views, next_after } = fittingViews(
+    kernel,
+    (after, limit) => kernel.store.operations.inDoubt(limit, after),
+    request.after,
+    request.limit,
+    (row) => operationView(kernel, row),
+    operationKeyOf,
+    (row) => `operation ${row.request_id}`,
+  );
+  return { operations: views, next_after, now: context.now };
 }
 
 /**
@@ -93,7 +122,14 @@ export function recoverOperations(kernel: Kernel, request: RequestOf<'recover'>,
  * ~1,500 grants.
  */
 export function listGrants(kernel: Kernel, request: RequestOf<'grant.list'>, context: UnitContext): ResultOf<'grant.list'> {
-  const rows = kernel.store.grants.page(request.live ? context.now : null, request.limit + 1, request.after);
-  const { views, next_after } = fittingViews(kernel, rows, request.limit, (row) => grantView(kernel, row), grantKeyOf, (row) => `grant ${row.capability_id}`);
+  const { views, next_after } = fittingViews(
+    kernel,
+    (after, limit) => kernel.store.grants.page(request.live ? context.now : null, limit, after),
+    request.after,
+    request.limit,
+    (row) => grantView(kernel, row),
+    grantKeyOf,
+    (row) => `grant ${row.capability_id}`,
+  );
   return { grants: views, next_after };
 }

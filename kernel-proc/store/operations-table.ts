@@ -5,7 +5,7 @@
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
 import { answeredOutput } from '../../shared/protocol/artifacts.js';
-import type { OperationKey, OperationState } from '../../shared/protocol/kernel-messages.js';
+import type { ListedOperation, OperationKey, OperationState } from '../../shared/protocol/kernel-messages.js';
 import { OPERATION_MACHINE } from '../machines.js';
 
 export interface OperationRow {
@@ -75,6 +75,8 @@ function outputOf(state: OperationState, report: string | null): string | null {
 
 /** The operations columns, and the two an operation row carries from elsewhere (filled by `withReport`). */
 const ROW = 'operations.*, NULL AS report, NULL AS output';
+/** What ops.list lists of a row (shared/protocol/kernel-messages.ts, listedOperation): no artifact, so no report to look up. */
+const LISTED = 'operation_id, request_id, subject, tool, state, capability_id, executor_id, created_at, updated_at, flag';
 
 /** The states `recover` hands to the supervisor: committed starts it must drive to a signed end. */
 const IN_DOUBT: readonly OperationState[] = ['dispatch_committed', 'awaiting_report', 'unknown'];
@@ -84,7 +86,7 @@ const NEWEST_FIRST_START: OperationKey = { created_at: Number.MAX_SAFE_INTEGER, 
 const OLDEST_FIRST_START: OperationKey = { created_at: 0, operation_id: '' };
 
 /** The key a page that ends at this row hands on (ops.list, recover). */
-export function operationKeyOf(row: OperationRow): OperationKey {
+export function operationKeyOf(row: Pick<OperationRow, 'created_at' | 'operation_id'>): OperationKey {
   return { created_at: row.created_at, operation_id: row.operation_id };
 }
 
@@ -94,8 +96,8 @@ export class OperationsTable {
   readonly #move: Database.Statement<[{ id: string; from: string; to: string; now: number; flag: string | null }]>;
   readonly #dispatch: Database.Statement<[DispatchCommit & { id: string; now: number }]>;
   readonly #settle: Database.Statement<[Settlement & { id: string; from: string; to: string; now: number }]>;
-  readonly #listAll: Database.Statement<[OperationKey & { limit: number }], OperationRow>;
-  readonly #list: Database.Statement<[OperationKey & { states: string; limit: number }], OperationRow>;
+  readonly #listAll: Database.Statement<[OperationKey & { limit: number }], ListedOperation>;
+  readonly #list: Database.Statement<[OperationKey & { states: string; limit: number }], ListedOperation>;
   readonly #inDoubt: Database.Statement<[OperationKey & { states: string; limit: number }], OperationRow>;
   readonly #awaitAll: Database.Statement<[{ now: number }]>;
   readonly #report: Database.Statement<[string], { report: string }>;
@@ -131,12 +133,12 @@ export class OperationsTable {
     // bound are sorted in memory (shared/store/sqlite-store.ts, temp_store),
     // ~100 bytes a row, and the outer query reads the page's rows by rowid.
     this.#listAll = db.prepare(`
-      SELECT ${ROW} FROM operations WHERE rowid IN (
+      SELECT ${LISTED} FROM operations WHERE rowid IN (
         SELECT rowid FROM operations WHERE created_at <= @created_at AND (created_at < @created_at OR operation_id > @operation_id)
         ORDER BY created_at DESC, operation_id LIMIT @limit)
       ORDER BY created_at DESC, operation_id`);
     this.#list = db.prepare(`
-      SELECT ${ROW} FROM operations WHERE rowid IN (
+      SELECT ${LISTED} FROM operations WHERE rowid IN (
         SELECT rowid FROM operations WHERE state IN (SELECT value FROM json_each(@states))
           AND created_at <= @created_at AND (created_at < @created_at OR operation_id > @operation_id)
         ORDER BY created_at DESC, operation_id LIMIT @limit)
@@ -193,10 +195,9 @@ export class OperationsTable {
    * when null); operation_id breaks ties of created_at, so the order is total
    * and pages do not overlap.
    */
-  list(states: readonly OperationState[] | null, limit: number, after: OperationKey | null): OperationRow[] {
+  list(states: readonly OperationState[] | null, limit: number, after: OperationKey | null): ListedOperation[] {
     const key = after ?? NEWEST_FIRST_START;
-    const rows = states === null ? this.#listAll.all({ ...key, limit }) : this.#list.all({ ...key, states: JSON.stringify(states), limit });
-    return rows.map((row) => this.#withReport(row)!);
+    return states === null ? this.#listAll.all({ ...key, limit }) : this.#list.all({ ...key, states: JSON.stringify(states), limit });
   }
 
   /** One page, oldest first, of the operations in doubt after `after` (from the oldest when null). */

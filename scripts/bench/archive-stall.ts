@@ -12,7 +12,7 @@ import path from 'node:path';
 import { createLogger } from '../../shared/log.js';
 import { parseConfig } from '../../supervisor/config/load.js';
 import { initState } from '../../supervisor/init.js';
-import { callApi, invokeNote } from './client.js';
+import { callApi, invokeNote, invokeNotes } from './client.js';
 import { percentile, startService, stopService } from './e2e.js';
 
 const WINDOW_MS = 20_000;
@@ -31,15 +31,7 @@ const service = await startService(root);
 try {
   const { client } = service;
   await callApi(client, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: 64 }, async () => {
-      while (next < operations) {
-        next++;
-        await invokeNote(client, `archived ${next}`);
-      }
-    }),
-  );
+  await invokeNotes(client, operations, 64, 'archived');
   await new Promise((resolve) => setTimeout(resolve, WINDOW_MS + 2000));
   const oneAtATime = async (until: () => boolean) => {
     const latencies: number[] = [];

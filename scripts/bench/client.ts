@@ -33,6 +33,19 @@ export async function invokeNote(client: CustodyClient, note: string): Promise<u
   return answer.body.outcome ?? answer.body.code;
 }
 
+/** `operations` notes invoked `inFlight` at a time (the notes numbered from 1 after `prefix`). */
+export async function invokeNotes(client: CustodyClient, operations: number, inFlight: number, prefix: string): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: inFlight }, async () => {
+      while (next < operations) {
+        next++;
+        await invokeNote(client, `${prefix} ${next}`);
+      }
+    }),
+  );
+}
+
 /** CPU of this process (user + system, every thread) in ms, for the load generator's share. */
 export function ownCpuMs(): number {
   const { user, system } = process.cpuUsage();

@@ -14,7 +14,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { KernelStore } from '../../kernel-proc/store/kernel-store.js';
 import { type GrantRow, GrantsTable, grantKeyOf } from '../../kernel-proc/store/grants-table.js';
-import { type OperationRow, OperationsTable, operationKeyOf } from '../../kernel-proc/store/operations-table.js';
+import { OperationsTable, operationKeyOf } from '../../kernel-proc/store/operations-table.js';
 import type { GrantKey, OperationKey } from '../../shared/protocol/kernel-messages.js';
 
 const PAGE = 1000;
@@ -67,11 +67,11 @@ try {
   })();
 
   const table = new OperationsTable(db);
-  const byOffset = db.prepare<[{ limit: number; offset: number }], OperationRow>(`
-    SELECT operations.*, NULL AS report, NULL AS output FROM operations WHERE rowid IN (
+  const byOffset = db.prepare<[{ limit: number; offset: number }], { operation_id: string; created_at: number }>(`
+    SELECT operation_id, request_id, subject, tool, state, capability_id, executor_id, created_at, updated_at, flag FROM operations WHERE rowid IN (
       SELECT rowid FROM operations ORDER BY created_at DESC, operation_id LIMIT @limit OFFSET @offset)
     ORDER BY created_at DESC, operation_id`);
-  const ids = (rows: readonly OperationRow[]) => rows.map((row) => row.operation_id).join();
+  const ids = (rows: ReadonlyArray<{ operation_id: string }>) => rows.map((row) => row.operation_id).join();
   const depths = [0, Math.floor(operations / 3), operations - PAGE].filter((depth) => depth >= 0 && depth < operations);
   const reps = 20;
   for (const depth of depths) {

@@ -54,6 +54,26 @@ export const operationView = z.strictObject({
 });
 export type OperationView = z.infer<typeof operationView>;
 
+/**
+ * An operation as ops.list lists it: what names it, where it stands and why
+ * an operator should look. The signed artifacts, hold, window and output are
+ * operation.get's: a listing of a long history carries ~300 bytes an
+ * operation, not ~3 KB (docs/PERFORMANCE.md "A listing reads entries").
+ */
+export const listedOperation = operationView.pick({
+  operation_id: true,
+  request_id: true,
+  subject: true,
+  tool: true,
+  state: true,
+  capability_id: true,
+  executor_id: true,
+  created_at: true,
+  updated_at: true,
+  flag: true,
+});
+export type ListedOperation = z.infer<typeof listedOperation>;
+
 /** The most entries one page of ops.list, recover or grant.list may ask for. */
 export const KERNEL_PAGE_MAX = 10_000;
 
@@ -153,7 +173,8 @@ export const KERNEL_MESSAGES = {
   },
   /**
    * Operations newest first (created_at descending, then operation_id
-   * ascending: a total order), one page at a time: at most `limit` of those
+   * ascending: a total order), each as a listed operation (operation.get
+   * answers the rest of one), one page at a time: at most `limit` of those
    * that come after `after` in that order (from the newest when null), fewer
    * when more would not fit one frame. `next_after` is the key of the page's
    * last operation when more may follow, null when this page reached the
@@ -167,7 +188,7 @@ export const KERNEL_MESSAGES = {
   'ops.list': {
     to: ['kernel'],
     request: z.strictObject({ states: z.array(operationState).nullable(), limit: positiveInt.max(KERNEL_PAGE_MAX), after: operationKey.nullable() }),
-    result: z.strictObject({ operations: z.array(operationView), next_after: operationKey.nullable() }),
+    result: z.strictObject({ operations: z.array(listedOperation), next_after: operationKey.nullable() }),
   },
   /**
    * Operations a supervisor must drive to a signed end (committed starts,

@@ -5,7 +5,7 @@
 // operation, not only the newest 10 000, and operations that come or go
 // between pages neither repeat nor hide another.
 import { expect } from 'chai';
-import type { OperationKey, OperationView } from '../../shared/protocol/kernel-messages.js';
+import type { OperationKey, ListedOperation } from '../../shared/protocol/kernel-messages.js';
 import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
 import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, refused, reserveBody, testExecutor } from './helpers.js';
@@ -28,8 +28,8 @@ describe('kernel-proc: ops.list paging', function () {
   }
 
   /** Every page from the newest, following next_after; `between` runs after each page, with it. */
-  async function pages(states: RequestOf<'ops.list'>['states'], limit: number, between?: (page: OperationView[]) => Promise<void>) {
-    const all: Array<{ after: OperationKey | null; operations: OperationView[] }> = [];
+  async function pages(states: RequestOf<'ops.list'>['states'], limit: number, between?: (page: ListedOperation[]) => Promise<void>) {
+    const all: Array<{ after: OperationKey | null; operations: ListedOperation[] }> = [];
     let after: OperationKey | null = null;
     do {
       const page: ResultOf<'ops.list'> = await kernel.request('ops.list', { states, limit, after });
@@ -40,8 +40,8 @@ describe('kernel-proc: ops.list paging', function () {
     } while (after !== null);
     return all;
   }
-  const keyOf = (op: OperationView): OperationKey => ({ created_at: op.created_at, operation_id: op.operation_id });
-  const ids = (list: Array<{ operations: OperationView[] }>) => list.flatMap((page) => page.operations.map((op) => op.operation_id));
+  const keyOf = (op: ListedOperation): OperationKey => ({ created_at: op.created_at, operation_id: op.operation_id });
+  const ids = (list: Array<{ operations: ListedOperation[] }>) => list.flatMap((page) => page.operations.map((op) => op.operation_id));
 
   before(async () => {
     kernel = await KernelProcess.start(root, { mode: 'provision', settings: { default_grant: null } });
@@ -86,7 +86,7 @@ describe('kernel-proc: ops.list paging', function () {
     expect(all[all.length - 1]!.created_at).to.equal(oldest);
     expect(all.map((op) => op.created_at)).to.deep.equal([...all.map((op) => op.created_at)].sort((a, b) => b - a));
     expect(paged.findIndex((page) => page.operations.some((op) => op.operation_id === all[LIMIT_MAX]!.operation_id))).to.be.greaterThan(0);
-    // A view carries a signed receipt: 10 000 would be megabytes, so the kernel sent as many as fit.
+    // 10 000 listed operations are ~3 MB: the kernel sent as many as fit one frame.
     expect(paged.length).to.be.greaterThan(2);
     for (const page of paged) expect(Buffer.byteLength(JSON.stringify(page.operations))).to.be.below(DEFAULT_FRAME_LIMITS.maxFrameBytes);
   });
@@ -128,6 +128,18 @@ describe('kernel-proc: ops.list paging', function () {
     expect(started.size, 'operations that left between pages').to.be.greaterThan(3);
     expect(ids(paged)).to.deep.equal(listed);
     expect(ids(await pages(['reserved'], LIMIT_MAX))).to.deep.equal(listed.filter((id) => !started.has(id)));
+  });
+
+  it("lists each operation by its names, state and flag, as operation.get shows them, without the artifacts operation.get answers", async () => {
+    const reserved = await kernel.request('reserve', reserveBody('listed-started'));
+    const started = await kernel.request('start', { request_id: 'listed-started', nonce_id: reserved.nonce!.id, arguments: reserveBody('listed-started').arguments });
+    expect(started.verdict, started.reason).to.equal('allow');
+    const [entry] = (await kernel.request('ops.list', { states: ['dispatch_committed'], limit: 1, after: null })).operations;
+    const { operation } = await kernel.request('operation.get', { operation_id: null, request_id: 'listed-started' });
+    expect(operation!.authorization, 'the operation has an authorization to leave out').to.be.a('string');
+    const members = ['operation_id', 'request_id', 'subject', 'tool', 'state', 'capability_id', 'executor_id', 'created_at', 'updated_at', 'flag'] as const;
+    expect(Object.keys(entry!)).to.have.members([...members]);
+    expect(entry).to.deep.equal(Object.fromEntries(members.map((member) => [member, operation![member]])));
   });
 
   it('refuses ops.list without after, with an offset, or with a key that is not one: the schema is closed and after is required', async () => {

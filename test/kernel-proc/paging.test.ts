@@ -89,7 +89,7 @@ describe('kernel-proc: listings paged by key while entries come and go', () => {
             return ta === tb ? a < b : newestFirst ? ta > tb : ta < tb;
           };
           const whole = kind === 'in doubt' ? table.inDoubt(10_000, null) : table.list(states as never, 10_000, null);
-          const page = (after: ReturnType<typeof operationKeyOf> | null): OperationRow[] =>
+          const page = (after: ReturnType<typeof operationKeyOf> | null): Array<Pick<OperationRow, 'operation_id' | 'created_at'>> =>
             kind === 'in doubt' ? table.inDoubt(limit + 1, after) : table.list(states as never, limit + 1, after);
 
           // Nothing between pages: the whole listing, page by page.
