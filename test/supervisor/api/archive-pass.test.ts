@@ -8,7 +8,7 @@
 import { expect } from 'chai';
 import { CustodyError } from '../../../shared/errors.js';
 import type { ChildHandle } from '../../../supervisor/children/child-handle.js';
-import { ARCHIVE_MOVE, ARCHIVE_PAUSE_MS, Archival } from '../../../supervisor/operations/archival.js';
+import { ARCHIVE_MOVE, ARCHIVE_PAUSE_FACTOR, ARCHIVE_PAUSE_MS, Archival } from '../../../supervisor/operations/archival.js';
 import type { OperationContext } from '../../../supervisor/operations/context.js';
 import type { RequestRow } from '../../../supervisor/store/supervisor-store.js';
 
@@ -127,5 +127,36 @@ describe('supervisor: an archival pass over a live ledger', () => {
     expect(pass!.archived).to.equal(claims.length);
     expect(sent, 'three exchanges, none over ARCHIVE_MOVE').to.deep.equal([ARCHIVE_MOVE, ARCHIVE_MOVE, 7]);
     for (let i = 1; i < at.length; i++) expect(at[i]! - at[i - 1]!, 'a pause between exchanges').to.be.at.least(ARCHIVE_PAUSE_MS - 1);
+  });
+
+  it('pauses after an exchange ARCHIVE_PAUSE_FACTOR times as long as the exchange took, so a slow executor is left more time to itself', async () => {
+    const claims = Array.from({ length: 3 * ARCHIVE_MOVE }, (_, n) => ({ operation_id: id(300 + n), waiting: null }));
+    const EXCHANGE_MS = 40;
+    const exchanges: Array<{ sent: number; answered: number }> = [];
+    const executor = {
+      request: async (kind: string, body: Record<string, unknown>) => {
+        if (kind === 'ledger.live') return { claims, next: null, live: claims.length };
+        const sent = performance.now();
+        // An executor busy with executions: each exchange takes EXCHANGE_MS to answer.
+        await new Promise((resolve) => setTimeout(resolve, EXCHANGE_MS));
+        exchanges.push({ sent, answered: performance.now() });
+        return { archived: (body.settled as string[]).length, live: 0, not_archived: [] };
+      },
+    };
+    const ctx = {
+      store: { getPin: () => ({ identity_id: 'exec-a' }), endOf: () => ({ phase: 'settled', outcome: 'completed', executor: 'exec-a' }) },
+      kernel: { request: () => Promise.reject(new Error('the log settles every one')) },
+      log: { warn: () => undefined },
+      signal: new AbortController().signal,
+    } as unknown as OperationContext;
+    const [pass] = await new Archival(ctx, new Map([['default', executor as unknown as ChildHandle]])).pass();
+    expect(pass!.archived).to.equal(claims.length);
+    expect(exchanges).to.have.length(3);
+    for (let i = 1; i < exchanges.length; i++) {
+      const took = exchanges[i - 1]!.answered - exchanges[i - 1]!.sent;
+      const paused = exchanges[i]!.sent - exchanges[i - 1]!.answered;
+      // With the fixed ARCHIVE_PAUSE_MS alone the next exchange left 10 ms after an answer that took 40.
+      expect(paused, `the pause after exchange ${i} (which took ${took.toFixed(1)} ms)`).to.be.at.least(Math.max(took, ARCHIVE_PAUSE_FACTOR * took) - 2);
+    }
   });
 });
