@@ -105,6 +105,17 @@ describe('supervisor: an archival pass over a live ledger', () => {
     expect(answer).to.deep.equal([{ executor: 'default', archived: 3, live: 5, kept: { window_open: 1, no_report: 1, not_settled: 5 } }]);
   });
 
+  /** One pass over `executor`, its request log showing every operation settled on it. */
+  function passOver(executor: { request: (kind: string, body: Record<string, unknown>) => Promise<unknown> }) {
+    const ctx = {
+      store: { getPin: () => ({ identity_id: 'exec-a' }), endOf: () => ({ phase: 'settled', outcome: 'completed', executor: 'exec-a' }) },
+      kernel: { request: () => Promise.reject(new Error('the log settles every one')) },
+      log: { warn: () => undefined },
+      signal: new AbortController().signal,
+    } as unknown as OperationContext;
+    return new Archival(ctx, new Map([['default', executor as unknown as ChildHandle]])).pass();
+  }
+
   it('moves a page a few at a time, pausing between, so the executions waiting on the executor run between exchanges', async () => {
     const claims = Array.from({ length: 2 * ARCHIVE_MOVE + 7 }, (_, n) => ({ operation_id: id(100 + n), waiting: null }));
     const sent: number[] = [];
@@ -117,13 +128,7 @@ describe('supervisor: an archival pass over a live ledger', () => {
         return Promise.resolve({ archived: (body.settled as string[]).length, live: 0, not_archived: [] });
       },
     };
-    const ctx = {
-      store: { getPin: () => ({ identity_id: 'exec-a' }), endOf: () => ({ phase: 'settled', outcome: 'completed', executor: 'exec-a' }) },
-      kernel: { request: () => Promise.reject(new Error('the log settles every one')) },
-      log: { warn: () => undefined },
-      signal: new AbortController().signal,
-    } as unknown as OperationContext;
-    const [pass] = await new Archival(ctx, new Map([['default', executor as unknown as ChildHandle]])).pass();
+    const [pass] = await passOver(executor);
     expect(pass!.archived).to.equal(claims.length);
     expect(sent, 'three exchanges, none over ARCHIVE_MOVE').to.deep.equal([ARCHIVE_MOVE, ARCHIVE_MOVE, 7]);
     for (let i = 1; i < at.length; i++) expect(at[i]! - at[i - 1]!, 'a pause between exchanges').to.be.at.least(ARCHIVE_PAUSE_MS - 1);
@@ -143,13 +148,7 @@ describe('supervisor: an archival pass over a live ledger', () => {
         return { archived: (body.settled as string[]).length, live: 0, not_archived: [] };
       },
     };
-    const ctx = {
-      store: { getPin: () => ({ identity_id: 'exec-a' }), endOf: () => ({ phase: 'settled', outcome: 'completed', executor: 'exec-a' }) },
-      kernel: { request: () => Promise.reject(new Error('the log settles every one')) },
-      log: { warn: () => undefined },
-      signal: new AbortController().signal,
-    } as unknown as OperationContext;
-    const [pass] = await new Archival(ctx, new Map([['default', executor as unknown as ChildHandle]])).pass();
+    const [pass] = await passOver(executor);
     expect(pass!.archived).to.equal(claims.length);
     expect(exchanges).to.have.length(3);
     for (let i = 1; i < exchanges.length; i++) {
