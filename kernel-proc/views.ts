@@ -1,6 +1,6 @@
 // How the kernel shows its records on the wire: operations (operation.get,
-// ops.list, recover, mark_unknown) and grants (grant.*), assembled from the
-// store's plain rows.
+// recover, mark_unknown; ops.list lists a row's own columns as they are) and
+// grants (grant.*), assembled from the store's plain rows.
 import type { Invocation } from '../shared/protocol/artifacts.js';
 import type { JsonValue } from '../shared/protocol/common.js';
 import type { OperationView } from '../shared/protocol/kernel-messages.js';

@@ -30,11 +30,11 @@ export function getOperation(kernel: Kernel, request: RequestOf<'operation.get'>
 export const LIST_FRAME_ROOM_BYTES = 1024;
 
 /**
- * Rows a page reads at a time. A page stops at what one frame carries (~400
- * operation views, ~3,000 listed operations): reading all of `limit` (up to
- * 10,000) to send a few hundred read and threw away the rest, and a listing
- * of 20,000 operations cost the kernel ~1 ms each (docs/PERFORMANCE.md "A
- * listing reads entries").
+ * Rows a page reads first, and at least each time after. A page stops at
+ * what one frame carries (~400 operation views, ~3,000 listed operations):
+ * reading all of `limit` (up to 10,000) to send a few hundred read and threw
+ * away the rest, and a listing of 20,000 operations cost the kernel ~1 ms
+ * each (docs/PERFORMANCE.md "A listing reads entries").
  */
 export const PAGE_READ_ROWS = 256;
 
@@ -58,10 +58,14 @@ export function listOperations(kernel: Kernel, request: RequestOf<'ops.list'>): 
 /**
  * The views of the rows after `after` (at most `limit`) that fit one frame of
  * this session, and the key of the last one when more follow; `read(after,
- * n)` returns the next n rows in the listing's order. Rows are read
- * `readRows` (PAGE_READ_ROWS) at a time, one past each read telling a last
- * page from a full one, and reading stops where the frame is full. The reads run in one
- * synchronous turn of the kernel's write queue, so they see one state. A
+ * n)` returns the next n rows in the listing's order. The first read asks
+ * for `readRows` (PAGE_READ_ROWS), each next one for as many as the frame's
+ * room holds at the mean size of the views so far (`readRows` at least),
+ * each one row more to tell a last page from a full one; reading stops where
+ * the frame is full. Few reads, not one per `readRows`: a listing by state
+ * sorts the keys past `after` on each read (operations-table.ts). The reads
+ * run in one synchronous turn of the kernel's write queue, so they see one
+ * state. A
  * view that does not fit one frame on its own is sent alone: the channel
  * answers frame_too_large for it (docs/PROTOCOL.md), and the caller raises
  * max_frame_bytes to list past it.
@@ -76,11 +80,12 @@ export function fittingViews<Row, View, Key>(
   name: (row: Row) => string,
   readRows = PAGE_READ_ROWS,
 ): { views: View[]; next_after: Key | null } {
+  if (!(limit >= 1)) throw new CustodyError('internal', `a page of ${limit} entries would never end`);
   const views: View[] = [];
   let bytes = LIST_FRAME_ROOM_BYTES;
   let from = after;
-  for (;;) {
-    const wanted = Math.min(readRows, limit - views.length);
+  for (let reading = readRows; ; reading = Math.max(readRows, Math.ceil((kernel.maxFrameBytes - bytes) / ((bytes - LIST_FRAME_ROOM_BYTES) / views.length)))) {
+    const wanted = Math.min(reading, limit - views.length);
     const rows = read(from, wanted + 1);
     for (const row of rows.slice(0, wanted)) {
       const made = view(row);

@@ -32,7 +32,7 @@ export type OperationState = z.infer<typeof operationState>;
 /** An operation's hold: the receipt's shape, always with an id. */
 export const holdView = holdRecord.extend({ id: identifier });
 
-/** A kernel operation as the kernel reports it (operation.get, ops.list, recover, mark_unknown). */
+/** A kernel operation as the kernel reports it (operation.get, recover, mark_unknown); ops.list lists fewer members (listedOperation). */
 export const operationView = z.strictObject({
   operation_id: hex32,
   request_id: identifier,

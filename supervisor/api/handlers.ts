@@ -168,8 +168,8 @@ export async function listOperations(service: Service, query: URLSearchParams): 
     limitOf(query, 200, 100_000),
   );
   const listed: Array<{ name: string; operation_id: string; tool: string; state: string | null; phase: string | null; updated_at: number; flag: string | null }> = operations.map((op) => {
-    // The phase alone: the row's artifacts (~4 KB) are not listed.
-    const phase = service.store.endOf(op.operation_id)?.phase ?? null;
+    // The phase alone (as this process knows it, a move not yet written included): the row's artifacts (~4 KB) are not listed.
+    const phase = service.store.phaseOf(op.request_id) ?? null;
     return { name: op.request_id, operation_id: op.operation_id, tool: op.tool, state: op.state, phase, updated_at: op.updated_at, flag: op.flag };
   });
   // A request quarantined before the kernel recorded it is listed too (state null), on the first page: every parked request is visible, once.

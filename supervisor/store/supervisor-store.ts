@@ -643,7 +643,7 @@ export class SupervisorStore {
     return this.#known(this.#getByOperation.get(operationId));
   }
 
-  /** Where the request log's row of an operation stands, as written: its phase, executor and outcome (supervisor/operations/archival.ts, GET /v1/operations). */
+  /** Where the request log's row of an operation stands, as written: its phase, executor and outcome (supervisor/operations/archival.ts). */
   endOf(operationId: string): Pick<RequestRow, 'phase' | 'executor' | 'outcome'> | undefined {
     return this.#endOf.get(operationId);
   }

@@ -8,7 +8,7 @@
 import { expect } from 'chai';
 import { CustodyError } from '../../../shared/errors.js';
 import type { ChildHandle } from '../../../supervisor/children/child-handle.js';
-import { ARCHIVE_MOVE, ARCHIVE_PAUSE_FACTOR, ARCHIVE_PAUSE_MS, Archival } from '../../../supervisor/operations/archival.js';
+import { ARCHIVE_MOVE, ARCHIVE_PAUSE_FACTOR, ARCHIVE_PAUSE_MAX_MS, ARCHIVE_PAUSE_MS, Archival } from '../../../supervisor/operations/archival.js';
 import type { OperationContext } from '../../../supervisor/operations/context.js';
 import type { RequestRow } from '../../../supervisor/store/supervisor-store.js';
 
@@ -134,22 +134,27 @@ describe('supervisor: an archival pass over a live ledger', () => {
     for (let i = 1; i < at.length; i++) expect(at[i]! - at[i - 1]!, 'a pause between exchanges').to.be.at.least(ARCHIVE_PAUSE_MS - 1);
   });
 
-  it('pauses after an exchange ARCHIVE_PAUSE_FACTOR times as long as the exchange took, so a slow executor is left more time to itself', async () => {
-    const claims = Array.from({ length: 3 * ARCHIVE_MOVE }, (_, n) => ({ operation_id: id(300 + n), waiting: null }));
-    const EXCHANGE_MS = 40;
+  /** A pass over `count` settled operations on an executor that takes `exchangeMs` to answer each archive exchange: when each was sent and answered. */
+  async function slowPass(count: number, exchangeMs: number) {
+    const claims = Array.from({ length: count }, (_, n) => ({ operation_id: id(300 + n), waiting: null }));
     const exchanges: Array<{ sent: number; answered: number }> = [];
     const executor = {
       request: async (kind: string, body: Record<string, unknown>) => {
         if (kind === 'ledger.live') return { claims, next: null, live: claims.length };
         const sent = performance.now();
-        // An executor busy with executions: each exchange takes EXCHANGE_MS to answer.
-        await new Promise((resolve) => setTimeout(resolve, EXCHANGE_MS));
+        // An executor busy with executions (or stalled): each exchange takes exchangeMs to answer.
+        await new Promise((resolve) => setTimeout(resolve, exchangeMs));
         exchanges.push({ sent, answered: performance.now() });
         return { archived: (body.settled as string[]).length, live: 0, not_archived: [] };
       },
     };
     const [pass] = await passOver(executor);
-    expect(pass!.archived).to.equal(claims.length);
+    expect(pass!.archived).to.equal(count);
+    return { exchanges, ended: performance.now() };
+  }
+
+  it('pauses after an exchange ARCHIVE_PAUSE_FACTOR times as long as the exchange took, so a slow executor is left more time to itself', async () => {
+    const { exchanges } = await slowPass(3 * ARCHIVE_MOVE, 40);
     expect(exchanges).to.have.length(3);
     for (let i = 1; i < exchanges.length; i++) {
       const took = exchanges[i - 1]!.answered - exchanges[i - 1]!.sent;
@@ -157,5 +162,16 @@ describe('supervisor: an archival pass over a live ledger', () => {
       // With the fixed ARCHIVE_PAUSE_MS alone the next exchange left 10 ms after an answer that took 40.
       expect(paused, `the pause after exchange ${i} (which took ${took.toFixed(1)} ms)`).to.be.at.least(Math.max(took, ARCHIVE_PAUSE_FACTOR * took) - 2);
     }
+  });
+
+  it('pauses ARCHIVE_PAUSE_MAX_MS at most after an exchange that took long, and not after the last, so POST /v1/archive waits on no pause it need not', async () => {
+    const { exchanges, ended } = await slowPass(ARCHIVE_MOVE + 1, 500);
+    expect(exchanges).to.have.length(2);
+    const paused = exchanges[1]!.sent - exchanges[0]!.answered;
+    expect(paused).to.be.at.least(ARCHIVE_PAUSE_MAX_MS - 2);
+    // Three times the exchange would be 1,500 ms.
+    expect(paused).to.be.below(ARCHIVE_PAUSE_MAX_MS + 250);
+    // A pause after the last exchange would end the pass a second after its answer.
+    expect(ended - exchanges[1]!.answered, 'the pass ends with its last answer').to.be.below(100);
   });
 });
