@@ -1,9 +1,10 @@
 // npm run bench — every measurement in one run, each beside the limit it runs
 // against: the machine's primitives (durable commits at 1/16/64 rows per
-// transaction, Ed25519, authenticated frames), the ceiling they imply for one
-// governed operation, and governed operations through the real service (1, 16
-// and 64 in flight, CPU per process, RSS, store bytes per operation, after a
-// long history, kill-to-serving, kill-to-next-completed, cold start).
+// transaction, Ed25519, authenticated frames one way and as round trips),
+// the ceiling they imply for one governed operation, and governed operations
+// through the real service (1, 16 and 64 in flight, CPU per process, RSS,
+// store bytes per operation, after a long history, kill-to-serving,
+// kill-to-next-completed, cold start).
 // `--json` also writes bench-results/bench.json. docs/PERFORMANCE.md explains
 // every figure. Nothing here is a test: nothing asserts a speed.
 //
