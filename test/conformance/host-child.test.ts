@@ -39,7 +39,7 @@ describe('a host written from docs/PROTOCOL.md in another language (Python 3)', 
     });
     expect(status, `${stdout}\n${stderr}`).to.equal(0);
     const passed = stdout.split('\n').filter((line) => line.startsWith('ok '));
-    expect(passed, stdout).to.have.length(12);
+    expect(passed, stdout).to.have.length(13);
     expect(stdout).to.include('grant.list pages by next_after');
     expect(stdout).not.to.include('FAIL');
   });

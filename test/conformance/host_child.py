@@ -384,6 +384,30 @@ def main():
         issued = [json.loads(grant['capability'])['body']['issued_at'] for grant in whole['grants']]
         check(issued == sorted(issued, reverse=True), 'grants are listed newest first')
         passed.append('serve: grant.list pages by next_after, newest first, the pages making the whole listing')
+        # ops.list answers each operation as a *listed operation*: exactly the members PROTOCOL.md's table names, newest first
+        for n in range(3):
+            decided = session.request('reserve', f'r{n}', {'request_id': f'listed-{n}', 'subject': 'agent', 'tool': 'review-notes/append',
+                                                           'arguments': {'n': n}, 'capability_id': None, 'cost_units': 0})
+            check(decided['kind'] == 'result', 'reserve is answered with a decision')
+        whole = session.request('ops.list', 'o0', {'states': None, 'limit': 10000, 'after': None})['body']
+        members = {'operation_id', 'request_id', 'subject', 'tool', 'state', 'capability_id', 'executor_id', 'created_at', 'updated_at', 'flag'}
+        check(whole['next_after'] is None and {op['request_id'] for op in whole['operations']} == {'listed-0', 'listed-1', 'listed-2'},
+              'one page lists the three operations, and says it is the last')
+        check(all(set(op) == members for op in whole['operations']), 'each listed operation has exactly the members of a listed operation')
+        keys = [(-op['created_at'], op['operation_id']) for op in whole['operations']]
+        check(keys == sorted(keys), 'operations are listed newest first, operation_id breaking ties')
+        paged, after, n = [], None, 0
+        while True:
+            n += 1
+            page = session.request('ops.list', f'o{n}', {'states': None, 'limit': 1, 'after': after})['body']
+            paged += page['operations']
+            if page['next_after'] is None:
+                break
+            check(page['next_after'] == {'created_at': paged[-1]['created_at'], 'operation_id': paged[-1]['operation_id']},
+                  'next_after is the key of the page\'s last operation')
+            after = page['next_after']
+        check(paged == whole['operations'], 'the pages, in turn, are the whole listing')
+        passed.append('serve: ops.list lists operations as listed operations, newest first, paged by next_after')
 
         answer = session.request('shutdown', 's1', {})
         check(answer['kind'] == 'result' and answer['body'] == {}, 'shutdown is answered {}')
