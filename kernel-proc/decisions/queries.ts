@@ -65,10 +65,9 @@ export function listOperations(kernel: Kernel, request: RequestOf<'ops.list'>): 
  * the frame is full. Few reads, not one per `readRows`: a listing by state
  * sorts the keys past `after` on each read (operations-table.ts). The reads
  * run in one synchronous turn of the kernel's write queue, so they see one
- * state. A
- * view that does not fit one frame on its own is sent alone: the channel
- * answers frame_too_large for it (docs/PROTOCOL.md), and the caller raises
- * max_frame_bytes to list past it.
+ * state. A view that does not fit one frame on its own is sent alone: the
+ * channel answers frame_too_large for it (docs/PROTOCOL.md), and the caller
+ * raises max_frame_bytes to list past it.
  */
 export function fittingViews<Row, View, Key>(
   kernel: Pick<Kernel, 'maxFrameBytes' | 'log'>,
@@ -84,8 +83,10 @@ export function fittingViews<Row, View, Key>(
   const views: View[] = [];
   let bytes = LIST_FRAME_ROOM_BYTES;
   let from = after;
-  for (let reading = readRows; ; reading = Math.max(readRows, Math.ceil((kernel.maxFrameBytes - bytes) / ((bytes - LIST_FRAME_ROOM_BYTES) / views.length)))) {
-    const wanted = Math.min(reading, limit - views.length);
+  for (;;) {
+    // The frame's room left, at the mean size of the views so far (none yet: readRows).
+    const fitting = views.length === 0 ? readRows : Math.ceil((kernel.maxFrameBytes - bytes) / ((bytes - LIST_FRAME_ROOM_BYTES) / views.length));
+    const wanted = Math.min(Math.max(readRows, fitting), limit - views.length);
     const rows = read(from, wanted + 1);
     for (const row of rows.slice(0, wanted)) {
       const made = view(row);

@@ -6,14 +6,8 @@
 // their windows have passed, invokes one at a time for 3 s (quiet), then one
 // at a time again while `POST /v1/archive` moves them all. Prints the latency
 // of both and how long the pass took.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { createLogger } from '../../shared/log.js';
-import { parseConfig } from '../../supervisor/config/load.js';
-import { initState } from '../../supervisor/init.js';
 import { callApi, invokeNote, invokeNotes } from './client.js';
-import { percentile, startService, stopService } from './e2e.js';
+import { percentile, startGrantedService } from './e2e.js';
 
 const WINDOW_MS = 20_000;
 const operations = Number(process.argv[2] ?? 8000);
@@ -23,14 +17,9 @@ function figures(latencies: number[]) {
   return { invokes: sorted.length, p50_ms: +percentile(sorted, 50).toFixed(1), p99_ms: +percentile(sorted, 99).toFixed(1), max_ms: +(sorted.at(-1) ?? 0).toFixed(1) };
 }
 
-const dir = mkdtempSync(path.join(tmpdir(), 'custody-bench-archive-'));
-const root = path.join(dir, 'state');
-const config = parseConfig({ port: 0, timing: { archive_interval_ms: 0 }, kernel: { settings: { nonce_ttl_ms: WINDOW_MS } } });
-await initState(root, { config, log: createLogger({}, { level: 'error' }), onChildStderr: () => undefined });
-const service = await startService(root);
+const { service, remove } = await startGrantedService('custody-bench-archive-', { timing: { archive_interval_ms: 0 }, kernel: { settings: { nonce_ttl_ms: WINDOW_MS } } });
 try {
   const { client } = service;
-  await callApi(client, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
   await invokeNotes(client, operations, 64, 'archived');
   await new Promise((resolve) => setTimeout(resolve, WINDOW_MS + 2000));
   const oneAtATime = async (until: () => boolean) => {
@@ -51,6 +40,5 @@ try {
   const answer = (await pass).body as { executors: Array<{ archived: number }> };
   console.log(JSON.stringify({ operations, archived: answer.executors[0]?.archived, pass_ms: Math.round(performance.now() - started), quiet: figures(quiet), during_pass: figures(during) }));
 } finally {
-  await stopService(service);
-  rmSync(dir, { recursive: true, force: true });
+  await remove();
 }

@@ -82,6 +82,30 @@ export async function startService(root: string): Promise<Running> {
   return { root, port, token, process: child, coldStartMs, client: benchClient(port, token) };
 }
 
+/**
+ * A new state in a temporary folder, initialized with `settings` (as
+ * custody.json holds them), started, and granted review-notes/* for
+ * millions of invokes: the service the one-question benches load.
+ * `remove` stops it and deletes the folder.
+ */
+export async function startGrantedService(prefix: string, settings: Record<string, unknown>): Promise<{ service: Running; remove: () => Promise<void> }> {
+  const dir = mkdtempSync(path.join(tmpdir(), prefix));
+  const root = path.join(dir, 'state');
+  await initState(root, { config: parseConfig({ port: 0, ...settings }), log: createLogger({}, { level: 'error' }), onChildStderr: () => undefined });
+  const service = await startService(root);
+  const remove = async () => {
+    await stopService(service);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    await callApi(service.client, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
+  } catch (error) {
+    await remove();
+    throw error;
+  }
+  return { service, remove };
+}
+
 function call(service: Running, method: 'GET' | 'POST', route: string, body?: unknown): Promise<{ status: number; body: Record<string, unknown> }> {
   return callApi(service.client, method, route, body);
 }

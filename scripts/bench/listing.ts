@@ -6,27 +6,16 @@
 // all of them, `rounds` times, each timed from the request to the parsed
 // answer, with the CPU each process spent on it. Every answer must list
 // every operation.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { createLogger } from '../../shared/log.js';
-import { parseConfig } from '../../supervisor/config/load.js';
-import { initState } from '../../supervisor/init.js';
 import { callApi, invokeNotes } from './client.js';
-import { startService, stopService } from './e2e.js';
+import { startGrantedService } from './e2e.js';
 import { cpuBetween, sampleTree } from './procfs.js';
 
 const operations = Number(process.argv[2] ?? 20_000);
 const rounds = Number(process.argv[3] ?? 3);
 
-const dir = mkdtempSync(path.join(tmpdir(), 'custody-bench-listing-'));
-const root = path.join(dir, 'state');
-const config = parseConfig({ port: 0, timing: { archive_interval_ms: 0 } });
-await initState(root, { config, log: createLogger({}, { level: 'error' }), onChildStderr: () => undefined });
-const service = await startService(root);
+const { service, remove } = await startGrantedService('custody-bench-listing-', { timing: { archive_interval_ms: 0 } });
 try {
   const { client } = service;
-  await callApi(client, 'POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000_000, ttl_ms: 3_600_000 });
   await invokeNotes(client, operations, 64, 'listed');
   const { children } = (await client.status()) as { children: Array<{ role: string; name: string; pid: number | null }> };
   for (let round = 0; round < rounds; round++) {
@@ -40,6 +29,5 @@ try {
     console.log(JSON.stringify({ operations, round, listing_ms: Math.round(ms), ms_per_1000: +((ms / operations) * 1000).toFixed(1), cpu_ms: cpu }));
   }
 } finally {
-  await stopService(service);
-  rmSync(dir, { recursive: true, force: true });
+  await remove();
 }

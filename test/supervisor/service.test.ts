@@ -3,7 +3,8 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { isGone } from '../../supervisor/children/proc-stat.js';
 import { programPath } from '../../shared/entry-points.js';
@@ -202,12 +203,16 @@ describe('a graceful stop', function () {
 describe('custody start on an empty state', function () {
   this.timeout(60_000);
 
-  it('initializes it first, then serves', async () => {
-    const { mkdtempSync, rmSync } = await import('node:fs');
-    const { tmpdir } = await import('node:os');
-    const dir = mkdtempSync(path.join(tmpdir(), 'custody-fresh-'));
+  /** `custody start` on a state not yet made, under a new temporary folder. */
+  function startFresh(prefix: string) {
+    const dir = mkdtempSync(path.join(tmpdir(), prefix));
     const state = path.join(dir, 'state');
     const child = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    return { dir, state, child };
+  }
+
+  it('initializes it first, then serves', async () => {
+    const { dir, state, child } = startFresh('custody-fresh-');
     try {
       const [line] = (await once(child.stdout, 'data')) as [Buffer];
       expect(line.toString()).to.match(/^custody is running: http:\/\/127\.0\.0\.1:\d+/);
@@ -224,11 +229,7 @@ describe('custody start on an empty state', function () {
   });
 
   it('keeps serving when the reader of its stdout is gone before its one line (a closed pipe stops a CLI command, not the service)', async () => {
-    const { mkdtempSync, rmSync } = await import('node:fs');
-    const { tmpdir } = await import('node:os');
-    const dir = mkdtempSync(path.join(tmpdir(), 'custody-closed-'));
-    const state = path.join(dir, 'state');
-    const child = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const { dir, state, child } = startFresh('custody-closed-');
     child.stdout.destroy();
     let stderr = '';
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
