@@ -64,6 +64,13 @@ export const outcomeAnswer = z.strictObject({
  * next page is asked for after it. PAGE_KEY is what the query's `after` may
  * hold at all; each listing reads its own key from it.
  */
+/** The `limit` of each listing: what it lists without one, and the most one answer holds (handlers.ts reads it, openapi.ts says it). */
+export const LISTING_LIMITS = {
+  operations: { fallback: 200, most: 100_000 },
+  grants: { fallback: 1000, most: 10_000 },
+  incidents: { fallback: 50, most: 1000 },
+} as const;
+
 export const PAGE_KEY = /^[1-9][0-9]{0,15}\.[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$/;
 export const OPERATION_PAGE_KEY = /^[1-9][0-9]{0,15}\.[0-9a-f]{64}$/;
 

@@ -16,7 +16,7 @@ import type { ChildHandle } from '../children/child-handle.js';
 import { type GrantKey, type GrantView, KERNEL_PAGE_MAX, type OperationKey } from '../../shared/protocol/kernel-messages.js';
 import { refuseBeforeReserve } from './precheck.js';
 import { DEFAULT_WAIT_MS } from './wait.js';
-import { pageKeyText, parseGrantPageKey, parseOperationPageKey } from './answers.js';
+import { LISTING_LIMITS, pageKeyText, parseGrantPageKey, parseOperationPageKey } from './answers.js';
 import type { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 
 type Answer = Promise<{ status?: number; body: unknown }>;
@@ -152,8 +152,8 @@ async function kernelPages<Item, Key>(
   return { items, next_after: next };
 }
 
-/** A query's `limit`: `fallback` when absent or 0, at most `most` (GET /v1/operations, /v1/grants, /v1/incidents; openapi.ts says the same). */
-function limitOf(query: URLSearchParams, fallback: number, most: number): number {
+/** A query's `limit`: `fallback` when absent or 0, at most `most` (LISTING_LIMITS: GET /v1/operations, /v1/grants, /v1/incidents). */
+export function limitOf(query: URLSearchParams, { fallback, most }: { readonly fallback: number; readonly most: number }): number {
   return Math.min(Math.max(Number(query.get('limit') ?? fallback) || fallback, 1), most);
 }
 
@@ -165,7 +165,7 @@ export async function listOperations(service: Service, query: URLSearchParams): 
       return { items: page.operations, next_after: page.next_after };
     },
     after,
-    limitOf(query, 200, 100_000),
+    limitOf(query, LISTING_LIMITS.operations),
   );
   const listed: Array<{ name: string; operation_id: string; tool: string; state: string | null; phase: string | null; updated_at: number; flag: string | null }> = operations.map((op) => {
     // The phase alone (as this process knows it, a move not yet written included): the row's artifacts (~4 KB) are not listed.
@@ -259,7 +259,7 @@ export async function artifacts(service: Service, name: string): Answer {
  */
 export async function listGrants(service: Service, query: URLSearchParams): Answer {
   const after = query.has('after') ? parseGrantPageKey(query.get('after')!) : null;
-  const { items: grants, next_after } = await kernelPages(grantPages(service, query.get('live') === 'true'), after, limitOf(query, 1000, 10_000));
+  const { items: grants, next_after } = await kernelPages(grantPages(service, query.get('live') === 'true'), after, limitOf(query, LISTING_LIMITS.grants));
   return { body: { grants, next_after: next_after === null ? null : pageKeyText(next_after) } };
 }
 
@@ -297,7 +297,7 @@ export async function revokeGrant(service: Service, id: string): Answer {
 }
 
 export function incidents(service: Service, query: URLSearchParams) {
-  const limit = limitOf(query, 50, 1000);
+  const limit = limitOf(query, LISTING_LIMITS.incidents);
   return { incidents: service.store.recentIncidents(limit) };
 }
 

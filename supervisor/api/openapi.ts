@@ -28,7 +28,7 @@ interface RouteDoc {
 export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
 const drive = { 200: answers.outcomeAnswer, 202: answers.outcomeAnswer };
-const limit = (fallback: number, max: number) => ({ limit: { schema: z.number().int().min(1).max(max), description: `at most this many (default ${fallback}, at most ${max})` } });
+const limit = ({ fallback, most }: { readonly fallback: number; readonly most: number }) => ({ limit: { schema: z.number().int().min(1).max(most), description: `at most this many (default ${fallback}, at most ${most})` } });
 
 export const API_ROUTES: readonly RouteDoc[] = [
   { method: 'GET', path: '/v1/health', access: 'open', summary: 'liveness', answers: { 200: answers.healthAnswer } },
@@ -49,7 +49,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     path: '/v1/operations',
     access: 'agent',
     summary: "list operations, newest first, a page at a time: an answer's next_after is the key the next page starts after (null after the last)",
-    query: { ...limit(200, 100_000), after: { schema: z.string().regex(answers.OPERATION_PAGE_KEY), description: "the operations after this key, newest first (default: from the newest): the previous answer's next_after" } },
+    query: { ...limit(answers.LISTING_LIMITS.operations), after: { schema: z.string().regex(answers.OPERATION_PAGE_KEY), description: "the operations after this key, newest first (default: from the newest): the previous answer's next_after" } },
     answers: { 200: answers.operationsAnswer },
   },
   { method: 'GET', path: '/v1/operations/:name', access: 'agent', summary: 'an operation: request, kernel view, receipts', answers: { 200: answers.operationAnswer } },
@@ -64,7 +64,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
     access: 'control',
     summary: "grants with their use, newest first, a page at a time: an answer's next_after is the key the next page starts after (null after the last)",
     query: {
-      ...limit(1000, 10_000),
+      ...limit(answers.LISTING_LIMITS.grants),
       after: { schema: z.string().regex(answers.PAGE_KEY), description: "the grants after this key, newest first (default: from the newest): the previous answer's next_after" },
       live: { schema: z.enum(['true', 'false']), description: 'true: only the grants neither expired nor revoked (default false: every grant ever issued)' },
     },
@@ -78,7 +78,7 @@ export const API_ROUTES: readonly RouteDoc[] = [
   { method: 'POST', path: '/v1/kernel/rotate', access: 'control', summary: "rotate the kernel's key: every running executor re-pins it through the statement the old key signed, a stopped one at its next start", answers: { 200: answers.kernelRotateAnswer } },
   { method: 'GET', path: '/v1/keys', access: 'agent', summary: 'every key epoch of the kernel and of each executor, with the rotation statements (receipt export writes them beside the artifacts)', answers: { 200: answers.keysAnswer } },
   { method: 'POST', path: '/v1/executors/:name/recover-rollback', access: 'control', summary: 'the way back for an executor refused with store_rolled_back (docs/ROLLBACK.md)', answers: { 200: answers.recoverRollbackAnswer } },
-  { method: 'GET', path: '/v1/incidents', access: 'agent', summary: 'what went wrong recently', query: limit(50, 1000), answers: { 200: answers.incidentsAnswer } },
+  { method: 'GET', path: '/v1/incidents', access: 'agent', summary: 'what went wrong recently', query: limit(answers.LISTING_LIMITS.incidents), answers: { 200: answers.incidentsAnswer } },
   {
     method: 'GET',
     path: '/metrics',

@@ -142,6 +142,17 @@ describe('kernel-proc: ops.list paging', function () {
     expect(entry).to.deep.equal(Object.fromEntries(members.map((member) => [member, operation![member]])));
   });
 
+  it('takes a limit of 1 to KERNEL_PAGE_MAX (10,000) in ops.list and recover, and refuses 0 and 10,001', async () => {
+    for (const limit of [1, LIMIT_MAX]) {
+      expect((await kernel.request('ops.list', { states: null, limit, after: null })).operations.length, `ops.list at ${limit}`).to.be.at.least(1);
+      expect((await kernel.request('recover', { limit, after: null })).now, `recover at ${limit}`).to.be.a('number');
+    }
+    for (const limit of [0, LIMIT_MAX + 1]) {
+      expect((await refused(kernel.request('ops.list', { states: null, limit, after: null }))).code, `ops.list at ${limit}`).to.equal('schema_violation');
+      expect((await refused(kernel.request('recover', { limit, after: null }))).code, `recover at ${limit}`).to.equal('schema_violation');
+    }
+  });
+
   it('refuses ops.list without after, with an offset, or with a key that is not one: the schema is closed and after is required', async () => {
     const missing = { states: null, limit: 10 } as unknown as RequestOf<'ops.list'>;
     expect((await refused(kernel.request('ops.list', missing))).code).to.equal('schema_violation');

@@ -242,11 +242,15 @@ describe('custody start on an empty state', function () {
       const status = await custody(['--state', state, 'status', '--json']);
       expect(status.code).to.equal(0);
     } finally {
-      const exited = child.exitCode !== null || child.signalCode !== null ? null : once(child, 'exit');
+      const running = child.exitCode === null && child.signalCode === null;
+      const exited = running ? once(child, 'exit') : null;
       child.kill('SIGTERM');
       const code = exited === null ? child.exitCode : ((await exited) as [number | null])[0];
       rmSync(dir, { recursive: true, force: true });
+      expect(running, 'the service was still running when it was asked to stop').to.equal(true);
       expect(code, 'a clean stop').to.equal(0);
+      expect(stderr, 'it stopped as asked').to.match(/"event":"service_stopped"/);
+      expect(stderr, 'the closed pipe raised nothing').to.not.match(/EPIPE|uncaught/i);
     }
   });
 });

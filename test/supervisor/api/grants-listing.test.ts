@@ -5,6 +5,7 @@
 // `custody grant list` reads every page.
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
+import { MAX_TIMESTAMP_MS } from '../../../shared/protocol/common.js';
 import path from 'node:path';
 import { connect } from '../../../supervisor/cli/client.js';
 import { grantListCommand } from '../../../supervisor/cli/commands/admin.js';
@@ -76,6 +77,13 @@ describe('GET /v1/grants, a page at a time', function () {
     const past = await service.http('GET', `/v1/grants?after=${Number.MAX_SAFE_INTEGER + 1}.cap`);
     expect(past.status).to.equal(400);
     expect(String(past.body.message)).to.include('<issued_at>.<capability_id>');
+    // The largest time a key holds is taken (every grant comes after it); one past it is refused.
+    const atBound = await service.http('GET', `/v1/grants?after=${MAX_TIMESTAMP_MS}.cap`);
+    expect(atBound.status).to.equal(200);
+    expect((atBound.body.grants as unknown[]).length).to.be.at.least(4);
+    const onePast = await service.http('GET', `/v1/grants?after=${MAX_TIMESTAMP_MS + 1}.cap`);
+    expect(onePast.status).to.equal(400);
+    expect(onePast.body.code).to.equal('target_invalid');
   });
 
   it('custody grant list reads every page, and --live the live ones', async () => {

@@ -86,12 +86,14 @@ describe('custody export', function () {
     for (const bad of [`${MAX_TIMESTAMP_MS + 1}.${hex}`, `0.${hex}`, `-1.${hex}`, `1.${hex}0`, `1.${'A'.repeat(64)}`, `1${hex}`, '3', 'x', `${'9'.repeat(17)}.${hex}`]) {
       const refused = await service.http('GET', `/v1/operations?after=${bad}`, undefined, 'agent');
       expect(refused.status, bad).to.equal(400);
+      expect(refused.body.code, bad).to.equal('target_invalid');
       expect(String(refused.body.message), bad).to.include('next_after');
     }
     // The listing no longer skips by count; asked to, it says what it reads instead.
     const byOffset = await service.http('GET', '/v1/operations?offset=2', undefined, 'agent');
     expect(byOffset.status).to.equal(400);
-    expect(String(byOffset.body.message)).to.include('after');
+    expect(byOffset.body.code).to.equal('target_invalid');
+    expect(String(byOffset.body.message)).to.include('it reads limit, after');
 
     // Pages of one: three answers, each operation written once, newest first, then the incidents.
     const out = new PassThrough();
@@ -137,5 +139,6 @@ describe('custody export', function () {
     const code = await new Promise<number | null>((resolve) => child.on('exit', (status) => resolve(status)));
     expect(stderr, 'nothing said: the reader chose to stop').to.equal('');
     expect(code).to.equal(CLI_EXIT.outputClosed);
+    expect(code, '128 + SIGPIPE, as README says').to.equal(141);
   });
 });

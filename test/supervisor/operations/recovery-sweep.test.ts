@@ -20,6 +20,7 @@ describe('the recovery sweep, going on where the last stopped', () => {
     const doubt = Array.from({ length: 5 }, (_, n) => ({ operation_id: String(n + 1).repeat(64), request_id: `op-${n + 1}`, created_at: 1000 + n, state: 'dispatch_committed', executor_id: 'gone', window: null }) as unknown as OperationView);
     const firstAfter: Array<OperationKey | null> = [];
     const listed: string[][] = [];
+    const asked: number[][] = [];
     const incidents: string[] = [];
     let first = true;
     const ctx = {
@@ -35,11 +36,13 @@ describe('the recovery sweep, going on where the last stopped', () => {
           expect(kind).to.equal('recover');
           if (first) firstAfter.push(body.after);
           first = false;
+          asked.at(-1)!.push(body.limit);
           const rest = doubt.filter((op) => body.after === null || op.created_at > body.after.created_at);
-          const page = rest.slice(0, body.limit);
+          // One operation a page, as a kernel whose frame holds one view answers: a sweep reads several pages.
+          const page = rest.slice(0, 1);
           listed.at(-1)!.push(...page.map((op) => op.request_id));
           const last = page.at(-1);
-          return Promise.resolve({ operations: page, now: 2000, next_after: rest.length > body.limit && last ? { created_at: last.created_at, operation_id: last.operation_id } : null });
+          return Promise.resolve({ operations: page, now: 2000, next_after: rest.length > page.length && last ? { created_at: last.created_at, operation_id: last.operation_id } : null });
         },
       },
     } as unknown as OperationContext;
@@ -47,11 +50,14 @@ describe('the recovery sweep, going on where the last stopped', () => {
     for (let sweep = 0; sweep < 6; sweep++) {
       first = true;
       listed.push([]);
+      asked.push([]);
       await sweeper.sweep();
     }
     const key = (n: number) => ({ created_at: 1000 + n - 1, operation_id: String(n).repeat(64) });
     expect(firstAfter).to.deep.equal([null, key(2), key(4), null, key(2), key(4)]);
     expect(listed).to.deep.equal([['op-1', 'op-2'], ['op-3', 'op-4'], ['op-5'], ['op-1', 'op-2'], ['op-3', 'op-4'], ['op-5']]);
+    // Two pages a sweep up to the bound (2, then what is left of it), one where the listing ends.
+    expect(asked).to.deep.equal([[2, 1], [2, 1], [2], [2, 1], [2, 1], [2]]);
     // Each waiting operation is said once over two rounds: its mark outlives the sweeps that do not list it.
     expect(incidents.sort()).to.deep.equal(doubt.map((op) => op.operation_id).sort());
   });

@@ -188,6 +188,9 @@ describe('supervisor/store: rows remembered between writes', () => {
     it('forgets the longest remembered one character past it', async () => {
       expect(await rememberedUnder((size) => 2 * size - 1)).to.deep.equal(['r3']);
     });
+    it('remembers a row exactly the size of the bound (alone)', async () => {
+      expect(await rememberedUnder((size) => size)).to.deep.equal(['r3']);
+    });
     it('never remembers a row larger than the bound', async () => {
       expect(await rememberedUnder((size) => size - 1)).to.deep.equal([]);
     });
