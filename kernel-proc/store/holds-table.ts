@@ -9,6 +9,9 @@ import { CustodyError } from '../../shared/errors.js';
 import { HOLD_MACHINE, type HoldState } from '../machines.js';
 
 export interface HoldRow {
+  /** The operation's rowid, the hold's key (schema.ts, version 10). */
+  readonly operation_rowid: number;
+  /** `hold:<operation_id>`, read from the operation id (holdIdFor). */
   readonly hold_id: string;
   readonly operation_id: string;
   readonly capability_id: string;
@@ -34,19 +37,19 @@ export function holdIdFor(operationId: string): string {
 
 export class HoldsTable {
   readonly #get: Database.Statement<[string], HoldRow>;
-  readonly #insert: Database.Statement<[{ hold_id: string; operation_id: string; capability_id: string; invocations: number; cost: number; now: number }]>;
-  readonly #settle: Database.Statement<[{ id: string; to: string; charged: number; now: number; receipt: string }]>;
+  readonly #insert: Database.Statement<[{ operation_id: string; capability_id: string; invocations: number; cost: number; now: number }]>;
+  readonly #settle: Database.Statement<[{ row: number; to: string; charged: number; now: number; receipt: string }]>;
   readonly #usage: Database.Statement<[string], GrantUsage>;
   readonly #byState: Database.Statement<[], Record<'reserved' | 'consumed' | 'released', number>>;
 
   constructor(db: Database.Database) {
-    this.#get = db.prepare('SELECT * FROM holds WHERE operation_id = ?');
+    this.#get = db.prepare(`SELECT * FROM holds WHERE operation_rowid = (SELECT operation_rowid FROM operations WHERE operation_id = ?)`);
     this.#insert = db.prepare(`
-      INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, state, created_at)
-      VALUES (@hold_id, @operation_id, @capability_id, @invocations, @cost, 'reserved', @now)`);
+      INSERT INTO holds (operation_rowid, operation_id, capability_id, invocations, cost_units_held, state, created_at)
+      VALUES ((SELECT operation_rowid FROM operations WHERE operation_id = @operation_id), @operation_id, @capability_id, @invocations, @cost, 'reserved', @now)`);
     this.#settle = db.prepare(`
       UPDATE holds SET state = @to, cost_units_charged = @charged, settled_at = @now, settled_by = @receipt
-      WHERE hold_id = @id AND state = 'reserved'`);
+      WHERE operation_rowid = @row AND state = 'reserved'`);
     // A grant that does not exist has no usage: the zero row keeps callers total.
     this.#usage = db.prepare(`
       SELECT coalesce(max(invocations_used), 0) AS invocations_used, coalesce(max(invocations_held), 0) AS invocations_held,
@@ -71,15 +74,14 @@ export class HoldsTable {
   }
 
   place(operationId: string, capabilityId: string, costUnits: number, now: number): HoldRow {
-    const holdId = holdIdFor(operationId);
-    this.#insert.run({ hold_id: holdId, operation_id: operationId, capability_id: capabilityId, invocations: 1, cost: costUnits, now });
+    this.#insert.run({ operation_id: operationId, capability_id: capabilityId, invocations: 1, cost: costUnits, now });
     return this.forOperation(operationId)!;
   }
 
   /** Release or consume a hold that is still reserved; `receiptId` names the decision that did it. */
   settle(hold: HoldRow, to: HoldState, charged: number, now: number, receiptId: string): void {
     HOLD_MACHINE.assertMove(hold.state, to, `hold ${hold.hold_id}`);
-    const { changes } = this.#settle.run({ id: hold.hold_id, to, charged, now, receipt: receiptId });
+    const { changes } = this.#settle.run({ row: hold.operation_rowid, to, charged, now, receipt: receiptId });
     if (changes !== 1) {
       throw new CustodyError('illegal_transition', `hold ${hold.hold_id} was no longer reserved when moving it to ${to}; it is never disposed of twice`);
     }

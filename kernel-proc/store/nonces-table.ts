@@ -6,6 +6,8 @@ import { CustodyError } from '../../shared/errors.js';
 import { NONCE_MACHINE, type NonceState } from '../machines.js';
 
 export interface NonceRow {
+  /** The operation's rowid, the nonce's key (schema.ts, version 10). */
+  readonly operation_rowid: number;
   readonly nonce_id: string;
   readonly operation_id: string;
   readonly state: NonceState;
@@ -15,10 +17,9 @@ export interface NonceRow {
 }
 
 export class NoncesTable {
-  readonly #get: Database.Statement<[string], NonceRow>;
   readonly #forOperation: Database.Statement<[string], NonceRow>;
   readonly #insert: Database.Statement<[{ nonce_id: string; operation_id: string; now: number; expires_at: number }]>;
-  readonly #close: Database.Statement<[{ id: string; to: string; now: number }]>;
+  readonly #close: Database.Statement<[{ row: number; to: string; now: number }]>;
   readonly #countLive: Database.Statement<[], { live: number }>;
   readonly #expired: Database.Statement<[{ now: number; limit: number }], NonceRow>;
   readonly #nextExpiry: Database.Statement<[], { next: number | null }>;
@@ -32,20 +33,15 @@ export class NoncesTable {
   #earliestExpiry = Number.NEGATIVE_INFINITY;
 
   constructor(db: Database.Database) {
-    this.#get = db.prepare('SELECT * FROM nonces WHERE nonce_id = ?');
-    this.#forOperation = db.prepare('SELECT * FROM nonces WHERE operation_id = ?');
+    this.#forOperation = db.prepare(`SELECT * FROM nonces WHERE operation_rowid = (SELECT operation_rowid FROM operations WHERE operation_id = ?)`);
     this.#insert = db.prepare(`
-      INSERT INTO nonces (nonce_id, operation_id, state, created_at, expires_at)
-      VALUES (@nonce_id, @operation_id, 'live', @now, @expires_at)`);
-    this.#close = db.prepare(`UPDATE nonces SET state = @to, closed_at = @now WHERE nonce_id = @id AND state = 'live'`);
+      INSERT INTO nonces (operation_rowid, nonce_id, operation_id, state, created_at, expires_at)
+      VALUES ((SELECT operation_rowid FROM operations WHERE operation_id = @operation_id), @nonce_id, @operation_id, 'live', @now, @expires_at)`);
+    this.#close = db.prepare(`UPDATE nonces SET state = @to, closed_at = @now WHERE operation_rowid = @row AND state = 'live'`);
     this.#countLive = db.prepare(`SELECT count(*) AS live FROM nonces WHERE state = 'live'`);
     this.#expired = db.prepare(`
       SELECT * FROM nonces WHERE state = 'live' AND expires_at <= @now ORDER BY expires_at, nonce_id LIMIT @limit`);
     this.#nextExpiry = db.prepare(`SELECT min(expires_at) AS next FROM nonces WHERE state = 'live'`);
-  }
-
-  get(nonceId: string): NonceRow | undefined {
-    return this.#get.get(nonceId);
   }
 
   forOperation(operationId: string): NonceRow | undefined {
@@ -55,12 +51,12 @@ export class NoncesTable {
   mint(nonceId: string, operationId: string, now: number, expiresAt: number): NonceRow {
     this.#insert.run({ nonce_id: nonceId, operation_id: operationId, now, expires_at: expiresAt });
     this.#earliestExpiry = Math.min(this.#earliestExpiry, expiresAt);
-    return this.get(nonceId)!;
+    return this.forOperation(operationId)!;
   }
 
   close(nonce: NonceRow, to: NonceState, now: number): void {
     NONCE_MACHINE.assertMove(nonce.state, to, `nonce of operation ${nonce.operation_id}`);
-    if (this.#close.run({ id: nonce.nonce_id, to, now }).changes !== 1) {
+    if (this.#close.run({ row: nonce.operation_rowid, to, now }).changes !== 1) {
       throw new CustodyError('illegal_transition', `nonce of operation ${nonce.operation_id} was no longer live when moving it to ${to}`);
     }
   }

@@ -9,6 +9,8 @@ import type { ListedOperation, OperationKey, OperationState } from '../../shared
 import { OPERATION_MACHINE } from '../machines.js';
 
 export interface OperationRow {
+  /** The key the operation's holds, nonce, receipts and report are found by (schema.ts, version 10). */
+  readonly operation_rowid: number;
   readonly operation_id: string;
   readonly request_id: string;
   readonly request_binding_hash: string;
@@ -100,8 +102,8 @@ export class OperationsTable {
   readonly #list: Database.Statement<[OperationKey & { states: string; limit: number }], ListedOperation>;
   readonly #inDoubt: Database.Statement<[OperationKey & { states: string; limit: number }], OperationRow>;
   readonly #awaitAll: Database.Statement<[{ now: number }]>;
-  readonly #report: Database.Statement<[string], { report: string }>;
-  readonly #keepReport: Database.Statement<[{ id: string; report: string }]>;
+  readonly #report: Database.Statement<[number], { report: string }>;
+  readonly #keepReport: Database.Statement<[{ row: number; report: string }]>;
 
   constructor(db: Database.Database) {
     this.#get = db.prepare(`SELECT ${ROW} FROM operations WHERE operation_id = ?`);
@@ -151,14 +153,14 @@ export class OperationsTable {
       ORDER BY created_at, operation_id`);
     this.#awaitAll = db.prepare(`
       UPDATE operations SET state = 'awaiting_report', updated_at = @now WHERE state = 'dispatch_committed'`);
-    this.#report = db.prepare('SELECT report FROM reports WHERE operation_id = ?');
-    this.#keepReport = db.prepare('INSERT INTO reports (operation_id, report) VALUES (@id, @report)');
+    this.#report = db.prepare('SELECT report FROM reports WHERE operation_rowid = ?');
+    this.#keepReport = db.prepare('INSERT INTO reports (operation_rowid, report) VALUES (@row, @report)');
   }
 
   /** A settled row gets its report (one lookup) and, when completed, the output the report carries. */
   #withReport(row: OperationRow | undefined): OperationRow | undefined {
     if (row === undefined || row.report_digest === null) return row;
-    const report = this.#report.get(row.operation_id)?.report ?? null;
+    const report = this.#report.get(row.operation_rowid)?.report ?? null;
     const filled = row as { report: string | null; output: string | null };
     filled.report = report;
     filled.output = outputOf(row.state, report);
@@ -186,7 +188,7 @@ export class OperationsTable {
   settle(row: OperationRow, to: OperationState, settlement: Settlement, now: number): void {
     OPERATION_MACHINE.assertMove(row.state, to, `operation ${row.operation_id}`);
     // The report first: the store sets report_digest only once the report is kept (schema.ts, version 6).
-    this.#keepReport.run({ id: row.operation_id, report: settlement.report });
+    this.#keepReport.run({ row: row.operation_rowid, report: settlement.report });
     expectOne(this.#settle.run({ ...settlement, id: row.operation_id, from: row.state, to, now }).changes, row, to);
   }
 

@@ -472,6 +472,30 @@ SELECT r.receipt_id, o.request_id, r.operation_id, r.seq, r.decision, r.verdict,
 FROM receipts r JOIN operations o ON o.operation_id = r.operation_id;
 `;
 
+/** grants_view since version 7: each grant's counters beside the sums of its holds, and whether they agree. */
+const GRANTS_VIEW = `
+CREATE VIEW grants_view AS
+SELECT g.capability_id, g.tool, g.subject, g.max_invocations, g.max_cost_units,
+       g.invocations_used, g.invocations_held, g.cost_units_used, g.cost_units_held,
+       g.holds_reserved, g.holds_consumed, g.holds_released,
+       coalesce(s.invocations_used, 0) AS holds_invocations_used, coalesce(s.invocations_held, 0) AS holds_invocations_held,
+       coalesce(s.cost_units_used, 0) AS holds_cost_units_used, coalesce(s.cost_units_held, 0) AS holds_cost_units_held,
+       (g.invocations_used = coalesce(s.invocations_used, 0) AND g.invocations_held = coalesce(s.invocations_held, 0)
+        AND g.cost_units_used = coalesce(s.cost_units_used, 0) AND g.cost_units_held = coalesce(s.cost_units_held, 0)
+        AND g.holds_reserved = coalesce(s.holds_reserved, 0) AND g.holds_consumed = coalesce(s.holds_consumed, 0)
+        AND g.holds_released = coalesce(s.holds_released, 0)) AS usage_agrees,
+       ${iso('g.not_before')} AS valid_from, ${iso('g.expires_at')} AS expires, ${iso('g.revoked_at')} AS revoked
+FROM grants g LEFT JOIN (
+  SELECT h.capability_id,
+         sum(CASE WHEN h.state = 'consumed' THEN h.invocations ELSE 0 END) AS invocations_used,
+         sum(CASE WHEN h.state = 'reserved' THEN h.invocations ELSE 0 END) AS invocations_held,
+         sum(CASE WHEN h.state = 'consumed' THEN h.cost_units_charged ELSE 0 END) AS cost_units_used,
+         sum(CASE WHEN h.state = 'reserved' THEN h.cost_units_held ELSE 0 END) AS cost_units_held,
+         count(CASE WHEN h.state = 'reserved' THEN 1 END) AS holds_reserved,
+         count(CASE WHEN h.state = 'consumed' THEN 1 END) AS holds_consumed,
+         count(CASE WHEN h.state = 'released' THEN 1 END) AS holds_released
+  FROM holds h GROUP BY h.capability_id) s ON s.capability_id = g.capability_id;`;
+
 /**
  * Version 7: nothing an operator or a scrape asks reads the whole history
  * (docs/PERFORMANCE.md "History on the start path").
@@ -548,27 +572,7 @@ DROP INDEX holds_by_grant;
 CREATE INDEX operations_by_creation ON operations (created_at, operation_id);
 
 DROP VIEW grants_view;
-CREATE VIEW grants_view AS
-SELECT g.capability_id, g.tool, g.subject, g.max_invocations, g.max_cost_units,
-       g.invocations_used, g.invocations_held, g.cost_units_used, g.cost_units_held,
-       g.holds_reserved, g.holds_consumed, g.holds_released,
-       coalesce(s.invocations_used, 0) AS holds_invocations_used, coalesce(s.invocations_held, 0) AS holds_invocations_held,
-       coalesce(s.cost_units_used, 0) AS holds_cost_units_used, coalesce(s.cost_units_held, 0) AS holds_cost_units_held,
-       (g.invocations_used = coalesce(s.invocations_used, 0) AND g.invocations_held = coalesce(s.invocations_held, 0)
-        AND g.cost_units_used = coalesce(s.cost_units_used, 0) AND g.cost_units_held = coalesce(s.cost_units_held, 0)
-        AND g.holds_reserved = coalesce(s.holds_reserved, 0) AND g.holds_consumed = coalesce(s.holds_consumed, 0)
-        AND g.holds_released = coalesce(s.holds_released, 0)) AS usage_agrees,
-       ${iso('g.not_before')} AS valid_from, ${iso('g.expires_at')} AS expires, ${iso('g.revoked_at')} AS revoked
-FROM grants g LEFT JOIN (
-  SELECT h.capability_id,
-         sum(CASE WHEN h.state = 'consumed' THEN h.invocations ELSE 0 END) AS invocations_used,
-         sum(CASE WHEN h.state = 'reserved' THEN h.invocations ELSE 0 END) AS invocations_held,
-         sum(CASE WHEN h.state = 'consumed' THEN h.cost_units_charged ELSE 0 END) AS cost_units_used,
-         sum(CASE WHEN h.state = 'reserved' THEN h.cost_units_held ELSE 0 END) AS cost_units_held,
-         count(CASE WHEN h.state = 'reserved' THEN 1 END) AS holds_reserved,
-         count(CASE WHEN h.state = 'consumed' THEN 1 END) AS holds_consumed,
-         count(CASE WHEN h.state = 'released' THEN 1 END) AS holds_released
-  FROM holds h GROUP BY h.capability_id) s ON s.capability_id = g.capability_id;
+${GRANTS_VIEW}
 `;
 
 /**
@@ -602,6 +606,283 @@ const V9 = `
 CREATE INDEX grants_by_issue ON grants (issued_at DESC, capability_id);
 `;
 
+/** The rowid of the operation `column` names by id: its unique index finds it. */
+const rowOf = (column: string) => `(SELECT o.operation_rowid FROM operations o WHERE o.operation_id = ${column})`;
+
+/**
+ * A trigger that refuses a row of `table` whose operation_rowid names
+ * another operation than its operation_id (stored, or read from the row's
+ * signed bytes): the two say the same thing, and the key is what the store
+ * finds the row by.
+ */
+function namesItsOperation(table: string): string {
+  return `
+CREATE TRIGGER ${table}_operation_named BEFORE INSERT ON ${table}
+WHEN NEW.operation_id IS NOT (SELECT o.operation_id FROM operations o WHERE o.operation_rowid = NEW.operation_rowid)
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: ${table}: operation_rowid and operation_id name different operations');
+END;`;
+}
+
+const HOLD_TRIGGERS = `
+${transitionGuard('holds', 'hold')}
+${fixedColumns('holds', 'fixed', ['operation_rowid', 'operation_id', 'capability_id', 'invocations', 'cost_units_held', 'created_at'], ['settled_at', 'settled_by'])}
+${neverDeleted('holds')}
+${namesItsOperation('holds')}
+CREATE TRIGGER holds_initial_state BEFORE INSERT ON holds WHEN NEW.state IS NOT 'reserved'
+BEGIN SELECT RAISE(ABORT, 'illegal_transition: holds: a hold starts as reserved'); END;
+CREATE TRIGGER holds_charge_fixed BEFORE UPDATE OF cost_units_charged ON holds
+WHEN OLD.state IS NOT 'reserved' AND NEW.cost_units_charged IS NOT OLD.cost_units_charged
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: holds: the charge of a disposed hold never changes'); END;
+CREATE TRIGGER holds_count_placed AFTER INSERT ON holds
+BEGIN
+  UPDATE grants SET invocations_held = invocations_held + NEW.invocations,
+                    cost_units_held = cost_units_held + NEW.cost_units_held,
+                    holds_reserved = holds_reserved + 1,
+                    usage_hold = NEW.hold_id, usage_state = NEW.state
+  WHERE capability_id = NEW.capability_id;
+END;
+CREATE TRIGGER holds_count_disposed AFTER UPDATE OF state ON holds
+WHEN OLD.state = 'reserved' AND NEW.state IS NOT 'reserved'
+BEGIN
+  UPDATE grants SET invocations_held = invocations_held - OLD.invocations,
+                    cost_units_held = cost_units_held - OLD.cost_units_held,
+                    invocations_used = invocations_used + CASE WHEN NEW.state = 'consumed' THEN NEW.invocations ELSE 0 END,
+                    cost_units_used = cost_units_used + CASE WHEN NEW.state = 'consumed' THEN NEW.cost_units_charged ELSE 0 END,
+                    holds_reserved = holds_reserved - 1,
+                    holds_consumed = holds_consumed + (NEW.state = 'consumed'),
+                    holds_released = holds_released + (NEW.state = 'released'),
+                    usage_hold = NEW.hold_id, usage_state = NEW.state
+  WHERE capability_id = NEW.capability_id;
+END;`;
+
+/**
+ * Version 10: an operation's rows are found by its rowid, not by its id
+ * (docs/PERFORMANCE.md "Rows keyed by the operation's rowid").
+ *
+ * The operation id is a digest: keyed by it, every index an operation's rows
+ * entered (the hold's id and its operation, the nonce's id and its
+ * operation, the receipts' (operation, seq), the report's operation) put
+ * them on a random leaf, one 4 KiB page each, which no other operation of
+ * the same commit shared: at 64 in flight the kernel wrote ~74 KB toward the
+ * disk per operation for ~7 KB it kept. Now `operations` has an explicit
+ * rowid, `operation_rowid` (INTEGER PRIMARY KEY: VACUUM keeps it), and a
+ * hold, a nonce and a report are keyed by their operation's, receipts by
+ * (operation_rowid, seq): each lands on the newest leaves, shared by the
+ * operations of a commit. The operation id and the request id keep their
+ * unique indexes, the two random leaves an operation still costs (the
+ * request id's is the lookup an operator's sqlite3 shell makes).
+ *
+ * Nothing an operator read goes: holds and nonces keep operation_id (no
+ * longer indexed: the views join by rowid), a hold's id is read from its
+ * operation (`hold:<operation_id>`, which it always was; the migration
+ * checks), a report's operation from its signed bytes. Each child row's
+ * operation_rowid is held to its operation_id by a trigger. The triggers,
+ * indexes and views are those of version 9 on the new keys.
+ */
+const V10 = `
+DROP VIEW operations_view;
+DROP VIEW holds_view;
+DROP VIEW receipts_view;
+DROP VIEW grants_view;
+DROP TRIGGER grants_usage_guard;
+ALTER TABLE receipts RENAME TO receipts_v9;
+ALTER TABLE reports RENAME TO reports_v9;
+ALTER TABLE nonces RENAME TO nonces_v9;
+ALTER TABLE holds RENAME TO holds_v9;
+ALTER TABLE operations RENAME TO operations_v9;
+DROP INDEX operations_by_state;
+DROP INDEX operations_by_creation;
+DROP INDEX nonces_live;
+
+CREATE TABLE operations ( -- Operations, one per request id (the idempotency key). state follows the operation machine.
+  operation_rowid INTEGER PRIMARY KEY,  -- the key an operation's holds, nonce, receipts and report are found by
+  operation_id TEXT NOT NULL UNIQUE,
+  request_id TEXT NOT NULL UNIQUE,
+  request_binding_hash TEXT NOT NULL,   -- digest of the request bytes; a different one is request_conflict
+  subject TEXT NOT NULL,
+  tool TEXT NOT NULL,
+  parameters_digest TEXT NOT NULL,
+  cost_units INTEGER NOT NULL,
+  capability_id TEXT REFERENCES grants (capability_id),
+  capability_digest TEXT,
+  executor_id TEXT,
+  state TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  start_request_digest TEXT,            -- the start request that committed dispatch (its retry gets the same authorization)
+  authorization TEXT,                   -- the signed dispatch authorization, exact JCS bytes
+  authorization_digest TEXT,
+  window_not_before INTEGER,
+  window_expires_at INTEGER,
+  report_digest TEXT,
+  flag TEXT                             -- why an operator should look (finalization deny, unknown)
+) STRICT;
+INSERT INTO operations SELECT rowid, * FROM operations_v9 ORDER BY rowid;
+CREATE INDEX operations_by_state ON operations (state, created_at);
+CREATE INDEX operations_by_creation ON operations (created_at, operation_id);
+
+CREATE TABLE holds ( -- Budget holds placed at reserve: one per allowed operation, disposed of (released or consumed) at most once.
+  operation_rowid INTEGER PRIMARY KEY REFERENCES operations (operation_rowid),
+  hold_id TEXT GENERATED ALWAYS AS ('hold:' || operation_id) VIRTUAL,
+  operation_id TEXT NOT NULL,
+  capability_id TEXT NOT NULL REFERENCES grants (capability_id),
+  invocations INTEGER NOT NULL CHECK (invocations >= 0),
+  cost_units_held INTEGER NOT NULL CHECK (cost_units_held >= 0),
+  cost_units_charged INTEGER NOT NULL DEFAULT 0 CHECK (cost_units_charged >= 0 AND cost_units_charged <= cost_units_held),
+  state TEXT NOT NULL DEFAULT 'reserved',  -- reserved, released, consumed
+  created_at INTEGER NOT NULL,
+  settled_at INTEGER,
+  settled_by TEXT                          -- the receipt that released or consumed it
+) STRICT;
+INSERT INTO holds (operation_rowid, operation_id, capability_id, invocations, cost_units_held, cost_units_charged, state, created_at, settled_at, settled_by)
+SELECT ${rowOf('h.operation_id')}, h.operation_id, h.capability_id, h.invocations, h.cost_units_held, h.cost_units_charged, h.state, h.created_at, h.settled_at, h.settled_by
+FROM holds_v9 h ORDER BY 1;
+
+CREATE TABLE nonces ( -- Execution nonces minted at reserve. A live nonce is never evicted: when the live ones reach capacity, reserve refuses.
+  operation_rowid INTEGER PRIMARY KEY REFERENCES operations (operation_rowid),
+  nonce_id TEXT NOT NULL,
+  operation_id TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'live',  -- live, used, expired, voided
+  created_at INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  closed_at INTEGER
+) STRICT;
+INSERT INTO nonces (operation_rowid, nonce_id, operation_id, state, created_at, expires_at, closed_at)
+SELECT ${rowOf('n.operation_id')}, n.nonce_id, n.operation_id, n.state, n.created_at, n.expires_at, n.closed_at
+FROM nonces_v9 n ORDER BY 1;
+CREATE INDEX nonces_live ON nonces (expires_at) WHERE state = 'live';
+
+CREATE TABLE receipts ( -- Every decision, kernel-signed, retained as its exact bytes; insert-once. request_digest names the request it answers.
+  operation_rowid INTEGER NOT NULL REFERENCES operations (operation_rowid),
+  seq INTEGER NOT NULL CHECK (seq > 0),
+  request_digest TEXT,
+  receipt TEXT NOT NULL,         -- the signed receipt, exact JCS bytes; the columns below are read from them
+  operation_id TEXT NOT NULL GENERATED ALWAYS AS (${fromReceipt('operation_id')}) VIRTUAL,
+  receipt_id TEXT GENERATED ALWAYS AS (${fromReceipt('receipt_id')}) VIRTUAL,
+  decision TEXT GENERATED ALWAYS AS (${fromReceipt('decision')}) VIRTUAL,
+  verdict TEXT GENERATED ALWAYS AS (${fromReceipt('verdict')}) VIRTUAL,
+  reason TEXT GENERATED ALWAYS AS (${fromReceipt('reason')}) VIRTUAL,
+  state TEXT GENERATED ALWAYS AS (${fromReceipt('state')}) VIRTUAL,
+  hold_disposition TEXT GENERATED ALWAYS AS (${fromReceipt('hold.disposition')}) VIRTUAL,
+  issued_at INTEGER GENERATED ALWAYS AS (${fromReceipt('issued_at')}) VIRTUAL,
+  CONSTRAINT receipt_names_its_key CHECK (receipt_id = 'r:' || operation_id || ':' || seq),
+  CHECK (decision IN ('reserve', 'start', 'completion', 'finalization', 'expiry', 'unknown')),
+  CHECK (verdict IN ('allow', 'deny')),
+  CHECK (hold_disposition IN ('reserved', 'released', 'consumed', 'release_unconfirmed', 'none')),
+  UNIQUE (operation_rowid, seq)
+) STRICT;
+INSERT INTO receipts (operation_rowid, seq, request_digest, receipt)
+SELECT ${rowOf('r.operation_id')}, r.seq, r.request_digest, r.receipt FROM receipts_v9 r ORDER BY 1, 2;
+
+CREATE TABLE reports ( -- The executor's signed report that settled an operation, exact bytes; insert-once. operations.report_digest names it.
+  operation_rowid INTEGER PRIMARY KEY REFERENCES operations (operation_rowid),
+  report TEXT NOT NULL,
+  operation_id TEXT GENERATED ALWAYS AS (json_extract(report, '$.body.operation_id')) VIRTUAL
+) STRICT;
+INSERT INTO reports (operation_rowid, report) SELECT ${rowOf('r.operation_id')}, r.report FROM reports_v9 r ORDER BY 1;
+
+CREATE TEMP TABLE v10_check (
+  held INTEGER NOT NULL, holds_named INTEGER NOT NULL, minted INTEGER NOT NULL, nonces_named INTEGER NOT NULL,
+  issued INTEGER NOT NULL, receipts_named INTEGER NOT NULL, kept INTEGER NOT NULL, reports_named INTEGER NOT NULL,
+  CONSTRAINT v10_every_row_copied_with_its_operation CHECK (
+    held = holds_named AND minted = nonces_named AND issued = receipts_named AND kept = reports_named)
+);
+INSERT INTO v10_check SELECT
+  (SELECT count(*) FROM holds_v9),
+  (SELECT count(*) FROM holds_v9 v JOIN holds h ON h.operation_rowid = ${rowOf('v.operation_id')}
+     WHERE h.hold_id = v.hold_id AND h.operation_id = v.operation_id),
+  (SELECT count(*) FROM nonces_v9),
+  (SELECT count(*) FROM nonces_v9 v JOIN nonces n ON n.operation_rowid = ${rowOf('v.operation_id')} WHERE n.nonce_id = v.nonce_id),
+  (SELECT count(*) FROM receipts_v9),
+  (SELECT count(*) FROM receipts_v9 v JOIN receipts r ON r.operation_rowid = ${rowOf('v.operation_id')} AND r.seq = v.seq
+     WHERE r.operation_id = v.operation_id AND r.receipt = v.receipt AND r.request_digest IS v.request_digest),
+  (SELECT count(*) FROM reports_v9),
+  (SELECT count(*) FROM reports_v9 v JOIN reports r ON r.operation_rowid = ${rowOf('v.operation_id')}
+     WHERE r.operation_id = v.operation_id AND r.report = v.report);
+DROP TABLE v10_check;
+DROP TABLE receipts_v9;
+DROP TABLE reports_v9;
+DROP TABLE nonces_v9;
+DROP TABLE holds_v9;
+DROP TABLE operations_v9;
+
+CREATE TRIGGER operations_initial_state BEFORE INSERT ON operations
+WHEN NEW.state NOT IN (${INITIAL_OPERATION_STATES.map(quote).join(', ')})
+BEGIN SELECT RAISE(ABORT, 'illegal_transition: operations: an operation starts as reserved or denied'); END;
+${transitionGuard('operations', 'operation')}
+${fixedColumns('operations', 'fixed', ['operation_rowid', 'operation_id', 'request_id', 'request_binding_hash', 'subject', 'tool', 'parameters_digest', 'cost_units', 'capability_id', 'capability_digest', 'created_at'], ['start_request_digest', 'authorization', 'authorization_digest', 'window_not_before', 'window_expires_at', 'report_digest'])}
+${neverDeleted('operations')}
+CREATE TRIGGER operations_executor_bound BEFORE UPDATE OF executor_id ON operations
+WHEN NEW.executor_id IS NOT OLD.executor_id AND (OLD.state IS NOT 'reserved' OR OLD.executor_id IS NULL OR NEW.executor_id IS NULL)
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: operations: executor_id changes only while the operation is reserved');
+END;
+CREATE TRIGGER operations_report_kept BEFORE UPDATE OF report_digest ON operations
+WHEN NEW.report_digest IS NOT NULL AND NOT EXISTS (SELECT 1 FROM reports WHERE operation_rowid = NEW.operation_rowid)
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: operations: report_digest is set only with the report kept in reports'); END;
+
+${HOLD_TRIGGERS}
+
+${transitionGuard('nonces', 'nonce')}
+${fixedColumns('nonces', 'fixed', ['operation_rowid', 'nonce_id', 'operation_id', 'created_at', 'expires_at'], ['closed_at'])}
+${neverDeleted('nonces')}
+${namesItsOperation('nonces')}
+
+CREATE TRIGGER receipts_insert_once BEFORE UPDATE ON receipts
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: receipts are insert-once'); END;
+${neverDeleted('receipts')}
+${namesItsOperation('receipts')}
+
+CREATE TRIGGER reports_insert_once BEFORE UPDATE ON reports
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: reports are insert-once'); END;
+${neverDeleted('reports')}
+${namesItsOperation('reports')}
+
+CREATE TRIGGER grants_usage_guard
+BEFORE UPDATE OF invocations_held, invocations_used, cost_units_held, cost_units_used,
+                 holds_reserved, holds_consumed, holds_released, usage_hold, usage_state ON grants
+WHEN NOT ((NEW.usage_hold IS NOT OLD.usage_hold OR NEW.usage_state IS NOT OLD.usage_state) AND EXISTS (
+  SELECT 1 FROM holds h
+  WHERE h.operation_rowid = ${rowOf("substr(NEW.usage_hold, 6)")} AND h.hold_id = NEW.usage_hold
+    AND h.capability_id = NEW.capability_id AND h.state = NEW.usage_state
+    AND NEW.invocations_held - OLD.invocations_held = CASE WHEN h.state = 'reserved' THEN h.invocations ELSE -h.invocations END
+    AND NEW.cost_units_held - OLD.cost_units_held = CASE WHEN h.state = 'reserved' THEN h.cost_units_held ELSE -h.cost_units_held END
+    AND NEW.invocations_used - OLD.invocations_used = CASE WHEN h.state = 'consumed' THEN h.invocations ELSE 0 END
+    AND NEW.cost_units_used - OLD.cost_units_used = CASE WHEN h.state = 'consumed' THEN h.cost_units_charged ELSE 0 END
+    AND NEW.holds_reserved - OLD.holds_reserved = CASE WHEN h.state = 'reserved' THEN 1 ELSE -1 END
+    AND NEW.holds_consumed - OLD.holds_consumed = (h.state = 'consumed')
+    AND NEW.holds_released - OLD.holds_released = (h.state = 'released')))
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: grants: usage counters move only with a hold, by exactly that hold');
+END;
+
+CREATE VIEW operations_view AS
+SELECT o.operation_id, o.request_id, o.state, o.tool, o.subject, o.capability_id, o.executor_id,
+       h.state AS hold, h.cost_units_held, h.cost_units_charged,
+       ${iso('o.created_at')} AS created, ${iso('o.updated_at')} AS updated,
+       ${iso('n.expires_at')} AS nonce_expires, n.state AS nonce,
+       ${iso('o.window_not_before')} AS window_opens, ${iso('o.window_expires_at')} AS window_closes,
+       (SELECT count(*) FROM receipts r WHERE r.operation_rowid = o.operation_rowid) AS receipts,
+       (SELECT r.reason FROM receipts r WHERE r.operation_rowid = o.operation_rowid ORDER BY r.seq DESC LIMIT 1) AS last_reason,
+       o.flag
+FROM operations o
+LEFT JOIN holds h ON h.operation_rowid = o.operation_rowid
+LEFT JOIN nonces n ON n.operation_rowid = o.operation_rowid;
+
+CREATE VIEW holds_view AS
+SELECT h.hold_id, o.request_id, h.operation_id, h.capability_id, h.state, h.invocations,
+       h.cost_units_held, h.cost_units_charged, ${iso('h.created_at')} AS created, ${iso('h.settled_at')} AS settled, h.settled_by
+FROM holds h JOIN operations o ON o.operation_rowid = h.operation_rowid;
+
+CREATE VIEW receipts_view AS
+SELECT r.receipt_id, o.request_id, r.operation_id, r.seq, r.decision, r.verdict, r.reason, r.state, r.hold_disposition,
+       ${iso('r.issued_at')} AS issued
+FROM receipts r JOIN operations o ON o.operation_rowid = r.operation_rowid;
+
+${GRANTS_VIEW}
+`;
+
 export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'identity, grants, executor pins, operations, holds, nonces, receipts, views', sql: V1 },
   { version: 2, description: 'head: a forward-only count of committed write batches', sql: V2 },
@@ -612,6 +893,7 @@ export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 7, description: 'holds by state counted on each grant; holds_by_grant dropped; operations_by_creation for ops.list', sql: V7 },
   { version: 8, description: 'grants_live, grants_newest and grants_expiry: reserve and the live grant list read the grants that could carry it, not every grant', sql: V8 },
   { version: 9, description: 'grants_by_issue: grant.list reads each page from the previous page\'s key in the listing\'s order', sql: V9 },
+  { version: 10, description: 'an operation\'s holds, nonce, receipts and report keyed by its rowid, not its id', sql: V10 },
 ];
 
 export const KERNEL_DB_FILE = 'kernel.db';

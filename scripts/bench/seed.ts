@@ -31,18 +31,18 @@ export function seedHistory(dirs: { readonly kernelDir: string; readonly supervi
       VALUES (@id, @request, @hash, 'agent', @tool, @hash, 0, @capability, 'reserved', @now, @now)`);
     const move = db.prepare('UPDATE operations SET state = ?, updated_at = ? WHERE operation_id = ?');
     const insertHold = db.prepare(`
-      INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, created_at) VALUES (@hold, @id, @capability, 1, 0, @now)`);
-    const consume = db.prepare(`UPDATE holds SET state = 'consumed', settled_at = @now, settled_by = @receipt WHERE hold_id = @hold`);
+      INSERT INTO holds (operation_rowid, operation_id, capability_id, invocations, cost_units_held, created_at) VALUES (@row, @id, @capability, 1, 0, @now)`);
+    const consume = db.prepare(`UPDATE holds SET state = 'consumed', settled_at = @now, settled_by = @receipt WHERE operation_rowid = @row`);
     const seed = db.transaction((from: number, to: number) => {
       for (let i = from; i < to; i++) {
         const id = createHash('sha256').update(`seed-${i}`).digest('hex');
         const hash = id;
         const at = now + i;
-        insertOperation.run({ id, request: `seed-${i}`, hash, tool, capability: capabilityId, now: at });
-        insertHold.run({ hold: `hold:${id}`, id, capability: capabilityId, now: at });
+        const row = Number(insertOperation.run({ id, request: `seed-${i}`, hash, tool, capability: capabilityId, now: at }).lastInsertRowid);
+        insertHold.run({ row, id, capability: capabilityId, now: at });
         move.run('dispatch_committed', at, id);
         move.run('completed', at, id);
-        consume.run({ hold: `hold:${id}`, now: at, receipt: `r:${id}:2` });
+        consume.run({ row, now: at, receipt: `r:${id}:2` });
       }
     });
     for (let from = 0; from < operations; from += 10_000) seed.immediate(from, Math.min(operations, from + 10_000));

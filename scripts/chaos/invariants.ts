@@ -111,13 +111,13 @@ function readKernel(root: string): { operations: KernelOperation[]; receipts: Ma
   try {
     const operations = db
       .prepare(
-        // The settling report is in reports since kernel schema version 6 (kernel-proc/store/schema.ts).
+        // The settling report is in reports since kernel schema version 6; an operation's rows are keyed by its rowid since version 10 (kernel-proc/store/schema.ts).
         `SELECT o.operation_id, o.request_id, o.state, o.tool, o.capability_id, o.flag, r.report, h.state AS hold_state, h.invocations AS hold_invocations
-         FROM operations o LEFT JOIN holds h ON h.operation_id = o.operation_id LEFT JOIN reports r ON r.operation_id = o.operation_id`,
+         FROM operations o LEFT JOIN holds h ON h.operation_rowid = o.operation_rowid LEFT JOIN reports r ON r.operation_rowid = o.operation_rowid`,
       )
       .all() as KernelOperation[];
     const receipts = new Map<string, string[]>();
-    for (const row of db.prepare('SELECT operation_id, receipt FROM receipts ORDER BY operation_id, seq').all() as Array<{ operation_id: string; receipt: string }>) {
+    for (const row of db.prepare('SELECT operation_id, receipt FROM receipts ORDER BY operation_rowid, seq').all() as Array<{ operation_id: string; receipt: string }>) {
       const list = receipts.get(row.operation_id) ?? [];
       list.push(row.receipt);
       receipts.set(row.operation_id, list);

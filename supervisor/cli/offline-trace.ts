@@ -92,6 +92,18 @@ interface RequestRow {
   updated_at: number;
 }
 
+/**
+ * An operation's receipts, by the key its store finds them by: the
+ * operation's rowid since kernel.db version 10, its id before (a stopped
+ * service's store may not be migrated yet; kernel-proc/store/schema.ts).
+ */
+function receiptsQuery(db: Database.Database): string {
+  const keyedByRowid = db.prepare("SELECT 1 FROM pragma_table_info('receipts') WHERE name = 'operation_rowid'").get() !== undefined;
+  return keyedByRowid
+    ? 'SELECT receipt FROM receipts WHERE operation_rowid = (SELECT operation_rowid FROM operations WHERE operation_id = ?) ORDER BY seq'
+    : 'SELECT receipt FROM receipts WHERE operation_id = ? ORDER BY seq';
+}
+
 /** The timeline of NAME from the stores of a stopped service. */
 export function offlineTrace(paths: StatePaths, name: string): OfflineTrace {
   const operationId = operationIdFor(name);
@@ -118,7 +130,7 @@ export function offlineTrace(paths: StatePaths, name: string): OfflineTrace {
       operation: db.prepare('SELECT operation_id, request_id, tool, state, executor_id, created_at, updated_at, flag, authorization FROM operations WHERE operation_id = ?').get(operationId) as
         | { executor_id: string | null; authorization: string | null; tool: string; state: string }
         | undefined,
-      receipts: (db.prepare('SELECT receipt FROM receipts WHERE operation_id = ? ORDER BY seq').all(operationId) as Array<{ receipt: string }>).map((r) => r.receipt),
+      receipts: (db.prepare(receiptsQuery(db)).all(operationId) as Array<{ receipt: string }>).map((r) => r.receipt),
     })),
   );
   const row = supervisor?.row;

@@ -3,11 +3,8 @@
 // bytes): an upgrade test turns a real run's store into it and lets this
 // build migrate it (kernel-proc/store/schema.ts, migration 6).
 import { createHash } from 'node:crypto';
-import fs from 'node:fs';
-import path from 'node:path';
-import Database from 'better-sqlite3';
 import { KERNEL_MIGRATIONS } from '../../kernel-proc/store/schema.js';
-import { buildOlderStore } from './older-store.js';
+import { replaceWithOlderStore } from './older-store.js';
 
 const V5 = KERNEL_MIGRATIONS.slice(0, 5);
 /** The digest version 5 stored beside each receipt. */
@@ -22,15 +19,7 @@ function v5Output(state: string, report: string | null): string | null {
 
 /** Rewrite `dir`/kernel.db as the version-5 store holding the same operations, receipts and reports. */
 export function downgradeToV5(dir: string, scratch: string): void {
-  const file = path.join(dir, 'kernel.db');
-  const source = path.join(scratch, 'kernel-v6.db');
-  const current = new Database(file);
-  current.prepare('VACUUM INTO ?').run(source);
-  current.close();
-  for (const suffix of ['', '-wal', '-shm']) fs.rmSync(file + suffix, { force: true });
-  buildOlderStore({
-    target: file,
-    source,
+  replaceWithOlderStore(dir, 'kernel.db', scratch, {
     migrations: V5,
     functions: { sha256: (text: string) => sha256(text), v5_output: (state: string, report: string | null) => v5Output(state, report) },
     rows: [
@@ -46,6 +35,5 @@ export function downgradeToV5(dir: string, scratch: string): void {
       ['kernel_epochs', 'SELECT * FROM src.kernel_epochs'],
     ],
   });
-  fs.chmodSync(file, 0o600);
 }
 

@@ -3,6 +3,8 @@
 // guard triggers step aside while the rows are copied in (each table from a
 // SELECT on the source, attached as `src`), and come back with their exact
 // SQL. A migration test then opens it with this build, as an upgrade would.
+import fs from 'node:fs';
+import path from 'node:path';
 import Database from 'better-sqlite3';
 import { applyMigrations, type Migration } from '../../shared/store/migrations.js';
 
@@ -44,4 +46,22 @@ export function buildOlderStore(spec: OlderStore): void {
   } finally {
     db.close();
   }
+}
+
+/**
+ * Replace `dir`/`file` by the older store built from its rows: the current
+ * one is copied whole (VACUUM INTO, the WAL included) into `scratch` as the
+ * source, the original and its -wal and -shm removed, the older one written
+ * in its place, private as custody keeps it.
+ */
+export function replaceWithOlderStore(dir: string, file: string, scratch: string, spec: Omit<OlderStore, 'target' | 'source'>): void {
+  const target = path.join(dir, file);
+  const source = path.join(scratch, `current-${file}`);
+  fs.rmSync(source, { force: true });
+  const current = new Database(target);
+  current.prepare('VACUUM INTO ?').run(source);
+  current.close();
+  for (const suffix of ['', '-wal', '-shm']) fs.rmSync(target + suffix, { force: true });
+  buildOlderStore({ ...spec, target, source });
+  fs.chmodSync(target, 0o600);
 }

@@ -153,8 +153,9 @@ describe('kernel-proc: grant usage counters', function () {
 
     it('refuses a hold created in any state but reserved, and a changed charge on a disposed hold', () => {
       expect(shellRefusal(`UPDATE holds SET cost_units_charged = 0 WHERE state = 'consumed'`)).to.include('store_corrupt: holds: the charge of a disposed hold never changes');
-      expect(shellRefusal(`INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, state, created_at)
-        SELECT 'hold:x', operation_id, '${capabilityId}', 1, 0, 'consumed', 1 FROM operations LIMIT 1`)).to.include('illegal_transition: holds: a hold starts as reserved');
+      // The BEFORE INSERT guard speaks before the key's uniqueness is checked.
+      expect(shellRefusal(`INSERT INTO holds (operation_rowid, operation_id, capability_id, invocations, cost_units_held, state, created_at)
+        SELECT operation_rowid, operation_id, '${capabilityId}', 1, 0, 'consumed', 1 FROM operations LIMIT 1`)).to.include('illegal_transition: holds: a hold starts as reserved');
     });
   });
 });
@@ -172,10 +173,14 @@ function olderStore(versions: number): { db: Database.Database; hold: (id: strin
     VALUES ('g1', 't', '*', 10, 100, 0, 9, 0, '{}', 'd'), ('g2', 't', '*', 10, NULL, 0, 9, 0, '{}', 'd');`);
   const insertOperation = db.prepare(`INSERT INTO operations (operation_id, request_id, request_binding_hash, subject, tool, parameters_digest, cost_units, capability_id, state, created_at, updated_at)
     VALUES (?, ?, 'h', 's', 't', 'p', 0, ?, 'reserved', 0, 0)`);
-  const insertHold = db.prepare(`INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, created_at) VALUES (?, ?, ?, 1, ?, 0)`);
+  // Before version 10 a hold is keyed by its id; from it on by its operation's rowid, its id read from the operation's.
   const hold = (id: string, grant: string, cost: number) => {
-    insertOperation.run(id, id, grant);
-    insertHold.run(`hold:${id}`, id, grant, cost);
+    const row = Number(insertOperation.run(id, id, grant).lastInsertRowid);
+    if (db.pragma('user_version', { simple: true }) as number >= 10) {
+      db.prepare(`INSERT INTO holds (operation_rowid, operation_id, capability_id, invocations, cost_units_held, created_at) VALUES (?, ?, ?, 1, ?, 0)`).run(row, id, grant, cost);
+    } else {
+      db.prepare(`INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, created_at) VALUES (?, ?, ?, 1, ?, 0)`).run(`hold:${id}`, id, grant, cost);
+    }
   };
   return { db, hold };
 }

@@ -47,9 +47,15 @@ describe('kernel-proc: kernel.db indexes against the statements the store prepar
         .filter((sql) => !WHOLE_TABLE.some(([pattern]) => pattern.test(sql)))
         .flatMap((sql) => rowByRow(plan(db, sql)).map((detail) => `${detail}: ${sql.trim()}`));
       expect(scans).to.deep.equal([]);
-      const receipts = statements.filter((sql) => /FROM receipts WHERE operation_id = \?/.test(sql));
+      // An operation's rows are found by its rowid (schema version 10): the operation id's index once, then each table's key.
+      const receipts = statements.filter((sql) => /FROM receipts WHERE operation_rowid = /.test(sql));
       expect(receipts.length).to.be.greaterThan(3);
-      for (const sql of receipts) expect(plan(db, sql).join('; '), sql).to.match(/SEARCH receipts USING (COVERING )?INDEX sqlite_autoindex_receipts_1 \(operation_id=\?/);
+      for (const sql of receipts) expect(plan(db, sql).join('; '), sql).to.match(/SEARCH receipts USING (COVERING )?INDEX sqlite_autoindex_receipts_1 \(operation_rowid=\?/);
+      for (const table of ['holds', 'nonces', 'reports']) {
+        const reads = statements.filter((sql) => new RegExp(`FROM ${table} WHERE operation_rowid = `).test(sql));
+        expect(reads, table).to.have.length.greaterThan(0);
+        for (const sql of reads) expect(plan(db, sql).join('; '), sql).to.match(new RegExp(`SEARCH ${table} USING INTEGER PRIMARY KEY \\(rowid=\\?\\)`));
+      }
     } finally {
       db.close();
     }

@@ -116,22 +116,42 @@ describe('kernel-proc: kernel.db for operators', function () {
       expect(refusal(`UPDATE receipts SET receipt = receipt`)).to.equal('store_corrupt: receipts are insert-once');
       // A receipt's decision, verdict, reason, … are read from its signed bytes (schema version 6): there is nothing to change.
       expect(refusal(`UPDATE receipts SET reason = 'ok'`)).to.equal('cannot UPDATE generated column "reason"');
-      expect(refusal(`UPDATE reports SET report = 'x'`)).to.equal('store_corrupt: reports are insert-once');
+      expect(refusal(`UPDATE reports SET report = report || ' '`)).to.equal('store_corrupt: reports are insert-once');
       for (const table of ['receipts', 'reports', 'operations', 'holds', 'nonces', 'grants', 'executor_pins', 'kernel_identity']) {
         expect(refusal(`DELETE FROM ${table}`)).to.equal(`store_corrupt: ${table} rows are never deleted`);
       }
     });
 
     it('refuse a receipt whose signed bytes name another key, and a report digest whose report is not kept', () => {
-      expect(refusal(`INSERT INTO receipts (seq, request_digest, receipt)
-                      SELECT 9, NULL, receipt FROM receipts WHERE operation_id = '${done}' AND seq = 1`)).to.equal('CHECK constraint failed: receipt_names_its_key');
-      // Its operation is read from the bytes too, and must be one the store holds (as custody opens it, foreign keys on).
-      db.pragma('foreign_keys = ON');
-      expect(refusal(`INSERT INTO receipts (seq, request_digest, receipt)
-                      SELECT 1, NULL, replace(receipt, '${done}', 'f${done.slice(1)}') FROM receipts WHERE operation_id = '${done}' AND seq = 1`)).to.equal('FOREIGN KEY constraint failed');
+      expect(refusal(`INSERT INTO receipts (operation_rowid, seq, request_digest, receipt)
+                      SELECT operation_rowid, 9, NULL, receipt FROM receipts WHERE operation_id = '${done}' AND seq = 1`)).to.equal('CHECK constraint failed: receipt_names_its_key');
+      // Its operation is read from the bytes too, and must be the one its key names (schema version 10)…
+      const other = (column: string) => `replace(${column}, '${done}', 'f${done.slice(1)}')`;
+      expect(refusal(`INSERT INTO receipts (operation_rowid, seq, request_digest, receipt)
+                      SELECT operation_rowid, 9, NULL, ${other('receipt')} FROM receipts WHERE operation_id = '${done}' AND seq = 1`)).to.equal(
+        'store_corrupt: receipts: operation_rowid and operation_id name different operations',
+      );
+      // …and a key that names no operation names none of them.
+      expect(refusal(`INSERT INTO receipts (operation_rowid, seq, request_digest, receipt)
+                      SELECT 1000000, 1, NULL, receipt FROM receipts WHERE operation_id = '${done}' AND seq = 1`)).to.equal(
+        'store_corrupt: receipts: operation_rowid and operation_id name different operations',
+      );
       expect(refusal(`UPDATE operations SET report_digest = 'x' WHERE request_id = 'v-waiting'`)).to.equal(
         'store_corrupt: operations: report_digest is set only with the report kept in reports',
       );
+    });
+
+    it('refuse a hold, a nonce or a report whose key is another operation\'s rowid than its id names', () => {
+      const rowOf = (request: string) => `(SELECT operation_rowid FROM operations WHERE request_id = '${request}')`;
+      const named = (table: string) => `store_corrupt: ${table}: operation_rowid and operation_id name different operations`;
+      // v-denied has no hold and no nonce, v-waiting no report: only the names disagree.
+      expect(refusal(`INSERT INTO holds (operation_rowid, operation_id, capability_id, invocations, cost_units_held, created_at)
+                      SELECT ${rowOf('v-denied')}, '${done}', capability_id, 1, 0, 1 FROM grants LIMIT 1`)).to.equal(named('holds'));
+      expect(refusal(`INSERT INTO nonces (operation_rowid, nonce_id, operation_id, created_at, expires_at)
+                      VALUES (${rowOf('v-denied')}, 'n', '${done}', 1, 2)`)).to.equal(named('nonces'));
+      expect(refusal(`INSERT INTO reports (operation_rowid, report) SELECT ${rowOf('v-waiting')}, report FROM reports`)).to.equal(named('reports'));
+      expect(refusal(`UPDATE holds SET operation_rowid = ${rowOf('v-denied')} WHERE operation_id = '${done}'`)).to.equal(FIXED('holds'));
+      expect(refusal(`UPDATE operations SET operation_rowid = 1000000 WHERE operation_id = '${done}'`)).to.equal(FIXED('operations'));
     });
 
     it('keep what identifies an operation, a grant and the kernel fixed', () => {
