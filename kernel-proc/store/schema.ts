@@ -718,6 +718,9 @@ CREATE TABLE operations ( -- Operations, one per request id (the idempotency key
   report_digest TEXT,
   flag TEXT                             -- why an operator should look (finalization deny, unknown)
 ) STRICT;
+-- Each table is copied walking the operations in rowid order (NOT INDEXED and CROSS JOIN fix that order in SQLite), each
+-- operation's rows found by the old table's index on its id: written in key order, and no sort of a whole table
+-- in memory (temp_store is memory) however long the history.
 INSERT INTO operations SELECT rowid, * FROM operations_v9 ORDER BY rowid;
 CREATE INDEX operations_by_state ON operations (state, created_at);
 CREATE INDEX operations_by_creation ON operations (created_at, operation_id);
@@ -736,8 +739,8 @@ CREATE TABLE holds ( -- Budget holds placed at reserve: one per allowed operatio
   settled_by TEXT                          -- the receipt that released or consumed it
 ) STRICT;
 INSERT INTO holds (operation_rowid, operation_id, capability_id, invocations, cost_units_held, cost_units_charged, state, created_at, settled_at, settled_by)
-SELECT ${rowOf('h.operation_id')}, h.operation_id, h.capability_id, h.invocations, h.cost_units_held, h.cost_units_charged, h.state, h.created_at, h.settled_at, h.settled_by
-FROM holds_v9 h ORDER BY 1;
+SELECT o.operation_rowid, h.operation_id, h.capability_id, h.invocations, h.cost_units_held, h.cost_units_charged, h.state, h.created_at, h.settled_at, h.settled_by
+FROM operations o NOT INDEXED CROSS JOIN holds_v9 h ON h.operation_id = o.operation_id;
 
 CREATE TABLE nonces ( -- Execution nonces minted at reserve. A live nonce is never evicted: when the live ones reach capacity, reserve refuses.
   operation_rowid INTEGER PRIMARY KEY REFERENCES operations (operation_rowid),
@@ -749,8 +752,8 @@ CREATE TABLE nonces ( -- Execution nonces minted at reserve. A live nonce is nev
   closed_at INTEGER
 ) STRICT;
 INSERT INTO nonces (operation_rowid, nonce_id, operation_id, state, created_at, expires_at, closed_at)
-SELECT ${rowOf('n.operation_id')}, n.nonce_id, n.operation_id, n.state, n.created_at, n.expires_at, n.closed_at
-FROM nonces_v9 n ORDER BY 1;
+SELECT o.operation_rowid, n.nonce_id, n.operation_id, n.state, n.created_at, n.expires_at, n.closed_at
+FROM operations o NOT INDEXED CROSS JOIN nonces_v9 n ON n.operation_id = o.operation_id;
 CREATE INDEX nonces_live ON nonces (expires_at) WHERE state = 'live';
 
 CREATE TABLE receipts ( -- Every decision, kernel-signed, retained as its exact bytes; insert-once. request_digest names the request it answers.
@@ -773,14 +776,14 @@ CREATE TABLE receipts ( -- Every decision, kernel-signed, retained as its exact 
   UNIQUE (operation_rowid, seq)
 ) STRICT;
 INSERT INTO receipts (operation_rowid, seq, request_digest, receipt)
-SELECT ${rowOf('r.operation_id')}, r.seq, r.request_digest, r.receipt FROM receipts_v9 r ORDER BY 1, 2;
+SELECT o.operation_rowid, r.seq, r.request_digest, r.receipt FROM operations o NOT INDEXED CROSS JOIN receipts_v9 r ON r.operation_id = o.operation_id;
 
 CREATE TABLE reports ( -- The executor's signed report that settled an operation, exact bytes; insert-once. operations.report_digest names it.
   operation_rowid INTEGER PRIMARY KEY REFERENCES operations (operation_rowid),
   report TEXT NOT NULL,
   operation_id TEXT GENERATED ALWAYS AS (json_extract(report, '$.body.operation_id')) VIRTUAL
 ) STRICT;
-INSERT INTO reports (operation_rowid, report) SELECT ${rowOf('r.operation_id')}, r.report FROM reports_v9 r ORDER BY 1;
+INSERT INTO reports (operation_rowid, report) SELECT o.operation_rowid, r.report FROM operations o NOT INDEXED CROSS JOIN reports_v9 r ON r.operation_id = o.operation_id;
 
 CREATE TEMP TABLE v10_check (
   held INTEGER NOT NULL, holds_named INTEGER NOT NULL, minted INTEGER NOT NULL, nonces_named INTEGER NOT NULL,

@@ -12,6 +12,7 @@ import { isCustodyError } from '../../shared/errors.js';
 import { applyMigrations } from '../../shared/store/migrations.js';
 import { type RecordedHistory, expectSameAnswers, recordHistory } from '../helpers/kernel-history.js';
 import { downgradeToV9 } from '../helpers/kernel-v9.js';
+import { queryPlan } from '../helpers/query-plans.js';
 import { KernelProcess, KernelRoot, reserveBody, signReport, testExecutor } from './helpers.js';
 
 const V9 = KERNEL_MIGRATIONS.slice(0, 9);
@@ -155,6 +156,35 @@ describe('kernel-proc: kernel.db migration to version 10 on a hold whose id is n
       db.exec(`DROP TRIGGER holds_fixed; UPDATE holds SET hold_id = 'hold:o1'`);
       applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS, { provisioning: false });
       expect(db.prepare('SELECT operation_rowid, hold_id, operation_id FROM holds').all()).to.deep.equal([{ operation_rowid: 1, hold_id: 'hold:o1', operation_id: 'o1' }]);
+    } finally {
+      db.close();
+    }
+  });
+});
+
+describe('kernel-proc: kernel.db migration to version 10 over a long history', () => {
+  it('copies each table walking the operations in key order, each row found by an index: nothing is sorted in memory', () => {
+    const db = new Database(':memory:');
+    try {
+      applyMigrations(db, 'test kernel', V9, { provisioning: true });
+      // Up to its check the migration is plain statements (no trigger bodies): run them one by one, reading each copy's plan first.
+      const sql = KERNEL_MIGRATIONS[9]!.sql;
+      const copying = sql.slice(0, sql.indexOf('CREATE TEMP TABLE v10_check'));
+      const plans = new Map<string, string>();
+      for (const chunk of copying.split(/;\n/)) {
+        const statement = chunk.replace(/^\s*(--[^\n]*\n\s*)*/, '').trim();
+        if (statement === '') continue;
+        const copy = /^INSERT INTO (\w+)/.exec(statement);
+        if (copy) plans.set(copy[1]!, queryPlan(db, statement).join('; '));
+        db.exec(statement);
+      }
+      expect([...plans.keys()]).to.deep.equal(['operations', 'holds', 'nonces', 'receipts', 'reports']);
+      // A sort of a whole table would hold every row in memory (temp_store), ~1.3 KB a receipt.
+      for (const [table, plan] of plans) expect(plan, table).to.not.match(/TEMP B-TREE/);
+      expect(plans.get('operations')).to.match(/^SCAN operations_v9$/);
+      for (const table of ['holds', 'nonces', 'receipts', 'reports']) {
+        expect(plans.get(table), table).to.match(new RegExp(`^SCAN o; SEARCH [a-z]+ USING (COVERING )?INDEX sqlite_autoindex_${table}_v9_\\d \\(operation_id=\\?`));
+      }
     } finally {
       db.close();
     }
