@@ -64,7 +64,7 @@ export class Archiver {
     this.#readLive = db.prepare(
       `SELECT c.operation_id, c.claim_id, c.kind, c.tool, c.authorization_digest, c.authorization, c.not_before, c.expires_at,
               c.claimed_at, c.recorded_at, r.status, r.report, r.finished_at
-       FROM claims c JOIN reports r ON r.operation_id = c.operation_id WHERE c.operation_id = ?`,
+       FROM claims c JOIN reports r ON r.claim_seq = c.seq WHERE c.operation_id = ?`,
     );
     this.#copy = archive.prepare(
       `INSERT INTO archived_claims (operation_id, claim_id, kind, tool, authorization_digest, authorization, not_before, expires_at,
@@ -73,11 +73,11 @@ export class Archiver {
                @claimed_at, @recorded_at, @status, @report, @report_digest, @finished_at, @archived_at)`,
     );
     this.#readCopy = archive.prepare('SELECT claim_id, report_digest FROM archived_claims WHERE operation_id = ?');
-    this.#deleteReport = db.prepare('DELETE FROM reports WHERE operation_id = ?');
+    this.#deleteReport = db.prepare('DELETE FROM reports WHERE claim_seq = (SELECT seq FROM claims WHERE operation_id = ?)');
     this.#deleteClaim = db.prepare('DELETE FROM claims WHERE operation_id = ?');
     this.#livePage = db.prepare(
-      `SELECT c.seq, c.operation_id, c.expires_at, r.operation_id IS NOT NULL AS reported
-       FROM claims c LEFT JOIN reports r ON r.operation_id = c.operation_id WHERE c.seq > ? ORDER BY c.seq LIMIT ?`,
+      `SELECT c.seq, c.operation_id, c.expires_at, r.claim_seq IS NOT NULL AS reported
+       FROM claims c LEFT JOIN reports r ON r.claim_seq = c.seq WHERE c.seq > ? ORDER BY c.seq LIMIT ?`,
     );
   }
 

@@ -94,7 +94,7 @@ export class Ledger {
   readonly #group: GroupCommit;
   readonly #countLive: Database.Statement<[], { n: number }>;
   readonly #insertClaim: Database.Statement;
-  readonly #insertReport: Database.Statement;
+  readonly #insertReport: Database.Statement<[{ operationId: string; claimId: string; status: ReportStatus; report: string; finishedAt: number }]>;
   readonly #readHead: Database.Statement<[], { seq: number }>;
   readonly #raiseHead: Database.Statement<[]>;
   readonly #file: ExecutorStores['ledgerFile'];
@@ -123,8 +123,9 @@ export class Ledger {
        VALUES (@operationId, @claimId, @kind, @tool, @authorizationDigest, @authorizationText, @notBefore, @expiresAt, @claimedAt, @recordedAt)`,
     );
     this.#insertReport = this.#db.prepare(
-      `INSERT INTO reports (operation_id, claim_id, status, report, finished_at, recorded_at)
-       VALUES (?, ?, ?, ?, ?, ?)`,
+      // Keyed by its claim's seq (schema.ts, version 6), found by the operation it names.
+      `INSERT INTO reports (claim_seq, operation_id, claim_id, status, report, finished_at, recorded_at)
+       VALUES ((SELECT seq FROM claims WHERE operation_id = @operationId), @operationId, @claimId, @status, @report, @finishedAt, @finishedAt)`,
     );
   }
 
@@ -328,7 +329,7 @@ export class Ledger {
     // finished_at ≥ claimed_at even when the clock was stepped back meanwhile.
     const finishedAt = this.#advanceClock(claim.claimedAt ?? 0);
     const report = sign(claim, finishedAt);
-    this.#insertReport.run(operationId, claim.claimId, status, report.text, finishedAt, finishedAt);
+    this.#insertReport.run({ operationId, claimId: claim.claimId, status, report: report.text, finishedAt });
     this.#advanceHead();
     return { kind: 'retained', record: this.#mustFind(operationId) };
   }
@@ -353,7 +354,7 @@ export class Ledger {
         this.#insertClaim.run({ ...subject, claimId, kind: 'refusal', claimedAt: null, recordedAt: now });
         const refusal = this.#mustFind(subject.operationId);
         const report = sign(refusal, now);
-        this.#insertReport.run(subject.operationId, claimId, 'never_claimed', report.text, now, now);
+        this.#insertReport.run({ operationId: subject.operationId, claimId, status: 'never_claimed', report: report.text, finishedAt: now });
         // A refusal and its report: one event each, as for a claim and its report.
         this.#advanceHead();
         this.#advanceHead();

@@ -72,7 +72,7 @@ export class RecordReader {
   constructor(ledger: Database.Database, archive: Database.Database) {
     this.#live = ledger.prepare(
       `SELECT ${COLUMNS.split(', ').map((c) => `c.${c}`).join(', ')}, r.status, r.report, r.finished_at
-       FROM claims c LEFT JOIN reports r ON r.operation_id = c.operation_id WHERE c.operation_id = ?`,
+       FROM claims c LEFT JOIN reports r ON r.claim_seq = c.seq WHERE c.operation_id = ?`,
     );
     this.#archived = archive.prepare(`SELECT ${COLUMNS}, status, report, finished_at FROM archived_claims WHERE operation_id = ?`);
   }

@@ -18,7 +18,24 @@ import type { Migration } from '../../shared/store/sqlite-store.js';
 
 const ISO = (column: string) => `strftime('%Y-%m-%dT%H:%M:%fZ', ${column} / 1000.0, 'unixepoch')`;
 
-export const LEDGER_V1 = `
+export /** claims_view: each claim or refusal with its report's status, joined to reports on `join`. */
+const claimsView = (join: string) => `CREATE VIEW claims_view AS
+SELECT c.seq,
+       c.operation_id,
+       c.kind,
+       c.tool,
+       c.claim_id,
+       c.claimed_at,
+       ${ISO('c.claimed_at')} AS claimed_at_iso,
+       c.expires_at,
+       ${ISO('c.expires_at')} AS expires_at_iso,
+       r.status AS report_status,
+       r.finished_at,
+       ${ISO('r.finished_at')} AS finished_at_iso,
+       CASE WHEN r.status IS NOT NULL THEN r.status ELSE 'outcome_unknown' END AS state
+FROM claims c LEFT JOIN reports r ON ${join};`;
+
+const LEDGER_V1 = `
 CREATE TABLE config (
   id                INTEGER PRIMARY KEY CHECK (id = 1),
   executor_id       TEXT    NOT NULL,
@@ -92,21 +109,7 @@ CREATE VIEW refusals AS
 SELECT seq, operation_id, claim_id AS refusal_id, tool, authorization_digest, expires_at, recorded_at
 FROM claims WHERE kind = 'refusal';
 
-CREATE VIEW claims_view AS
-SELECT c.seq,
-       c.operation_id,
-       c.kind,
-       c.tool,
-       c.claim_id,
-       c.claimed_at,
-       ${ISO('c.claimed_at')} AS claimed_at_iso,
-       c.expires_at,
-       ${ISO('c.expires_at')} AS expires_at_iso,
-       r.status AS report_status,
-       r.finished_at,
-       ${ISO('r.finished_at')} AS finished_at_iso,
-       CASE WHEN r.status IS NOT NULL THEN r.status ELSE 'outcome_unknown' END AS state
-FROM claims c LEFT JOIN reports r ON r.operation_id = c.operation_id;
+${claimsView('r.operation_id = c.operation_id')}
 `;
 
 /**
@@ -219,21 +222,62 @@ WHEN (SELECT kind FROM claims WHERE operation_id = NEW.operation_id AND claim_id
      IS NOT (CASE WHEN NEW.status = 'never_claimed' THEN 'refusal' ELSE 'claim' END)
 BEGIN SELECT RAISE(ABORT, 'a report must match its claim: never_claimed for a refusal, any other status for a claim'); END;
 
-CREATE VIEW claims_view AS
-SELECT c.seq,
-       c.operation_id,
-       c.kind,
-       c.tool,
-       c.claim_id,
-       c.claimed_at,
-       ${ISO('c.claimed_at')} AS claimed_at_iso,
-       c.expires_at,
-       ${ISO('c.expires_at')} AS expires_at_iso,
-       r.status AS report_status,
-       r.finished_at,
-       ${ISO('r.finished_at')} AS finished_at_iso,
-       CASE WHEN r.status IS NOT NULL THEN r.status ELSE 'outcome_unknown' END AS state
-FROM claims c LEFT JOIN reports r ON r.operation_id = c.operation_id;
+${claimsView('r.operation_id = c.operation_id')}
+`;
+
+/**
+ * Version 6: a report is keyed by its claim's seq, not by its operation id
+ * (docs/PERFORMANCE.md "Rows keyed by the operation's rowid"). The
+ * operation id is a digest, so its unique index put every report on a
+ * random leaf of its own, which the other reports of a group commit did not
+ * share; claims' seq grows, so the reports of one commit now land on the
+ * same newest leaves. A report still names its operation (a plain column,
+ * no longer indexed: a generated column read from the report's bytes would
+ * make the file unreadable to a sqlite3 shell older than 3.31, which these
+ * tables stay readable by), and reports_match_kind now also refuses a
+ * report whose key is not the claim its operation and claim id name.
+ * Claims keep their two unique keys: the executor finds a claim by its
+ * operation, and a claim id stays unique.
+ */
+const LEDGER_V6 = `
+DROP VIEW claims_view;
+ALTER TABLE reports RENAME TO reports_v5;
+CREATE TABLE reports (
+  claim_seq     INTEGER PRIMARY KEY REFERENCES claims (seq),
+  operation_id  TEXT    NOT NULL,
+  claim_id      TEXT    NOT NULL,
+  status        TEXT    NOT NULL CHECK (status IN
+                  ('completed', 'failed_before_effect', 'reconciled_applied', 'reconciled_not_applied', 'never_claimed')),
+  report        TEXT    NOT NULL,
+  finished_at   INTEGER NOT NULL,
+  recorded_at   INTEGER NOT NULL
+);
+-- Walking the claims in seq order (NOT INDEXED and CROSS JOIN fix that order), each one's report found by the old
+-- table's index: written in key order, and nothing sorted in memory.
+INSERT INTO reports (claim_seq, operation_id, claim_id, status, report, finished_at, recorded_at)
+SELECT c.seq, r.operation_id, r.claim_id, r.status, r.report, r.finished_at, r.recorded_at
+FROM claims c NOT INDEXED CROSS JOIN reports_v5 r ON r.operation_id = c.operation_id;
+CREATE TEMP TABLE ledger_v6_check (
+  kept INTEGER NOT NULL, keyed INTEGER NOT NULL,
+  CONSTRAINT v6_every_report_copied_under_its_claim CHECK (kept = keyed)
+);
+INSERT INTO ledger_v6_check SELECT
+  (SELECT count(*) FROM reports_v5),
+  (SELECT count(*) FROM reports_v5 v JOIN claims c ON c.operation_id = v.operation_id JOIN reports r ON r.claim_seq = c.seq
+     WHERE r.operation_id = v.operation_id AND r.claim_id = v.claim_id AND r.report = v.report AND r.status = v.status
+       AND r.finished_at = v.finished_at AND r.recorded_at = v.recorded_at);
+DROP TABLE ledger_v6_check;
+DROP TABLE reports_v5;
+CREATE TRIGGER reports_no_update BEFORE UPDATE ON reports
+BEGIN SELECT RAISE(ABORT, 'reports are insert-once: a signed report is kept as signed'); END;
+CREATE TRIGGER reports_no_delete BEFORE DELETE ON reports WHEN custody_archive_permit(OLD.operation_id) IS NOT 1
+BEGIN SELECT RAISE(ABORT, 'reports are insert-once: only archival removes a report, after copying it'); END;
+CREATE TRIGGER reports_match_kind BEFORE INSERT ON reports
+WHEN (SELECT kind FROM claims WHERE seq = NEW.claim_seq AND operation_id = NEW.operation_id AND claim_id = NEW.claim_id)
+     IS NOT (CASE WHEN NEW.status = 'never_claimed' THEN 'refusal' ELSE 'claim' END)
+BEGIN SELECT RAISE(ABORT, 'a report must match its claim: never_claimed for a refusal, any other status for a claim'); END;
+
+${claimsView('r.claim_seq = c.seq')}
 `;
 
 export const LEDGER_MIGRATIONS: readonly Migration[] = [
@@ -242,6 +286,7 @@ export const LEDGER_MIGRATIONS: readonly Migration[] = [
   { version: 3, description: 'claims_count: the live ledger\'s size kept by triggers, read in O(1)', sql: LEDGER_V3 },
   { version: 4, description: 'key_epochs and kernel_epochs: every executor and kernel key epoch, each with its rotation statement', sql: LEDGER_V4 },
   { version: 5, description: 'reports without the stored report_digest and the claim_id index: four reports to a page', sql: LEDGER_V5 },
+  { version: 6, description: 'reports keyed by their claim\'s seq, not their operation id; a report\'s operation read from its bytes', sql: LEDGER_V6 },
 ];
 
 /**

@@ -678,7 +678,11 @@ END;`;
  * operation (`hold:<operation_id>`, which it always was; the migration
  * checks), a report's operation from its signed bytes. Each child row's
  * operation_rowid is held to its operation_id by a trigger. The triggers,
- * indexes and views are those of version 9 on the new keys.
+ * indexes and views are those of version 9 on the new keys, but for one
+ * constraint that goes with its index: a nonce id is no longer unique in
+ * the store. It is 128 random bits minted at reserve, and start compares
+ * the nonce it is given with the one its own operation holds, never looks
+ * a nonce up by its id.
  */
 const V10 = `
 DROP VIEW operations_view;
@@ -719,11 +723,12 @@ CREATE TABLE operations ( -- Operations, one per request id (the idempotency key
   flag TEXT                             -- why an operator should look (finalization deny, unknown)
 ) STRICT;
 -- Each table is copied walking the operations in rowid order (NOT INDEXED and CROSS JOIN fix that order in SQLite), each
--- operation's rows found by the old table's index on its id: written in key order, and no sort of a whole table
--- in memory (temp_store is memory) however long the history.
-INSERT INTO operations SELECT rowid, * FROM operations_v9 ORDER BY rowid;
+-- operation's rows found by the old table's index on its id: written in key order. Every index exists before its
+-- table is filled (a CREATE INDEX over a filled table sorts all its keys, in memory: temp_store), so no sort grows
+-- with the history.
 CREATE INDEX operations_by_state ON operations (state, created_at);
 CREATE INDEX operations_by_creation ON operations (created_at, operation_id);
+INSERT INTO operations SELECT rowid, * FROM operations_v9 ORDER BY rowid;
 
 CREATE TABLE holds ( -- Budget holds placed at reserve: one per allowed operation, disposed of (released or consumed) at most once.
   operation_rowid INTEGER PRIMARY KEY REFERENCES operations (operation_rowid),
@@ -751,10 +756,10 @@ CREATE TABLE nonces ( -- Execution nonces minted at reserve. A live nonce is nev
   expires_at INTEGER NOT NULL,
   closed_at INTEGER
 ) STRICT;
+CREATE INDEX nonces_live ON nonces (expires_at) WHERE state = 'live';
 INSERT INTO nonces (operation_rowid, nonce_id, operation_id, state, created_at, expires_at, closed_at)
 SELECT o.operation_rowid, n.nonce_id, n.operation_id, n.state, n.created_at, n.expires_at, n.closed_at
 FROM operations o NOT INDEXED CROSS JOIN nonces_v9 n ON n.operation_id = o.operation_id;
-CREATE INDEX nonces_live ON nonces (expires_at) WHERE state = 'live';
 
 CREATE TABLE receipts ( -- Every decision, kernel-signed, retained as its exact bytes; insert-once. request_digest names the request it answers.
   operation_rowid INTEGER NOT NULL REFERENCES operations (operation_rowid),
@@ -781,7 +786,7 @@ SELECT o.operation_rowid, r.seq, r.request_digest, r.receipt FROM operations o N
 CREATE TABLE reports ( -- The executor's signed report that settled an operation, exact bytes; insert-once. operations.report_digest names it.
   operation_rowid INTEGER PRIMARY KEY REFERENCES operations (operation_rowid),
   report TEXT NOT NULL,
-  operation_id TEXT GENERATED ALWAYS AS (json_extract(report, '$.body.operation_id')) VIRTUAL
+  operation_id TEXT NOT NULL GENERATED ALWAYS AS (json_extract(report, '$.body.operation_id')) VIRTUAL
 ) STRICT;
 INSERT INTO reports (operation_rowid, report) SELECT o.operation_rowid, r.report FROM operations o NOT INDEXED CROSS JOIN reports_v9 r ON r.operation_id = o.operation_id;
 

@@ -137,7 +137,8 @@ function readLedgers(dirs: Readonly<Record<string, string>>): Map<string, Ledger
     const ledger = openReadOnly(ledgerFile);
     try {
       const rows = ledger
-        .prepare('SELECT c.operation_id, c.kind, r.status, r.report FROM claims c LEFT JOIN reports r ON r.operation_id = c.operation_id')
+        // A report is keyed by its claim's seq since ledger version 6 (executor-proc/ledger/schema.ts).
+        .prepare('SELECT c.operation_id, c.kind, r.status, r.report FROM claims c LEFT JOIN reports r ON r.claim_seq = c.seq')
         .all() as Array<Omit<LedgerRecord, 'executor'>>;
       for (const row of rows) records.set(row.operation_id, { ...row, executor });
     } finally {

@@ -101,7 +101,13 @@ export function applyMigrations(
       throw new CustodyError('store_schema', `${step} failed and was rolled back: ${message}`, { cause: error });
     }
   }
-  if (migrating) notices.warn('store_migrated', { store: where, from: current, to: latest, ms: Math.round(performance.now() - startedAt) });
+  if (migrating) {
+    // A migration that rewrites a table writes all of it through the WAL, which SQLite then reuses but never
+    // shrinks: left alone, a -wal file the size of the store would stay beside it for good. Copy it into the
+    // store and cut it back (a reader holding it open, an operator's shell, only makes this a no-op).
+    db.pragma('wal_checkpoint(TRUNCATE)');
+    notices.warn('store_migrated', { store: where, from: current, to: latest, ms: Math.round(performance.now() - startedAt) });
+  }
 }
 
 export function readUserVersion(db: Database.Database): number {

@@ -104,6 +104,12 @@ function receiptsQuery(db: Database.Database): string {
     : 'SELECT receipt FROM receipts WHERE operation_id = ? ORDER BY seq';
 }
 
+/** How a ledger's reports join their claims: by the claim's seq since ledger.db version 6, by operation id before (executor-proc/ledger/schema.ts). */
+function claimReportJoin(db: Database.Database): string {
+  const keyedBySeq = db.prepare("SELECT 1 FROM pragma_table_info('reports') WHERE name = 'claim_seq'").get() !== undefined;
+  return keyedBySeq ? 'r.claim_seq = c.seq' : 'r.operation_id = c.operation_id';
+}
+
 /** The timeline of NAME from the stores of a stopped service. */
 export function offlineTrace(paths: StatePaths, name: string): OfflineTrace {
   const operationId = operationIdFor(name);
@@ -164,7 +170,7 @@ export function offlineTrace(paths: StatePaths, name: string): OfflineTrace {
       attempt(store, () => {
         const dir = paths.executorDir(executorName);
         const live = withStore(path.join(dir, 'ledger.db'), (db) =>
-          db.prepare('SELECT c.claim_id, c.kind, c.claimed_at, r.status AS report_status, r.report FROM claims c LEFT JOIN reports r ON r.operation_id = c.operation_id WHERE c.operation_id = ?').get(operationId),
+          db.prepare(`SELECT c.claim_id, c.kind, c.claimed_at, r.status AS report_status, r.report FROM claims c LEFT JOIN reports r ON ${claimReportJoin(db)} WHERE c.operation_id = ?`).get(operationId),
         ) as Record<string, unknown> | undefined;
         if (live) return { ...live, archived: false };
         const archived = withStore(path.join(dir, 'archive.db'), (db) =>

@@ -72,7 +72,9 @@ describe('executor-proc: ledger.db migration to version 5', () => {
     ledger.refuse(refused, signerFor(ledger, 'never_claimed'));
     ledger.claim(expiring);
     ledger.retainReport(expiring.operationId, 'completed', signerFor(ledger, 'completed'));
-    const source = path.join(root, 'ledger-v5.db');
+    // What this build reads from the ledger it wrote: the older store holds the same rows, and must read the same once migrated.
+    const read = { records: ids.map((id) => ledger.records.find(id)), head: ledger.head(), live: ledger.liveCount() };
+    const source = path.join(root, 'ledger-current.db');
     stores.ledger.prepare('VACUUM INTO ?').run(source);
     stores.ledger.close();
     stores.archive.close();
@@ -89,7 +91,8 @@ describe('executor-proc: ledger.db migration to version 5', () => {
         ['config', 'SELECT *, file_dev() AS file_dev, file_ino() AS file_ino FROM (SELECT id, executor_id, public_key, key_epoch, kernel_public_key, claim_capacity, refusal_reserve, provisioned_at FROM src.config)'],
         ['clock', 'SELECT * FROM src.clock'],
         ['claims', 'SELECT * FROM src.claims ORDER BY seq'],
-        ['reports', 'SELECT *, sha256(report) AS report_digest FROM src.reports ORDER BY seq'],
+        // Since version 6 a report is keyed by its claim's seq; version 4 numbered reports on their own.
+        ['reports', 'SELECT claim_seq AS seq, *, sha256(report) AS report_digest FROM src.reports ORDER BY claim_seq'],
         ['head', 'SELECT * FROM src.head'],
         ['claims_count', 'SELECT * FROM src.claims_count'],
         ['key_epochs', 'SELECT * FROM src.key_epochs'],
@@ -98,12 +101,9 @@ describe('executor-proc: ledger.db migration to version 5', () => {
     });
     fs.chmodSync(file, 0o600);
     const db = new Database(file, { readonly: true });
-    const v4 = new Ledger({ ledger: db, archive: new Database(path.join(dir, 'archive.db'), { readonly: true }), config: stores.config, ledgerFile: stores.ledgerFile }, held);
     try {
       before = {
-        records: ids.map((id) => v4.records.find(id)),
-        head: v4.head(),
-        live: v4.liveCount(),
+        ...read,
         schema: schemaOf(db),
         digests: db.prepare<[], { operation_id: string; report_digest: string }>('SELECT operation_id, report_digest FROM reports ORDER BY seq').all(),
       };
@@ -128,13 +128,13 @@ describe('executor-proc: ledger.db migration to version 5', () => {
   it('migrates on open: the same records, head and count; reports keep their bytes without a stored digest', () => {
     const stores = openStores(dir, OPEN);
     try {
-      expect(stores.ledger.pragma('user_version', { simple: true })).to.equal(5);
+      expect(stores.ledger.pragma('user_version', { simple: true })).to.equal(LEDGER_MIGRATIONS.length);
       const ledger = new Ledger(stores, held);
       expect(ids.map((id) => ledger.records.find(id))).to.deep.equal(before.records);
       expect([ledger.head(), ledger.liveCount()]).to.deep.equal([before.head, before.live]);
       const columns = stores.ledger.prepare<[], { name: string }>("SELECT name FROM pragma_table_info('reports')").all().map((c) => c.name);
       expect(columns).to.not.include('report_digest');
-      const reports = stores.ledger.prepare<[], { operation_id: string; report: string }>('SELECT operation_id, report FROM reports ORDER BY seq').all();
+      const reports = stores.ledger.prepare<[], { operation_id: string; report: string }>('SELECT operation_id, report FROM reports ORDER BY claim_seq').all();
       expect(reports.map((row) => ({ operation_id: row.operation_id, report_digest: sha256(row.report) }))).to.deep.equal(before.digests);
     } finally {
       stores.ledger.close();

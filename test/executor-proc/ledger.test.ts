@@ -178,14 +178,22 @@ describe('executor-proc ledger', () => {
     ledger.claim(claimed);
     const refused = subject();
     ledger.refuse(refused, signerFor(ledger, 'never_claimed'));
+    const unclaimed = subject();
+    ledger.claim(unclaimed);
+    // A report names its operation and claim and is keyed by a claim's seq (version 6).
     const insert = stores.ledger.prepare(
-      'INSERT INTO reports (operation_id, claim_id, status, report, finished_at, recorded_at) SELECT operation_id, claim_id, ?, ?, 1, 1 FROM claims WHERE operation_id = ?',
+      `INSERT INTO reports (claim_seq, operation_id, claim_id, status, report, finished_at, recorded_at)
+       SELECT (SELECT seq FROM claims WHERE operation_id = @key), operation_id, CASE WHEN @claim IS NULL THEN claim_id ELSE @claim END, @status, 'x', 1, 1
+       FROM claims WHERE operation_id = @named`,
     );
-    expect(() => insert.run('never_claimed', 'x', claimed.operationId)).to.throw(/must match its claim/);
-    // The claim_id is held to the operation's claim by the same trigger (no index of its own since version 5).
-    const otherClaim = stores.ledger.prepare('INSERT INTO reports (operation_id, claim_id, status, report, finished_at, recorded_at) VALUES (?, ?, ?, ?, 1, 1)');
-    expect(() => otherClaim.run(claimed.operationId, 'c-not-its-claim', 'completed', 'x')).to.throw(/must match its claim/);
+    const named = claimed.operationId;
+    expect(() => insert.run({ key: named, claim: null, status: 'never_claimed', named })).to.throw(/must match its claim/);
+    // The claim_id is held to the operation's claim by the same trigger (no index of its own since version 5)…
+    expect(() => insert.run({ key: named, claim: 'c-not-its-claim', status: 'completed', named })).to.throw(/must match its claim/);
+    // …and so is the key: a report under another claim's seq than the claim its bytes and claim id name (version 6).
+    expect(() => insert.run({ key: unclaimed.operationId, claim: null, status: 'completed', named })).to.throw(/must match its claim/);
     expect(ledger.records.live(claimed.operationId)?.report).to.equal(null);
+    expect(ledger.records.live(unclaimed.operationId)?.report).to.equal(null);
   });
 
   it('archives only expired, reported, listed operations, and still finds them afterwards', () => {
@@ -200,8 +208,8 @@ describe('executor-proc ledger', () => {
       authorization_digest: 'a'.repeat(64), operation_id: expired.operationId, executor_id: 'unit', key_epoch: 1, claim_id: 'c-expired',
       claimed_at: past.notBefore, finished_at: past.notBefore + 1, status: 'completed', output: null, output_digest: null, realized_cost_units: null,
     }, EXECUTOR);
-    stores.ledger.prepare('INSERT INTO reports (operation_id, claim_id, status, report, finished_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?)')
-      .run(expired.operationId, 'c-expired', 'completed', report.text, past.notBefore + 1, past.notBefore + 1);
+    stores.ledger.prepare('INSERT INTO reports (claim_seq, operation_id, claim_id, status, report, finished_at, recorded_at) VALUES ((SELECT seq FROM claims WHERE operation_id = ?), ?, ?, ?, ?, ?, ?)')
+      .run(expired.operationId, expired.operationId, 'c-expired', 'completed', report.text, past.notBefore + 1, past.notBefore + 1);
     ledger.claim(open);
     ledger.retainReport(open.operationId, 'completed', signerFor(ledger, 'completed'));
     stores.ledger.prepare('INSERT INTO claims (operation_id, claim_id, kind, tool, authorization_digest, authorization, not_before, expires_at, claimed_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)')
@@ -235,7 +243,7 @@ describe('executor-proc ledger', () => {
     const archiver = new Archiver(ledger, stores.archive);
     const past = { notBefore: Date.now() - 120_000, expiresAt: Date.now() - 1 };
     const insertClaim = stores.ledger.prepare('INSERT INTO claims (operation_id, claim_id, kind, tool, authorization_digest, authorization, not_before, expires_at, claimed_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)');
-    const insertReport = stores.ledger.prepare('INSERT INTO reports (operation_id, claim_id, status, report, finished_at, recorded_at) VALUES (?, ?, ?, ?, ?, ?)');
+    const insertReport = stores.ledger.prepare('INSERT INTO reports (claim_seq, operation_id, claim_id, status, report, finished_at, recorded_at) VALUES ((SELECT seq FROM claims WHERE operation_id = ?), ?, ?, ?, ?, ?, ?)');
     const entry = (window: 'passed' | 'open', reported: boolean): string => {
       const claimed = subject(window === 'passed' ? past : {});
       const claimId = `c-${claimed.operationId.slice(-6)}`;
@@ -245,7 +253,7 @@ describe('executor-proc ledger', () => {
           authorization_digest: 'a'.repeat(64), operation_id: claimed.operationId, executor_id: 'unit', key_epoch: 1, claim_id: claimId,
           claimed_at: claimed.notBefore, finished_at: claimed.notBefore + 1, status: 'completed', output: null, output_digest: null, realized_cost_units: null,
         }, EXECUTOR);
-        insertReport.run(claimed.operationId, claimId, 'completed', report.text, claimed.notBefore + 1, claimed.notBefore + 1);
+        insertReport.run(claimed.operationId, claimed.operationId, claimId, 'completed', report.text, claimed.notBefore + 1, claimed.notBefore + 1);
       }
       return claimed.operationId;
     };

@@ -36,3 +36,25 @@ export function queryPlan(db: Database.Database, sql: string): string[] {
 export function rowByRow(plan: readonly string[]): string[] {
   return plan.filter((detail) => /^SCAN /.test(detail) && !/ USING (COVERING )?INDEX /.test(detail) && !/VIRTUAL TABLE|CONSTANT ROW/.test(detail));
 }
+
+/**
+ * Run a migration's SQL on `db` statement by statement up to `until` (the
+ * part before it must be plain statements, no trigger bodies), reading the
+ * plan of each `INSERT INTO <table>` before it runs. Also names every index
+ * created on a table after that table was filled: building it sorts all of
+ * the table's keys at once.
+ */
+export function copyPlans(db: Database.Database, sql: string, until: string): { plans: Map<string, string>; indexedAfterACopy: string[] } {
+  const plans = new Map<string, string>();
+  const indexedAfterACopy: string[] = [];
+  for (const chunk of sql.slice(0, sql.indexOf(until)).split(/;\n/)) {
+    const statement = chunk.replace(/^\s*(--[^\n]*\n\s*)*/, '').trim();
+    if (statement === '') continue;
+    const copy = /^INSERT INTO (\w+)/.exec(statement);
+    if (copy) plans.set(copy[1]!, queryPlan(db, statement).join('; '));
+    const index = /^CREATE INDEX \w+ ON (\w+)/.exec(statement);
+    if (index && plans.has(index[1]!)) indexedAfterACopy.push(statement);
+    db.exec(statement);
+  }
+  return { plans, indexedAfterACopy };
+}

@@ -12,7 +12,7 @@ import { isCustodyError } from '../../shared/errors.js';
 import { applyMigrations } from '../../shared/store/migrations.js';
 import { type RecordedHistory, expectSameAnswers, recordHistory } from '../helpers/kernel-history.js';
 import { downgradeToV9 } from '../helpers/kernel-v9.js';
-import { queryPlan } from '../helpers/query-plans.js';
+import { copyPlans } from '../helpers/query-plans.js';
 import { KernelProcess, KernelRoot, reserveBody, signReport, testExecutor } from './helpers.js';
 
 const V9 = KERNEL_MIGRATIONS.slice(0, 9);
@@ -96,15 +96,26 @@ describe('kernel-proc: kernel.db migration to version 10', function () {
     }
   });
 
-  it('has exactly the schema a fresh store gets', () => {
-    const pristine = new Database(':memory:');
+  it('keeps every trigger, index and view of version 9, adds the four that hold a row\'s key to its operation, and keys by rowid', () => {
+    const byType = (schema: string[], type: string) => schema.filter((line) => line.startsWith(`${type} `)).map((line) => line.slice(type.length + 1, line.indexOf(':'))).sort();
     const db = new Database(path.join(root.dir, 'kernel.db'), { readonly: true });
     try {
-      applyMigrations(pristine, 'pristine', KERNEL_MIGRATIONS, { provisioning: true });
-      expect(schemaOf(db)).to.deep.equal(schemaOf(pristine));
+      const now = schemaOf(db);
+      const named = ['holds', 'nonces', 'receipts', 'reports'].map((table) => `${table}_operation_named`);
+      expect(byType(now, 'trigger')).to.deep.equal([...byType(v9.schema, 'trigger'), ...named].sort());
+      expect(byType(now, 'index')).to.deep.equal(byType(v9.schema, 'index'));
+      expect(byType(now, 'view')).to.deep.equal(byType(v9.schema, 'view'));
+      // The unique keys of an operation's rows: its id and request id on operations, (operation_rowid, seq) on receipts.
+      const keys = db.prepare<[], { tbl_name: string; name: string }>(
+        `SELECT tbl_name, name FROM sqlite_schema WHERE type = 'index' AND sql IS NULL AND tbl_name IN ('operations', 'holds', 'nonces', 'receipts', 'reports') ORDER BY name`,
+      ).all();
+      const columns = Object.fromEntries(keys.map((key) => [key.name, db.prepare<[], { name: string }>(`SELECT name FROM pragma_index_info('${key.name}') ORDER BY seqno`).all().map((c) => c.name).join(',')]));
+      expect(columns).to.deep.equal({ sqlite_autoindex_operations_1: 'operation_id', sqlite_autoindex_operations_2: 'request_id', sqlite_autoindex_receipts_1: 'operation_rowid,seq' });
+      for (const table of ['holds', 'nonces', 'reports']) {
+        expect(db.prepare(`SELECT name, pk FROM pragma_table_info('${table}') WHERE pk > 0`).all(), table).to.deep.equal([{ name: 'operation_rowid', pk: 1 }]);
+      }
     } finally {
       db.close();
-      pristine.close();
     }
   });
 
@@ -168,16 +179,8 @@ describe('kernel-proc: kernel.db migration to version 10 over a long history', (
     try {
       applyMigrations(db, 'test kernel', V9, { provisioning: true });
       // Up to its check the migration is plain statements (no trigger bodies): run them one by one, reading each copy's plan first.
-      const sql = KERNEL_MIGRATIONS[9]!.sql;
-      const copying = sql.slice(0, sql.indexOf('CREATE TEMP TABLE v10_check'));
-      const plans = new Map<string, string>();
-      for (const chunk of copying.split(/;\n/)) {
-        const statement = chunk.replace(/^\s*(--[^\n]*\n\s*)*/, '').trim();
-        if (statement === '') continue;
-        const copy = /^INSERT INTO (\w+)/.exec(statement);
-        if (copy) plans.set(copy[1]!, queryPlan(db, statement).join('; '));
-        db.exec(statement);
-      }
+      const { plans, indexedAfterACopy } = copyPlans(db, KERNEL_MIGRATIONS[9]!.sql, 'CREATE TEMP TABLE v10_check');
+      expect(indexedAfterACopy).to.deep.equal([]);
       expect([...plans.keys()]).to.deep.equal(['operations', 'holds', 'nonces', 'receipts', 'reports']);
       // A sort of a whole table would hold every row in memory (temp_store), ~1.3 KB a receipt.
       for (const [table, plan] of plans) expect(plan, table).to.not.match(/TEMP B-TREE/);

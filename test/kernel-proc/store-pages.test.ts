@@ -115,6 +115,20 @@ describe('kernel-proc: kernel.db pages written per operation', function () {
     expect(store.holds.forOperation(operationIdFor('batch-0'))).to.include({ hold_id: holdIdFor(operationIdFor('batch-0')), state: 'reserved' });
   });
 
+  it('refuses a hold, a nonce or a receipt for an operation the store does not hold: no row is keyed by a rowid it was not given', () => {
+    const stranger = operationIdFor('never reserved');
+    const named = /operation_rowid and operation_id name different operations/;
+    expect(() => store.holds.place(stranger, GRANT, 0, 1)).to.throw(named);
+    expect(() => store.nonces.mint('nonce-stranger', stranger, 1, 2)).to.throw(named);
+    expect(() =>
+      store.receipts.insert({
+        receipt_id: `r:${stranger}:1`, operation_id: stranger, seq: 1, decision: 'reserve', verdict: 'allow', reason: 'ok', state: 'reserved',
+        hold_disposition: 'reserved', request_digest: null, issued_at: 1, receipt: receiptText(stranger, 1),
+      }),
+    ).to.throw(named);
+    expect(store.holds.forOperation(stranger)).to.equal(undefined);
+  });
+
   it('costs a single operation the pages of the tables and indexes it enters, not one more index per row', () => {
     const frames = framesOfOneCommit(1, 'single');
     // 16 here: operations and its four indexes, holds, nonces and nonces_live, receipts and its key, the grant's

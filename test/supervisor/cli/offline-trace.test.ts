@@ -4,9 +4,14 @@
 // afterwards works. After a graceful stop, and after kill -9 of the
 // supervisor, when the stores' last commits may still be in their -wal files.
 import { expect } from 'chai';
-import { readdirSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { LEDGER_MIGRATIONS } from '../../../executor-proc/ledger/schema.js';
+import { KERNEL_MIGRATIONS } from '../../../kernel-proc/store/schema.js';
+import { downgradeToV9 } from '../../helpers/kernel-v9.js';
+import { downgradeLedgerToV5 } from '../../helpers/ledger-v5.js';
 import { type TestService, sqlite, startService } from '../../helpers/service.js';
 
 /** Every file under the state directory with its size and mtime, sorted. */
@@ -89,6 +94,29 @@ describe('custody trace with the service down', function () {
 
     service = await service.restart();
     await invoke(service, 'after-stopped');
+  });
+
+  it('reads stores an older build wrote, not yet migrated (kernel.db version 9, ledger.db version 5), and the next start migrates them', async () => {
+    await invoke(service, 'traced-older');
+    expect(await service.stop()).to.equal(0);
+    const scratch = mkdtempSync(path.join(tmpdir(), 'custody-trace-older-'));
+    try {
+      downgradeToV9(service.paths.kernelDir, scratch);
+      downgradeLedgerToV5(service.paths.executorDir('default'), scratch);
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
+    }
+    const versions = async () => [
+      (await sqlite(path.join(service.paths.kernelDir, 'kernel.db'), 'PRAGMA user_version'))[0]!.user_version,
+      (await sqlite(path.join(service.paths.executorDir('default'), 'ledger.db'), 'PRAGMA user_version'))[0]!.user_version,
+    ];
+    expect(await versions()).to.deep.equal([9, 5]);
+    await traceOffline(service, 'traced-older');
+    expect(await versions(), 'the trace migrated nothing').to.deep.equal([9, 5]);
+
+    service = await service.restart();
+    await invoke(service, 'after-older');
+    expect(await versions()).to.deep.equal([KERNEL_MIGRATIONS.length, LEDGER_MIGRATIONS.length]);
   });
 
   it('after kill -9 of the supervisor: reads the last commits from the -wal files, writes nothing, and the service starts again', async () => {
