@@ -3,7 +3,7 @@
 // in its own write transaction with the version bump, so a crash leaves the
 // store at a version it really has.
 import type Database from 'better-sqlite3';
-import { CustodyError } from '../errors.js';
+import { CustodyError, isStorageFull } from '../errors.js';
 import { holdPoint } from '../fault.js';
 import { type Logger, createLogger } from '../log.js';
 
@@ -98,6 +98,16 @@ export function applyMigrations(
     } catch (error) {
       if (error instanceof CustodyError) throw error;
       const message = error instanceof Error ? error.message : String(error);
+      // A migration that rewrites a table needs room for a copy of it (and the WAL that carries the copy): out of
+      // room is not a schema fault, and the store is whole at its previous version (README "Upgrading").
+      if (isStorageFull(error)) {
+        throw new CustodyError(
+          'storage_full',
+          `${step} ran out of room and was rolled back, the store still at version ${migration.version - 1} (${message}); ` +
+            'a migration that rewrites a table needs about twice the store\'s size free while it runs: free space, then start again',
+          { cause: error },
+        );
+      }
       throw new CustodyError('store_schema', `${step} failed and was rolled back: ${message}`, { cause: error });
     }
   }

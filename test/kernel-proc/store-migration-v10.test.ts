@@ -173,6 +173,46 @@ describe('kernel-proc: kernel.db migration to version 10 on a hold whose id is n
   });
 });
 
+describe('kernel-proc: kernel.db migration to version 10 out of room', () => {
+  it('is refused storage_full, rolled back at version 9 with every row, and runs once there is room', () => {
+    const db = new Database(':memory:');
+    try {
+      applyMigrations(db, 'test kernel', V9, { provisioning: true });
+      db.exec(`INSERT INTO grants (capability_id, tool, subject, max_invocations, max_cost_units, not_before, expires_at, issued_at, capability, capability_digest)
+               VALUES ('g1', 't', '*', 100000, NULL, 0, 9, 0, '{}', 'd')`);
+      const operation = db.prepare(`INSERT INTO operations (operation_id, request_id, request_binding_hash, subject, tool, parameters_digest, cost_units, capability_id, state, created_at, updated_at)
+                                    VALUES (?, ?, 'h', 's', 't', 'p', 0, 'g1', 'reserved', 0, 0)`);
+      const hold = db.prepare(`INSERT INTO holds (hold_id, operation_id, capability_id, invocations, cost_units_held, created_at) VALUES (?, ?, 'g1', 1, 0, 0)`);
+      db.transaction(() => {
+        for (let i = 0; i < 2000; i++) {
+          const id = `op-${String(i).padStart(6, '0')}-${'x'.repeat(40)}`;
+          operation.run(id, `request-${i}`);
+          hold.run(`hold:${id}`, id);
+        }
+      })();
+      // The store may grow by a few pages only: the copy of its tables does not fit.
+      const pages = db.pragma('page_count', { simple: true }) as number;
+      db.pragma(`max_page_count = ${pages + 4}`);
+      let error: unknown;
+      try {
+        applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS, { provisioning: false });
+      } catch (caught) {
+        error = caught;
+      }
+      expect(isCustodyError(error) && error.code, String(error)).to.equal('storage_full');
+      expect(String((error as Error).message)).to.include('migration 10').and.to.include('still at version 9').and.to.include('twice the store');
+      expect(db.pragma('user_version', { simple: true })).to.equal(9);
+      expect(db.prepare('SELECT (SELECT count(*) FROM operations) AS operations, (SELECT count(*) FROM holds) AS holds').get()).to.deep.equal({ operations: 2000, holds: 2000 });
+
+      db.pragma('max_page_count = 1073741823');
+      applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS, { provisioning: false });
+      expect(db.prepare('SELECT count(*) AS n FROM holds h JOIN operations o ON o.operation_rowid = h.operation_rowid WHERE o.operation_id = h.operation_id').get()).to.deep.equal({ n: 2000 });
+    } finally {
+      db.close();
+    }
+  });
+});
+
 describe('kernel-proc: kernel.db migration to version 10 over a long history', () => {
   it('copies each table walking the operations in key order, each row found by an index: nothing is sorted in memory', () => {
     const db = new Database(':memory:');
