@@ -4,6 +4,8 @@
 // its operation's rowid, nothing is lost or changed, the schema is exactly
 // the one a fresh store gets, and every answer the kernel gave before is
 // given again byte for byte.
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
@@ -209,6 +211,34 @@ describe('kernel-proc: kernel.db migration to version 10 out of room', () => {
       expect(db.prepare('SELECT count(*) AS n FROM holds h JOIN operations o ON o.operation_rowid = h.operation_rowid WHERE o.operation_id = h.operation_id').get()).to.deep.equal({ n: 2000 });
     } finally {
       db.close();
+    }
+  });
+});
+
+describe('kernel-proc: kernel.db migration to version 10 leaves no WAL behind', () => {
+  it('cuts the WAL that carried the copy back to nothing once the migration commits (shared/store/migrations.ts)', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'custody-kernel-wal-'));
+    const file = path.join(dir, 'kernel.db');
+    const db = new Database(file);
+    try {
+      db.pragma('journal_mode = WAL');
+      applyMigrations(db, 'test kernel', V9, { provisioning: true });
+      db.exec(`INSERT INTO grants (capability_id, tool, subject, max_invocations, max_cost_units, not_before, expires_at, issued_at, capability, capability_digest)
+               VALUES ('g1', 't', '*', 100000, NULL, 0, 9, 0, '{}', 'd')`);
+      const operation = db.prepare(`INSERT INTO operations (operation_id, request_id, request_binding_hash, subject, tool, parameters_digest, cost_units, capability_id, state, created_at, updated_at)
+                                    VALUES (?, ?, 'h', 's', 't', 'p', 0, 'g1', 'reserved', 0, 0)`);
+      db.transaction(() => {
+        for (let i = 0; i < 2000; i++) operation.run(`op-${i}-${'x'.repeat(60)}`, `request-${i}`);
+      })();
+      db.pragma('wal_checkpoint(TRUNCATE)');
+      applyMigrations(db, 'test kernel', KERNEL_MIGRATIONS, { provisioning: false });
+      expect(db.pragma('user_version', { simple: true })).to.equal(KERNEL_MIGRATIONS.length);
+      // The connection is still open (a checkpoint on close would hide a WAL left full-size).
+      expect(fs.statSync(`${file}-wal`).size).to.equal(0);
+      expect(db.prepare('SELECT count(*) AS n FROM operations').get()).to.deep.equal({ n: 2000 });
+    } finally {
+      db.close();
+      fs.rmSync(dir, { recursive: true, force: true });
     }
   });
 });
