@@ -286,7 +286,7 @@ export const LEDGER_MIGRATIONS: readonly Migration[] = [
   { version: 3, description: 'claims_count: the live ledger\'s size kept by triggers, read in O(1)', sql: LEDGER_V3 },
   { version: 4, description: 'key_epochs and kernel_epochs: every executor and kernel key epoch, each with its rotation statement', sql: LEDGER_V4 },
   { version: 5, description: 'reports without the stored report_digest and the claim_id index: four reports to a page', sql: LEDGER_V5 },
-  { version: 6, description: 'reports keyed by their claim\'s seq, not their operation id; a report\'s operation read from its bytes', sql: LEDGER_V6 },
+  { version: 6, description: 'reports keyed by their claim\'s seq, not by an index on their operation id', sql: LEDGER_V6 },
 ];
 
 /**

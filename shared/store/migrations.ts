@@ -112,11 +112,21 @@ export function applyMigrations(
     }
   }
   if (migrating) {
+    notices.warn('store_migrated', { store: where, from: current, to: latest, ms: Math.round(performance.now() - startedAt) });
     // A migration that rewrites a table writes all of it through the WAL, which SQLite then reuses but never
     // shrinks: left alone, a -wal file the size of the store would stay beside it for good. Copy it into the
-    // store and cut it back (a reader holding it open, an operator's shell, only makes this a no-op).
-    db.pragma('wal_checkpoint(TRUNCATE)');
-    notices.warn('store_migrated', { store: where, from: current, to: latest, ms: Math.round(performance.now() - startedAt) });
+    // store and cut it back (a reader holding it open, an operator's shell, only makes this a no-op). The
+    // migration has committed: a checkpoint that fails (the file cannot grow by the copy: out of room) leaves
+    // the store whole at its new version, its last commits in the WAL, which every later checkpoint retries.
+    try {
+      db.pragma('wal_checkpoint(TRUNCATE)');
+    } catch (error) {
+      notices.warn('store_checkpoint_failed', {
+        store: where,
+        reason: error instanceof Error ? error.message : String(error),
+        code: isStorageFull(error) ? 'storage_full' : 'internal',
+      });
+    }
   }
 }
 

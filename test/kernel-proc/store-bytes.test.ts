@@ -2,7 +2,7 @@
 // (version 6) and docs/PERFORMANCE.md "Store bytes per operation". These
 // tests hold what the indexes are for, against the statements the store
 // really prepares: every lookup of an operation's rows is a search by an
-// index (the receipts' one now on a column read from the receipt's bytes),
+// index (since kernel.db version 10 by the operation's rowid),
 // and the one index reserve no longer reads still serves the metrics gauge.
 import fs from 'node:fs';
 import os from 'node:os';

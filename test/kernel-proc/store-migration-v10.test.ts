@@ -11,7 +11,9 @@ import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import { KERNEL_MIGRATIONS } from '../../kernel-proc/store/schema.js';
 import { isCustodyError } from '../../shared/errors.js';
-import { applyMigrations } from '../../shared/store/migrations.js';
+import { announceMigrationsTo, applyMigrations } from '../../shared/store/migrations.js';
+import { createLogger } from '../../shared/log.js';
+import { collectingLogger } from '../helpers/children.js';
 import { type RecordedHistory, expectSameAnswers, recordHistory } from '../helpers/kernel-history.js';
 import { downgradeToV9 } from '../helpers/kernel-v9.js';
 import { copyPlans } from '../helpers/query-plans.js';
@@ -239,6 +241,41 @@ describe('kernel-proc: kernel.db migration to version 10 leaves no WAL behind', 
     } finally {
       db.close();
       fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('kernel-proc: kernel.db migration to version 10, its checkpoint out of room', () => {
+  after(() => announceMigrationsTo(createLogger({ pid: process.pid }, { level: 'debug' })));
+
+  it('leaves the store migrated and whole, its last commits in the WAL, and says store_checkpoint_failed instead of failing the start', () => {
+    const { log, lines } = collectingLogger();
+    announceMigrationsTo(log);
+    const db = new Database(':memory:');
+    try {
+      applyMigrations(db, 'test kernel', V9, { provisioning: true });
+      // The file cannot grow by the copy: the checkpoint after the commit is where a WAL store runs out of room.
+      const full = Object.assign(new Error('database or disk is full'), { code: 'SQLITE_FULL' });
+      const pragma = db.pragma.bind(db);
+      const failing = new Proxy(db, {
+        get(target, key) {
+          if (key === 'pragma') {
+            return (source: string, options?: Database.PragmaOptions) => {
+              if (source.startsWith('wal_checkpoint')) throw full;
+              return pragma(source, options);
+            };
+          }
+          const value = Reflect.get(target, key, target) as unknown;
+          return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+        },
+      });
+      applyMigrations(failing, 'test kernel', KERNEL_MIGRATIONS, { provisioning: false });
+      expect(db.pragma('user_version', { simple: true })).to.equal(KERNEL_MIGRATIONS.length);
+      const events = lines.map((line) => JSON.parse(line) as { event: string; code?: string });
+      expect(events.map((event) => event.event)).to.deep.equal(['store_migrating', 'store_migrated', 'store_checkpoint_failed']);
+      expect(events[2]).to.include({ code: 'storage_full' });
+    } finally {
+      db.close();
     }
   });
 });

@@ -111,7 +111,9 @@ describe('custody trace with the service down', function () {
       (await sqlite(path.join(service.paths.executorDir('default'), 'ledger.db'), 'PRAGMA user_version'))[0]!.user_version,
     ];
     expect(await versions()).to.deep.equal([9, 5]);
+    const before = snapshot(service.dir);
     await traceOffline(service, 'traced-older');
+    expect(snapshot(service.dir), 'nothing in the state directory changed').to.deep.equal(before);
     expect(await versions(), 'the trace migrated nothing').to.deep.equal([9, 5]);
 
     service = await service.restart();
