@@ -35,6 +35,12 @@ SELECT c.seq,
        CASE WHEN r.status IS NOT NULL THEN r.status ELSE 'outcome_unknown' END AS state
 FROM claims c LEFT JOIN reports r ON ${join};`;
 
+/** A report is kept as signed: never changed, and removed only by archival after it copied it (every version's reports table). */
+const REPORTS_INSERT_ONCE = `CREATE TRIGGER reports_no_update BEFORE UPDATE ON reports
+BEGIN SELECT RAISE(ABORT, 'reports are insert-once: a signed report is kept as signed'); END;
+CREATE TRIGGER reports_no_delete BEFORE DELETE ON reports WHEN custody_archive_permit(OLD.operation_id) IS NOT 1
+BEGIN SELECT RAISE(ABORT, 'reports are insert-once: only archival removes a report, after copying it'); END;`;
+
 const LEDGER_V1 = `
 CREATE TABLE config (
   id                INTEGER PRIMARY KEY CHECK (id = 1),
@@ -95,10 +101,7 @@ CREATE TABLE reports (
   finished_at   INTEGER NOT NULL,
   recorded_at   INTEGER NOT NULL
 );
-CREATE TRIGGER reports_no_update BEFORE UPDATE ON reports
-BEGIN SELECT RAISE(ABORT, 'reports are insert-once: a signed report is kept as signed'); END;
-CREATE TRIGGER reports_no_delete BEFORE DELETE ON reports WHEN custody_archive_permit(OLD.operation_id) IS NOT 1
-BEGIN SELECT RAISE(ABORT, 'reports are insert-once: only archival removes a report, after copying it'); END;
+${REPORTS_INSERT_ONCE}
 -- never_claimed belongs to a refusal, every other status to a claim.
 CREATE TRIGGER reports_match_kind BEFORE INSERT ON reports
 WHEN (SELECT kind FROM claims WHERE operation_id = NEW.operation_id AND claim_id = NEW.claim_id)
@@ -213,10 +216,7 @@ CREATE TABLE reports (
 INSERT INTO reports (seq, operation_id, claim_id, status, report, finished_at, recorded_at)
 SELECT seq, operation_id, claim_id, status, report, finished_at, recorded_at FROM reports_v4 ORDER BY seq;
 DROP TABLE reports_v4;
-CREATE TRIGGER reports_no_update BEFORE UPDATE ON reports
-BEGIN SELECT RAISE(ABORT, 'reports are insert-once: a signed report is kept as signed'); END;
-CREATE TRIGGER reports_no_delete BEFORE DELETE ON reports WHEN custody_archive_permit(OLD.operation_id) IS NOT 1
-BEGIN SELECT RAISE(ABORT, 'reports are insert-once: only archival removes a report, after copying it'); END;
+${REPORTS_INSERT_ONCE}
 CREATE TRIGGER reports_match_kind BEFORE INSERT ON reports
 WHEN (SELECT kind FROM claims WHERE operation_id = NEW.operation_id AND claim_id = NEW.claim_id)
      IS NOT (CASE WHEN NEW.status = 'never_claimed' THEN 'refusal' ELSE 'claim' END)
@@ -268,10 +268,7 @@ INSERT INTO ledger_v6_check SELECT
        AND r.finished_at = v.finished_at AND r.recorded_at = v.recorded_at);
 DROP TABLE ledger_v6_check;
 DROP TABLE reports_v5;
-CREATE TRIGGER reports_no_update BEFORE UPDATE ON reports
-BEGIN SELECT RAISE(ABORT, 'reports are insert-once: a signed report is kept as signed'); END;
-CREATE TRIGGER reports_no_delete BEFORE DELETE ON reports WHEN custody_archive_permit(OLD.operation_id) IS NOT 1
-BEGIN SELECT RAISE(ABORT, 'reports are insert-once: only archival removes a report, after copying it'); END;
+${REPORTS_INSERT_ONCE}
 CREATE TRIGGER reports_match_kind BEFORE INSERT ON reports
 WHEN (SELECT kind FROM claims WHERE seq = NEW.claim_seq AND operation_id = NEW.operation_id AND claim_id = NEW.claim_id)
      IS NOT (CASE WHEN NEW.status = 'never_claimed' THEN 'refusal' ELSE 'claim' END)

@@ -7,6 +7,7 @@
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
 import { HOLD_MACHINE, type HoldState } from '../machines.js';
+import { rowOf } from './schema.js';
 
 export interface HoldRow {
   /** The operation's rowid, the hold's key (schema.ts, version 10). */
@@ -43,10 +44,10 @@ export class HoldsTable {
   readonly #byState: Database.Statement<[], Record<'reserved' | 'consumed' | 'released', number>>;
 
   constructor(db: Database.Database) {
-    this.#get = db.prepare(`SELECT * FROM holds WHERE operation_rowid = (SELECT operation_rowid FROM operations WHERE operation_id = ?)`);
+    this.#get = db.prepare(`SELECT * FROM holds WHERE operation_rowid = ${rowOf('?')}`);
     this.#insert = db.prepare(`
       INSERT INTO holds (operation_rowid, operation_id, capability_id, invocations, cost_units_held, state, created_at)
-      VALUES ((SELECT operation_rowid FROM operations WHERE operation_id = @operation_id), @operation_id, @capability_id, @invocations, @cost, 'reserved', @now)`);
+      VALUES (${rowOf('@operation_id')}, @operation_id, @capability_id, @invocations, @cost, 'reserved', @now)`);
     this.#settle = db.prepare(`
       UPDATE holds SET state = @to, cost_units_charged = @charged, settled_at = @now, settled_by = @receipt
       WHERE operation_rowid = @row AND state = 'reserved'`);

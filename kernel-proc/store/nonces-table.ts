@@ -4,6 +4,7 @@
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
 import { NONCE_MACHINE, type NonceState } from '../machines.js';
+import { rowOf } from './schema.js';
 
 export interface NonceRow {
   /** The operation's rowid, the nonce's key (schema.ts, version 10). */
@@ -33,10 +34,10 @@ export class NoncesTable {
   #earliestExpiry = Number.NEGATIVE_INFINITY;
 
   constructor(db: Database.Database) {
-    this.#forOperation = db.prepare(`SELECT * FROM nonces WHERE operation_rowid = (SELECT operation_rowid FROM operations WHERE operation_id = ?)`);
+    this.#forOperation = db.prepare(`SELECT * FROM nonces WHERE operation_rowid = ${rowOf('?')}`);
     this.#insert = db.prepare(`
       INSERT INTO nonces (operation_rowid, nonce_id, operation_id, state, created_at, expires_at)
-      VALUES ((SELECT operation_rowid FROM operations WHERE operation_id = @operation_id), @nonce_id, @operation_id, 'live', @now, @expires_at)`);
+      VALUES (${rowOf('@operation_id')}, @nonce_id, @operation_id, 'live', @now, @expires_at)`);
     this.#close = db.prepare(`UPDATE nonces SET state = @to, closed_at = @now WHERE operation_rowid = @row AND state = 'live'`);
     this.#countLive = db.prepare(`SELECT count(*) AS live FROM nonces WHERE state = 'live'`);
     this.#expired = db.prepare(`

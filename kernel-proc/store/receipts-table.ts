@@ -5,6 +5,7 @@
 import type Database from 'better-sqlite3';
 import type { HoldDisposition } from '../../shared/protocol/artifacts.js';
 import type { OperationState } from '../../shared/protocol/kernel-messages.js';
+import { rowOf } from './schema.js';
 
 export type ReceiptDecision = 'reserve' | 'start' | 'completion' | 'finalization' | 'expiry' | 'unknown';
 
@@ -33,12 +34,12 @@ export class ReceiptsTable {
   constructor(db: Database.Database) {
     this.#insert = db.prepare(`
       INSERT INTO receipts (operation_rowid, seq, request_digest, receipt)
-      VALUES ((SELECT operation_rowid FROM operations WHERE operation_id = @operation_id), @seq, @request_digest, @receipt)`);
-    this.#count = db.prepare('SELECT count(*) AS n FROM receipts WHERE operation_rowid = (SELECT operation_rowid FROM operations WHERE operation_id = ?)');
-    this.#forRequest = db.prepare('SELECT * FROM receipts WHERE operation_rowid = (SELECT operation_rowid FROM operations WHERE operation_id = ?) AND request_digest = ? ORDER BY seq LIMIT 1');
-    this.#entering = db.prepare('SELECT * FROM receipts WHERE operation_rowid = (SELECT operation_rowid FROM operations WHERE operation_id = ?) AND state = ? ORDER BY seq LIMIT 1');
-    this.#all = db.prepare('SELECT * FROM receipts WHERE operation_rowid = (SELECT operation_rowid FROM operations WHERE operation_id = ?) ORDER BY seq');
-    this.#last = db.prepare('SELECT * FROM receipts WHERE operation_rowid = (SELECT operation_rowid FROM operations WHERE operation_id = ?) ORDER BY seq DESC LIMIT 1');
+      VALUES (${rowOf('@operation_id')}, @seq, @request_digest, @receipt)`);
+    this.#count = db.prepare(`SELECT count(*) AS n FROM receipts WHERE operation_rowid = ${rowOf('?')}`);
+    this.#forRequest = db.prepare(`SELECT * FROM receipts WHERE operation_rowid = ${rowOf('?')} AND request_digest = ? ORDER BY seq LIMIT 1`);
+    this.#entering = db.prepare(`SELECT * FROM receipts WHERE operation_rowid = ${rowOf('?')} AND state = ? ORDER BY seq LIMIT 1`);
+    this.#all = db.prepare(`SELECT * FROM receipts WHERE operation_rowid = ${rowOf('?')} ORDER BY seq`);
+    this.#last = db.prepare(`SELECT * FROM receipts WHERE operation_rowid = ${rowOf('?')} ORDER BY seq DESC LIMIT 1`);
   }
 
   /** The row's other columns are what its receipt says; the store's CHECKs hold the key, and the receipt, to them. */

@@ -53,6 +53,77 @@ const transitionsInsert = transitionRows()
   .map((row) => `INSERT INTO state_transitions (machine, from_state, to_state) VALUES (${quote(row.machine)}, ${quote(row.from)}, ${quote(row.to)});`)
   .join('\n');
 
+/** An operation starts as reserved or denied (versions 1 and 10). */
+const OPERATIONS_INITIAL_STATE = `CREATE TRIGGER operations_initial_state BEFORE INSERT ON operations
+WHEN NEW.state NOT IN (${INITIAL_OPERATION_STATES.map(quote).join(', ')})
+BEGIN SELECT RAISE(ABORT, 'illegal_transition: operations: an operation starts as reserved or denied'); END;`;
+
+/** An operation's executor changes only while it is reserved (versions 3 and 10). */
+const OPERATIONS_EXECUTOR_BOUND = `CREATE TRIGGER operations_executor_bound BEFORE UPDATE OF executor_id ON operations
+WHEN NEW.executor_id IS NOT OLD.executor_id AND (OLD.state IS NOT 'reserved' OR OLD.executor_id IS NULL OR NEW.executor_id IS NULL)
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: operations: executor_id changes only while the operation is reserved');
+END;`;
+
+/** A report digest is set only with the report kept in reports, found by `key` (versions 6 and 10). */
+const operationsReportKept = (key: string) => `CREATE TRIGGER operations_report_kept BEFORE UPDATE OF report_digest ON operations
+WHEN NEW.report_digest IS NOT NULL AND NOT EXISTS (SELECT 1 FROM reports WHERE ${key} = NEW.${key})
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: operations: report_digest is set only with the report kept in reports'); END;`;
+
+const RECEIPTS_INSERT_ONCE = `CREATE TRIGGER receipts_insert_once BEFORE UPDATE ON receipts
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: receipts are insert-once'); END;`;
+
+const REPORTS_INSERT_ONCE = `CREATE TRIGGER reports_insert_once BEFORE UPDATE ON reports
+BEGIN SELECT RAISE(ABORT, 'store_corrupt: reports are insert-once'); END;`;
+
+/** The operator's view of operations, each joined to its hold, nonce and receipts by `key` (operation_id before version 10, operation_rowid since). */
+const operationsView = (key: string) => `CREATE VIEW operations_view AS
+SELECT o.operation_id, o.request_id, o.state, o.tool, o.subject, o.capability_id, o.executor_id,
+       h.state AS hold, h.cost_units_held, h.cost_units_charged,
+       ${iso('o.created_at')} AS created, ${iso('o.updated_at')} AS updated,
+       ${iso('n.expires_at')} AS nonce_expires, n.state AS nonce,
+       ${iso('o.window_not_before')} AS window_opens, ${iso('o.window_expires_at')} AS window_closes,
+       (SELECT count(*) FROM receipts r WHERE r.${key} = o.${key}) AS receipts,
+       (SELECT r.reason FROM receipts r WHERE r.${key} = o.${key} ORDER BY r.seq DESC LIMIT 1) AS last_reason,
+       o.flag
+FROM operations o
+LEFT JOIN holds h ON h.${key} = o.${key}
+LEFT JOIN nonces n ON n.${key} = o.${key};`;
+
+/** The operator's view of holds, with their request id, joined by `key`. */
+const holdsView = (key: string) => `CREATE VIEW holds_view AS
+SELECT h.hold_id, o.request_id, h.operation_id, h.capability_id, h.state, h.invocations,
+       h.cost_units_held, h.cost_units_charged, ${iso('h.created_at')} AS created, ${iso('h.settled_at')} AS settled, h.settled_by
+FROM holds h JOIN operations o ON o.${key} = h.${key};`;
+
+/** The operator's view of receipts, with their request id, joined by `key` (with the stored digest until version 6 dropped it). */
+const receiptsView = (key: string, withDigest: boolean) => `CREATE VIEW receipts_view AS
+SELECT r.receipt_id, o.request_id, r.operation_id, r.seq, r.decision, r.verdict, r.reason, r.state, r.hold_disposition,
+       ${iso('r.issued_at')} AS issued${withDigest ? ', r.digest' : ''}
+FROM receipts r JOIN operations o ON o.${key} = r.${key};`;
+
+/**
+ * A grant's usage counters move only with a hold, by exactly that hold
+ * (versions 7 and 10); `findHold` is how the hold the move names is found,
+ * up to its capability check.
+ */
+const grantsUsageGuard = (findHold: string) => `CREATE TRIGGER grants_usage_guard
+BEFORE UPDATE OF invocations_held, invocations_used, cost_units_held, cost_units_used,
+                 holds_reserved, holds_consumed, holds_released, usage_hold, usage_state ON grants
+WHEN NOT ((NEW.usage_hold IS NOT OLD.usage_hold OR NEW.usage_state IS NOT OLD.usage_state) AND EXISTS (
+  SELECT 1 FROM holds h
+  WHERE ${findHold} = NEW.capability_id AND h.state = NEW.usage_state
+    AND NEW.invocations_held - OLD.invocations_held = CASE WHEN h.state = 'reserved' THEN h.invocations ELSE -h.invocations END
+    AND NEW.cost_units_held - OLD.cost_units_held = CASE WHEN h.state = 'reserved' THEN h.cost_units_held ELSE -h.cost_units_held END
+    AND NEW.invocations_used - OLD.invocations_used = CASE WHEN h.state = 'consumed' THEN h.invocations ELSE 0 END
+    AND NEW.cost_units_used - OLD.cost_units_used = CASE WHEN h.state = 'consumed' THEN h.cost_units_charged ELSE 0 END
+    AND NEW.holds_reserved - OLD.holds_reserved = CASE WHEN h.state = 'reserved' THEN 1 ELSE -1 END
+    AND NEW.holds_consumed - OLD.holds_consumed = (h.state = 'consumed')
+    AND NEW.holds_released - OLD.holds_released = (h.state = 'released')))
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: grants: usage counters move only with a hold, by exactly that hold');
+END;`;
+
 const V1 = `
 CREATE TABLE kernel_identity ( -- The key this store was provisioned for (kernel.pub). One row; never changes.
   singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
@@ -130,9 +201,7 @@ CREATE TABLE operations ( -- Operations, one per request id (the idempotency key
   flag TEXT                             -- why an operator should look (finalization deny, unknown)
 ) STRICT;
 CREATE INDEX operations_by_state ON operations (state, created_at);
-CREATE TRIGGER operations_initial_state BEFORE INSERT ON operations
-WHEN NEW.state NOT IN (${INITIAL_OPERATION_STATES.map(quote).join(', ')})
-BEGIN SELECT RAISE(ABORT, 'illegal_transition: operations: an operation starts as reserved or denied'); END;
+${OPERATIONS_INITIAL_STATE}
 ${transitionGuard('operations', 'operation')}
 ${fixedColumns('operations', 'fixed', ['operation_id', 'request_id', 'request_binding_hash', 'subject', 'tool', 'parameters_digest', 'cost_units', 'capability_id', 'capability_digest', 'executor_id', 'created_at'], ['start_request_digest', 'authorization', 'authorization_digest', 'window_not_before', 'window_expires_at', 'report', 'report_digest', 'output'])}
 ${neverDeleted('operations')}
@@ -183,32 +252,14 @@ CREATE TABLE receipts ( -- Every decision, kernel-signed, retained as its exact 
   UNIQUE (operation_id, seq)
 ) STRICT;
 CREATE INDEX receipts_by_request ON receipts (operation_id, request_digest);
-CREATE TRIGGER receipts_insert_once BEFORE UPDATE ON receipts
-BEGIN SELECT RAISE(ABORT, 'store_corrupt: receipts are insert-once'); END;
+${RECEIPTS_INSERT_ONCE}
 ${neverDeleted('receipts')}
 
-CREATE VIEW operations_view AS
-SELECT o.operation_id, o.request_id, o.state, o.tool, o.subject, o.capability_id, o.executor_id,
-       h.state AS hold, h.cost_units_held, h.cost_units_charged,
-       ${iso('o.created_at')} AS created, ${iso('o.updated_at')} AS updated,
-       ${iso('n.expires_at')} AS nonce_expires, n.state AS nonce,
-       ${iso('o.window_not_before')} AS window_opens, ${iso('o.window_expires_at')} AS window_closes,
-       (SELECT count(*) FROM receipts r WHERE r.operation_id = o.operation_id) AS receipts,
-       (SELECT r.reason FROM receipts r WHERE r.operation_id = o.operation_id ORDER BY r.seq DESC LIMIT 1) AS last_reason,
-       o.flag
-FROM operations o
-LEFT JOIN holds h ON h.operation_id = o.operation_id
-LEFT JOIN nonces n ON n.operation_id = o.operation_id;
+${operationsView('operation_id')}
 
-CREATE VIEW holds_view AS
-SELECT h.hold_id, o.request_id, h.operation_id, h.capability_id, h.state, h.invocations,
-       h.cost_units_held, h.cost_units_charged, ${iso('h.created_at')} AS created, ${iso('h.settled_at')} AS settled, h.settled_by
-FROM holds h JOIN operations o ON o.operation_id = h.operation_id;
+${holdsView('operation_id')}
 
-CREATE VIEW receipts_view AS
-SELECT r.receipt_id, o.request_id, r.operation_id, r.seq, r.decision, r.verdict, r.reason, r.state, r.hold_disposition,
-       ${iso('r.issued_at')} AS issued, r.digest
-FROM receipts r JOIN operations o ON o.operation_id = r.operation_id;
+${receiptsView('operation_id', true)}
 
 CREATE VIEW grants_view AS
 SELECT g.capability_id, g.tool, g.subject, g.max_invocations, g.max_cost_units,
@@ -247,11 +298,7 @@ INSERT INTO head (singleton, seq) SELECT 1, (SELECT count(*) FROM receipts);
 const V3 = `
 DROP TRIGGER operations_fixed;
 ${fixedColumns('operations', 'fixed', ['operation_id', 'request_id', 'request_binding_hash', 'subject', 'tool', 'parameters_digest', 'cost_units', 'capability_id', 'capability_digest', 'created_at'], ['start_request_digest', 'authorization', 'authorization_digest', 'window_not_before', 'window_expires_at', 'report', 'report_digest', 'output'])}
-CREATE TRIGGER operations_executor_bound BEFORE UPDATE OF executor_id ON operations
-WHEN NEW.executor_id IS NOT OLD.executor_id AND (OLD.state IS NOT 'reserved' OR OLD.executor_id IS NULL OR NEW.executor_id IS NULL)
-BEGIN
-  SELECT RAISE(ABORT, 'store_corrupt: operations: executor_id changes only while the operation is reserved');
-END;
+${OPERATIONS_EXECUTOR_BOUND}
 `;
 
 /**
@@ -409,11 +456,8 @@ INSERT INTO reports (operation_id, report) SELECT operation_id, report FROM oper
 ALTER TABLE operations DROP COLUMN output;
 ALTER TABLE operations DROP COLUMN report;
 ${fixedColumns('operations', 'fixed', ['operation_id', 'request_id', 'request_binding_hash', 'subject', 'tool', 'parameters_digest', 'cost_units', 'capability_id', 'capability_digest', 'created_at'], ['start_request_digest', 'authorization', 'authorization_digest', 'window_not_before', 'window_expires_at', 'report_digest'])}
-CREATE TRIGGER operations_report_kept BEFORE UPDATE OF report_digest ON operations
-WHEN NEW.report_digest IS NOT NULL AND NOT EXISTS (SELECT 1 FROM reports WHERE operation_id = NEW.operation_id)
-BEGIN SELECT RAISE(ABORT, 'store_corrupt: operations: report_digest is set only with the report kept in reports'); END;
-CREATE TRIGGER reports_insert_once BEFORE UPDATE ON reports
-BEGIN SELECT RAISE(ABORT, 'store_corrupt: reports are insert-once'); END;
+${operationsReportKept('operation_id')}
+${REPORTS_INSERT_ONCE}
 ${neverDeleted('reports')}
 
 DROP VIEW operations_view;
@@ -449,27 +493,12 @@ WHERE n.receipt IS NOT o.receipt OR n.request_digest IS NOT o.request_digest OR 
    OR n.hold_disposition IS NOT o.hold_disposition OR n.issued_at IS NOT o.issued_at;
 DROP TABLE receipts_v6_check;
 DROP TABLE receipts_v5;
-CREATE TRIGGER receipts_insert_once BEFORE UPDATE ON receipts
-BEGIN SELECT RAISE(ABORT, 'store_corrupt: receipts are insert-once'); END;
+${RECEIPTS_INSERT_ONCE}
 ${neverDeleted('receipts')}
 
-CREATE VIEW operations_view AS
-SELECT o.operation_id, o.request_id, o.state, o.tool, o.subject, o.capability_id, o.executor_id,
-       h.state AS hold, h.cost_units_held, h.cost_units_charged,
-       ${iso('o.created_at')} AS created, ${iso('o.updated_at')} AS updated,
-       ${iso('n.expires_at')} AS nonce_expires, n.state AS nonce,
-       ${iso('o.window_not_before')} AS window_opens, ${iso('o.window_expires_at')} AS window_closes,
-       (SELECT count(*) FROM receipts r WHERE r.operation_id = o.operation_id) AS receipts,
-       (SELECT r.reason FROM receipts r WHERE r.operation_id = o.operation_id ORDER BY r.seq DESC LIMIT 1) AS last_reason,
-       o.flag
-FROM operations o
-LEFT JOIN holds h ON h.operation_id = o.operation_id
-LEFT JOIN nonces n ON n.operation_id = o.operation_id;
+${operationsView('operation_id')}
 
-CREATE VIEW receipts_view AS
-SELECT r.receipt_id, o.request_id, r.operation_id, r.seq, r.decision, r.verdict, r.reason, r.state, r.hold_disposition,
-       ${iso('r.issued_at')} AS issued
-FROM receipts r JOIN operations o ON o.operation_id = r.operation_id;
+${receiptsView('operation_id', false)}
 `;
 
 /** grants_view since version 7: each grant's counters beside the sums of its holds, and whether they agree. */
@@ -551,22 +580,7 @@ BEGIN
   WHERE capability_id = NEW.capability_id;
 END;
 
-CREATE TRIGGER grants_usage_guard
-BEFORE UPDATE OF invocations_held, invocations_used, cost_units_held, cost_units_used,
-                 holds_reserved, holds_consumed, holds_released, usage_hold, usage_state ON grants
-WHEN NOT ((NEW.usage_hold IS NOT OLD.usage_hold OR NEW.usage_state IS NOT OLD.usage_state) AND EXISTS (
-  SELECT 1 FROM holds h
-  WHERE h.hold_id = NEW.usage_hold AND h.capability_id = NEW.capability_id AND h.state = NEW.usage_state
-    AND NEW.invocations_held - OLD.invocations_held = CASE WHEN h.state = 'reserved' THEN h.invocations ELSE -h.invocations END
-    AND NEW.cost_units_held - OLD.cost_units_held = CASE WHEN h.state = 'reserved' THEN h.cost_units_held ELSE -h.cost_units_held END
-    AND NEW.invocations_used - OLD.invocations_used = CASE WHEN h.state = 'consumed' THEN h.invocations ELSE 0 END
-    AND NEW.cost_units_used - OLD.cost_units_used = CASE WHEN h.state = 'consumed' THEN h.cost_units_charged ELSE 0 END
-    AND NEW.holds_reserved - OLD.holds_reserved = CASE WHEN h.state = 'reserved' THEN 1 ELSE -1 END
-    AND NEW.holds_consumed - OLD.holds_consumed = (h.state = 'consumed')
-    AND NEW.holds_released - OLD.holds_released = (h.state = 'released')))
-BEGIN
-  SELECT RAISE(ABORT, 'store_corrupt: grants: usage counters move only with a hold, by exactly that hold');
-END;
+${grantsUsageGuard('h.hold_id = NEW.usage_hold AND h.capability_id')}
 
 DROP INDEX holds_by_grant;
 CREATE INDEX operations_by_creation ON operations (created_at, operation_id);
@@ -606,8 +620,12 @@ const V9 = `
 CREATE INDEX grants_by_issue ON grants (issued_at DESC, capability_id);
 `;
 
-/** The rowid of the operation `column` names by id: its unique index finds it. */
-const rowOf = (column: string) => `(SELECT o.operation_rowid FROM operations o WHERE o.operation_id = ${column})`;
+/**
+ * The rowid of the operation `column` (an SQL expression, or `?` / `@name`)
+ * names by id: its unique index finds it. The key every child row of an
+ * operation is stored and found under since version 10.
+ */
+export const rowOf = (column: string) => `(SELECT o.operation_rowid FROM operations o WHERE o.operation_id = ${column})`;
 
 /**
  * A trigger that refuses a row of `table` whose operation_rowid names
@@ -815,20 +833,12 @@ DROP TABLE nonces_v9;
 DROP TABLE holds_v9;
 DROP TABLE operations_v9;
 
-CREATE TRIGGER operations_initial_state BEFORE INSERT ON operations
-WHEN NEW.state NOT IN (${INITIAL_OPERATION_STATES.map(quote).join(', ')})
-BEGIN SELECT RAISE(ABORT, 'illegal_transition: operations: an operation starts as reserved or denied'); END;
+${OPERATIONS_INITIAL_STATE}
 ${transitionGuard('operations', 'operation')}
 ${fixedColumns('operations', 'fixed', ['operation_rowid', 'operation_id', 'request_id', 'request_binding_hash', 'subject', 'tool', 'parameters_digest', 'cost_units', 'capability_id', 'capability_digest', 'created_at'], ['start_request_digest', 'authorization', 'authorization_digest', 'window_not_before', 'window_expires_at', 'report_digest'])}
 ${neverDeleted('operations')}
-CREATE TRIGGER operations_executor_bound BEFORE UPDATE OF executor_id ON operations
-WHEN NEW.executor_id IS NOT OLD.executor_id AND (OLD.state IS NOT 'reserved' OR OLD.executor_id IS NULL OR NEW.executor_id IS NULL)
-BEGIN
-  SELECT RAISE(ABORT, 'store_corrupt: operations: executor_id changes only while the operation is reserved');
-END;
-CREATE TRIGGER operations_report_kept BEFORE UPDATE OF report_digest ON operations
-WHEN NEW.report_digest IS NOT NULL AND NOT EXISTS (SELECT 1 FROM reports WHERE operation_rowid = NEW.operation_rowid)
-BEGIN SELECT RAISE(ABORT, 'store_corrupt: operations: report_digest is set only with the report kept in reports'); END;
+${OPERATIONS_EXECUTOR_BOUND}
+${operationsReportKept('operation_rowid')}
 
 ${HOLD_TRIGGERS}
 
@@ -837,56 +847,21 @@ ${fixedColumns('nonces', 'fixed', ['operation_rowid', 'nonce_id', 'operation_id'
 ${neverDeleted('nonces')}
 ${namesItsOperation('nonces')}
 
-CREATE TRIGGER receipts_insert_once BEFORE UPDATE ON receipts
-BEGIN SELECT RAISE(ABORT, 'store_corrupt: receipts are insert-once'); END;
+${RECEIPTS_INSERT_ONCE}
 ${neverDeleted('receipts')}
 ${namesItsOperation('receipts')}
 
-CREATE TRIGGER reports_insert_once BEFORE UPDATE ON reports
-BEGIN SELECT RAISE(ABORT, 'store_corrupt: reports are insert-once'); END;
+${REPORTS_INSERT_ONCE}
 ${neverDeleted('reports')}
 ${namesItsOperation('reports')}
 
-CREATE TRIGGER grants_usage_guard
-BEFORE UPDATE OF invocations_held, invocations_used, cost_units_held, cost_units_used,
-                 holds_reserved, holds_consumed, holds_released, usage_hold, usage_state ON grants
-WHEN NOT ((NEW.usage_hold IS NOT OLD.usage_hold OR NEW.usage_state IS NOT OLD.usage_state) AND EXISTS (
-  SELECT 1 FROM holds h
-  WHERE h.operation_rowid = ${rowOf("substr(NEW.usage_hold, 6)")} AND h.hold_id = NEW.usage_hold
-    AND h.capability_id = NEW.capability_id AND h.state = NEW.usage_state
-    AND NEW.invocations_held - OLD.invocations_held = CASE WHEN h.state = 'reserved' THEN h.invocations ELSE -h.invocations END
-    AND NEW.cost_units_held - OLD.cost_units_held = CASE WHEN h.state = 'reserved' THEN h.cost_units_held ELSE -h.cost_units_held END
-    AND NEW.invocations_used - OLD.invocations_used = CASE WHEN h.state = 'consumed' THEN h.invocations ELSE 0 END
-    AND NEW.cost_units_used - OLD.cost_units_used = CASE WHEN h.state = 'consumed' THEN h.cost_units_charged ELSE 0 END
-    AND NEW.holds_reserved - OLD.holds_reserved = CASE WHEN h.state = 'reserved' THEN 1 ELSE -1 END
-    AND NEW.holds_consumed - OLD.holds_consumed = (h.state = 'consumed')
-    AND NEW.holds_released - OLD.holds_released = (h.state = 'released')))
-BEGIN
-  SELECT RAISE(ABORT, 'store_corrupt: grants: usage counters move only with a hold, by exactly that hold');
-END;
+${grantsUsageGuard(`h.operation_rowid = ${rowOf('substr(NEW.usage_hold, 6)')} AND h.hold_id = NEW.usage_hold\n    AND h.capability_id`)}
 
-CREATE VIEW operations_view AS
-SELECT o.operation_id, o.request_id, o.state, o.tool, o.subject, o.capability_id, o.executor_id,
-       h.state AS hold, h.cost_units_held, h.cost_units_charged,
-       ${iso('o.created_at')} AS created, ${iso('o.updated_at')} AS updated,
-       ${iso('n.expires_at')} AS nonce_expires, n.state AS nonce,
-       ${iso('o.window_not_before')} AS window_opens, ${iso('o.window_expires_at')} AS window_closes,
-       (SELECT count(*) FROM receipts r WHERE r.operation_rowid = o.operation_rowid) AS receipts,
-       (SELECT r.reason FROM receipts r WHERE r.operation_rowid = o.operation_rowid ORDER BY r.seq DESC LIMIT 1) AS last_reason,
-       o.flag
-FROM operations o
-LEFT JOIN holds h ON h.operation_rowid = o.operation_rowid
-LEFT JOIN nonces n ON n.operation_rowid = o.operation_rowid;
+${operationsView('operation_rowid')}
 
-CREATE VIEW holds_view AS
-SELECT h.hold_id, o.request_id, h.operation_id, h.capability_id, h.state, h.invocations,
-       h.cost_units_held, h.cost_units_charged, ${iso('h.created_at')} AS created, ${iso('h.settled_at')} AS settled, h.settled_by
-FROM holds h JOIN operations o ON o.operation_rowid = h.operation_rowid;
+${holdsView('operation_rowid')}
 
-CREATE VIEW receipts_view AS
-SELECT r.receipt_id, o.request_id, r.operation_id, r.seq, r.decision, r.verdict, r.reason, r.state, r.hold_disposition,
-       ${iso('r.issued_at')} AS issued
-FROM receipts r JOIN operations o ON o.operation_rowid = r.operation_rowid;
+${receiptsView('operation_rowid', false)}
 
 ${GRANTS_VIEW}
 `;

@@ -98,16 +98,19 @@ interface RequestRow {
  * service's store may not be migrated yet; kernel-proc/store/schema.ts).
  */
 function receiptsQuery(db: Database.Database): string {
-  const keyedByRowid = db.prepare("SELECT 1 FROM pragma_table_info('receipts') WHERE name = 'operation_rowid'").get() !== undefined;
-  return keyedByRowid
+  return hasColumn(db, 'receipts', 'operation_rowid')
     ? 'SELECT receipt FROM receipts WHERE operation_rowid = (SELECT operation_rowid FROM operations WHERE operation_id = ?) ORDER BY seq'
     : 'SELECT receipt FROM receipts WHERE operation_id = ? ORDER BY seq';
 }
 
 /** How a ledger's reports join their claims: by the claim's seq since ledger.db version 6, by operation id before (executor-proc/ledger/schema.ts). */
 function claimReportJoin(db: Database.Database): string {
-  const keyedBySeq = db.prepare("SELECT 1 FROM pragma_table_info('reports') WHERE name = 'claim_seq'").get() !== undefined;
-  return keyedBySeq ? 'r.claim_seq = c.seq' : 'r.operation_id = c.operation_id';
+  return hasColumn(db, 'reports', 'claim_seq') ? 'r.claim_seq = c.seq' : 'r.operation_id = c.operation_id';
+}
+
+/** Whether the store's `table` has `column`: how a reader tells a store's version by what it reads. */
+function hasColumn(db: Database.Database, table: string, column: string): boolean {
+  return db.prepare('SELECT 1 FROM pragma_table_info(?) WHERE name = ?').get(table, column) !== undefined;
 }
 
 /** The timeline of NAME from the stores of a stopped service. */
