@@ -29,10 +29,34 @@ function summarize(file: string, label: string, operations: number, top: number)
   return lines.join('\n');
 }
 
+const USAGE = 'usage: node dist/scripts/bench/profile.js [--ops 800] [--in-flight 16] [--top 15] [--keep DIR]';
+
+/** The options, or a usage line on stderr and exit 2 (exit 0 for --help). */
+function options(): { operations: number; inFlight: number; top: number; keep: string | undefined } {
+  const fail = (why: string): never => {
+    process.stderr.write(`${why}\n${USAGE}\n`);
+    process.exit(2);
+  };
+  let values;
+  try {
+    ({ values } = parseArgs({ options: { ops: { type: 'string', default: '800' }, 'in-flight': { type: 'string', default: '16' }, top: { type: 'string', default: '15' }, keep: { type: 'string' }, help: { type: 'boolean' } } }));
+  } catch (error) {
+    return fail(error instanceof Error ? error.message : String(error));
+  }
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    process.exit(0);
+  }
+  const count = (flag: string, text: string): number => {
+    const value = Number(text);
+    return Number.isInteger(value) && value >= 1 ? value : fail(`--${flag} takes a whole number of at least 1, got ${text}`);
+  };
+  return { operations: count('ops', values.ops), inFlight: count('in-flight', values['in-flight']), top: count('top', values.top), keep: values.keep };
+}
+
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { ops: { type: 'string', default: '800' }, 'in-flight': { type: 'string', default: '16' }, top: { type: 'string', default: '15' }, keep: { type: 'string' } } });
-  const operations = Number(values.ops);
-  const inFlight = Number(values['in-flight']);
+  const values = options();
+  const { operations, inFlight } = values;
   const dir = mkdtempSync(path.join(tmpdir(), 'custody-profile-'));
   const profiles = values.keep ?? path.join(dir, 'profiles');
   mkdirSync(profiles, { recursive: true });
@@ -77,7 +101,7 @@ async function main(): Promise<void> {
   console.log(`${completed}/${operations} completed at ${inFlight} in flight, ${(completed / seconds).toFixed(1)} ops/s; profiles in ${profiles}`);
   for (const file of readdirSync(profiles).filter((name) => name.endsWith('.cpuprofile')).sort()) {
     const pid = Number(/\.(\d+)\.\d+\.\d+\.cpuprofile$/.exec(file)?.[1] ?? /\.(\d+)\.\d+\.cpuprofile$/.exec(file)?.[1]);
-    console.log(summarize(path.join(profiles, file), roles.get(pid) ?? `pid ${pid} (adapter host)`, completed, Number(values.top)));
+    console.log(summarize(path.join(profiles, file), roles.get(pid) ?? `pid ${pid} (adapter host)`, completed, values.top));
   }
   if (values.keep === undefined) rmSync(dir, { recursive: true, force: true });
 }
