@@ -1,6 +1,7 @@
 // npm run bench — every measurement in one run, each beside the limit it runs
 // against: the machine's primitives (durable commits at 1/16/64 rows per
-// transaction, Ed25519, authenticated frames one way and as round trips),
+// transaction, Ed25519, authenticated frames one way and as round trips, the
+// strict decode of a frame against JSON.parse),
 // the ceiling they imply for one governed operation, and governed operations
 // through the real service (1, 16 and 64 in flight, CPU per process, RSS,
 // store bytes per operation, after a long history, kill-to-serving,
@@ -14,6 +15,7 @@
 import { availableParallelism } from 'node:os';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { measureDecode } from './decode.js';
 import { measureEd25519 } from './ed25519.js';
 import { type LoadResult, measureEndToEnd, measureSqliteCommits } from './e2e.js';
 import { RESULTS_DIR, measureWire, printWire } from './wire.js';
@@ -36,6 +38,9 @@ printWire(wire);
 const ed25519 = measureEd25519(1500);
 out('\nEd25519 per second');
 for (const row of ed25519) out(`  ${row.backend.padEnd(6)} ${row.op.padEnd(7)} ${row.perSecond.toFixed(0).padStart(9)}`);
+const decode = measureDecode(500);
+out('\nstrict frame decode (decodeJsonObject) against JSON.parse of the same bytes');
+for (const row of decode) out(`  ${row.frame.padEnd(46)} ${String(row.bytes).padStart(5)} B: ${row.strict_us.toFixed(2).padStart(6)} µs, JSON.parse ${row.json_parse_us.toFixed(2)} µs (${(row.strict_us / row.json_parse_us).toFixed(1)} ×)`);
 const commits = [1, 16, 64].map((rows) => measureSqliteCommits(1500, rows));
 out('\ndurable SQLite commits (WAL, synchronous=FULL)');
 for (const c of commits) out(`  ${String(c.rows_per_tx).padStart(2)} rows/tx: ${c.tx_per_s.toFixed(0).padStart(6)} tx/s, ${c.rows_per_s.toFixed(0).padStart(7)} rows/s`);
@@ -98,7 +103,7 @@ if (json) {
   const file = path.join(RESULTS_DIR, 'bench.json');
   writeFileSync(
     file,
-    JSON.stringify({ measured_at: new Date().toISOString(), node: process.version, scale, wire, ed25519, sqlite_commits: commits, ceiling, e2e }, null, 2) + '\n',
+    JSON.stringify({ measured_at: new Date().toISOString(), node: process.version, scale, wire, ed25519, decode, sqlite_commits: commits, ceiling, e2e }, null, 2) + '\n',
   );
   out(`\nwrote ${file}`);
 }

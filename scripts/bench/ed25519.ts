@@ -14,7 +14,7 @@ export interface Ed25519Rate {
 const MESSAGE_BYTES = 200;
 
 /** Runs `op` repeatedly for about `ms` milliseconds and returns calls per second. */
-function measureRate(ms: number, op: () => void): number {
+export function measureRate(ms: number, op: () => void): number {
   op(); // warm up (JIT, lazy tables) outside the timed window
   const deadline = performance.now() + ms;
   const start = performance.now();

@@ -27,8 +27,8 @@ const RUN = 32;
  * Malformed text gets some answer here and is refused by JSON.parse later.
  * Inside a string it jumps from one quote or backslash to the next with
  * indexOf, so the long strings that make up most of a large frame cost a
- * native search, not a loop step per byte (every frame is scanned twice:
- * by its sender and by its reader).
+ * native search, not a loop step per byte (a sender scans every frame it
+ * seals; a reader scans what it reads with scanJson, below).
  */
 export function measureDepth(bytes: Uint8Array, limit: number): number {
   let depth = 0;
@@ -72,48 +72,99 @@ export function measureDepth(bytes: Uint8Array, limit: number): number {
 }
 
 /**
- * The first member name that appears twice in one object of `text`, or
- * undefined. `text` must already be valid JSON (it is scanned after
- * JSON.parse accepted it), so the scanner only tracks where keys stand.
+ * Where a closing quote stands: the index of the quote that ends the string
+ * opened at `open`, or -1 when the text ends first. A quote preceded by an
+ * odd run of backslashes is escaped (each backslash escapes the next
+ * character, so the run pairs off). The search between quotes is native
+ * (indexOf), so a long string costs a step per quote, not per character.
  */
-export function findDuplicateMember(text: string): string | undefined {
+function closingQuote(text: string, open: number): number {
+  for (let quote = text.indexOf('"', open + 1); quote !== -1; quote = text.indexOf('"', quote + 1)) {
+    let backslashes = 0;
+    while (text.charCodeAt(quote - 1 - backslashes) === BACKSLASH) backslashes++;
+    if (backslashes % 2 === 0) return quote;
+  }
+  return -1;
+}
+
+/**
+ * The member names of one object seen so far. Most objects on the wire have
+ * a handful of members: a list searched in place costs less than a Set
+ * made for each, and a Set takes over past SMALL_OBJECT names.
+ */
+const SMALL_OBJECT = 16;
+class Names {
+  #list: string[] = [];
+  #set: Set<string> | null = null;
+
+  /** False when `name` was already there. */
+  add(name: string): boolean {
+    if (this.#set !== null) {
+      if (this.#set.has(name)) return false;
+      this.#set.add(name);
+      return true;
+    }
+    if (this.#list.includes(name)) return false;
+    this.#list.push(name);
+    if (this.#list.length > SMALL_OBJECT) this.#set = new Set(this.#list);
+    return true;
+  }
+}
+
+/**
+ * One pass over JSON text for what JSON.parse does not check: the deepest
+ * nesting of objects and arrays (measureDepth's answer, early once past
+ * `limit`) and the first member name that appears twice in one object.
+ * The duplicate is only meaningful for text JSON.parse accepts; malformed
+ * text gets some answer, and JSON.parse refuses it. Every frame a process
+ * reads goes through here once (decodeJsonObject).
+ */
+export function scanJson(text: string, limit: number): { depth: number; duplicate: string | undefined } {
   // One entry per open container: the names seen so far for an object, null for an array.
-  const open: Array<Set<string> | null> = [];
+  const open: Array<Names | null> = [];
+  let depth = 0;
+  let deepest = 0;
   let expectKey = false;
+  let duplicate: string | undefined;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c === QUOTE) {
-      const start = i;
-      let escaped = false;
-      for (i++; i < text.length; i++) {
-        const d = text.charCodeAt(i);
-        if (d === BACKSLASH) {
-          escaped = true;
-          i++;
-        } else if (d === QUOTE) break;
-      }
+      const end = closingQuote(text, i);
+      if (end === -1) break;
       const names = open[open.length - 1];
       if (expectKey && names) {
-        const raw = text.slice(start, i + 1);
-        const name = escaped ? (JSON.parse(raw) as string) : raw.slice(1, -1);
-        if (names.has(name)) return name;
-        names.add(name);
+        if (duplicate === undefined) {
+          const raw = text.slice(i, end + 1);
+          let name: string | undefined = raw.slice(1, -1);
+          if (name.includes('\\')) {
+            try {
+              name = JSON.parse(raw) as string;
+            } catch {
+              name = undefined; // a malformed escape: JSON.parse refuses the text
+            }
+          }
+          if (name !== undefined && !names.add(name)) duplicate = name;
+        }
         expectKey = false;
       }
-    } else if (c === OPEN_BRACE) {
-      open.push(new Set());
-      expectKey = true;
-    } else if (c === OPEN_BRACKET) {
-      open.push(null);
-      expectKey = false;
+      i = end;
+    } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
+      open.push(c === OPEN_BRACE ? new Names() : null);
+      expectKey = c === OPEN_BRACE;
+      depth++;
+      if (depth > deepest) {
+        deepest = depth;
+        if (deepest > limit) return { depth: deepest, duplicate };
+      }
     } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
       open.pop();
       expectKey = false;
+      depth--;
     } else if (c === COMMA) {
       expectKey = open[open.length - 1] != null;
     }
   }
-  return undefined;
+  return { depth: deepest, duplicate };
 }
 
 export function decodeUtf8Strict(bytes: Uint8Array, what: string): string {
@@ -127,7 +178,7 @@ export function decodeUtf8Strict(bytes: Uint8Array, what: string): string {
 /** Decode one line as a JSON object under the nesting bound. */
 export function decodeJsonObject(bytes: Uint8Array, maxDepth: number, what = 'frame'): Record<string, unknown> {
   const text = decodeUtf8Strict(bytes, what);
-  const depth = measureDepth(bytes, maxDepth);
+  const { depth, duplicate } = scanJson(text, maxDepth);
   if (depth > maxDepth) {
     throw new CustodyError('frame_too_deep', `${what} nests deeper than ${maxDepth} levels`);
   }
@@ -140,7 +191,6 @@ export function decodeJsonObject(bytes: Uint8Array, maxDepth: number, what = 'fr
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new CustodyError('frame_malformed', `${what} is not a JSON object at top level`);
   }
-  const duplicate = findDuplicateMember(text);
   if (duplicate !== undefined) {
     throw new CustodyError('frame_malformed', `${what} has the member ${JSON.stringify(duplicate)} twice in one object`);
   }

@@ -1,0 +1,104 @@
+// The one-pass scan every frame a process reads goes through (scanJson,
+// shared/wire/decode.ts) answers what the two scans it replaced answered:
+// the byte-by-byte depth of measureDepth, and the first repeated member
+// name of an object, found character by character. Both references are
+// the plain versions, written out here.
+import { expect } from 'chai';
+import fc from 'fast-check';
+import { decodeJsonObject, measureDepth, scanJson } from '../../../shared/wire/decode.js';
+
+/** The first member name repeated in one object, one character at a time (valid JSON assumed). */
+function referenceDuplicate(text: string): string | undefined {
+  const open: Array<Set<string> | null> = [];
+  let expectKey = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      const start = i;
+      for (i++; i < text.length && text[i] !== '"'; i++) if (text[i] === '\\') i++;
+      const names = open[open.length - 1];
+      if (expectKey && names) {
+        const name = JSON.parse(text.slice(start, i + 1)) as string;
+        if (names.has(name)) return name;
+        names.add(name);
+        expectKey = false;
+      }
+    } else if (c === '{') {
+      open.push(new Set());
+      expectKey = true;
+    } else if (c === '[') {
+      open.push(null);
+      expectKey = false;
+    } else if (c === '}' || c === ']') {
+      open.pop();
+      expectKey = false;
+    } else if (c === ',') {
+      expectKey = open[open.length - 1] != null;
+    }
+  }
+  return undefined;
+}
+
+/** Member names that collide once unescaped ("a" and "\u0061"), quotes and backslashes in names, and enough of them to pass the small-object list. */
+const key = fc.oneof(
+  fc.constantFrom('"a"', '"\\u0061"', '"b"', '"a\\"b"', '"\\\\"', '"\\\\\\""', '"{["', '"é"', '"\\u00e9"', '""'),
+  fc.integer({ min: 0, max: 40 }).map((n) => `"k${n}"`),
+);
+const ws = fc.constantFrom('', ' ', '\n', '\t ');
+const scalar = fc.oneof(
+  fc.constantFrom('1', '-0.5e3', 'true', 'null', '"x"', '"[{\\"}"', '"\\\\"', '"\\\\\\"]"', '"a,b:c"'),
+  fc.string({ maxLength: 40 }).map((text) => JSON.stringify(text)),
+);
+const { json } = fc.letrec<{ json: string; object: string; array: string }>((tie) => ({
+  json: fc.oneof({ depthSize: 'small', withCrossShrink: true }, scalar, tie('object'), tie('array')),
+  object: fc
+    .array(fc.tuple(ws, key, ws, tie('json')), { maxLength: 24 })
+    .map((members) => `{${members.map(([a, name, b, value]) => `${a}${name}${b}:${value}`).join(',')}}`),
+  array: fc.array(tie('json'), { maxLength: 6 }).map((items) => `[${items.join(', ')}]`),
+}));
+
+/** Not JSON at all: brackets, quotes and backslashes in any order. */
+const soup = fc.array(fc.constantFrom('[', ']', '{', '}', '"', '\\', 'a', ':', ',', '"a":', '\\"'), { maxLength: 80 }).map((parts) => parts.join(''));
+
+describe('scanJson', () => {
+  it('finds the same first repeated member as a character-by-character scan, in every object of valid JSON', () => {
+    let repeated = 0;
+    fc.assert(
+      fc.property(json, (text) => {
+        JSON.parse(text); // the generator makes valid JSON only
+        const expected = referenceDuplicate(text);
+        if (expected !== undefined) repeated++;
+        expect(scanJson(text, 1_000).duplicate).to.equal(expected);
+      }),
+      { numRuns: 4000 },
+    );
+    // The property is only worth something if repeats were generated.
+    expect(repeated).to.be.greaterThan(400);
+  });
+
+  it('measures the depth measureDepth measures, at every limit, on JSON and on soup, and never throws', () => {
+    fc.assert(
+      fc.property(fc.oneof(json, soup), fc.integer({ min: 0, max: 12 }), (text, limit) => {
+        expect(scanJson(text, limit).depth).to.equal(measureDepth(Buffer.from(text), limit));
+      }),
+      { numRuns: 4000 },
+    );
+  });
+
+  it('tells an escaped quote from a closing one by the run of backslashes before it', () => {
+    expect(scanJson('{"a":"\\\\","a":1}', 32).duplicate).to.equal('a');
+    expect(scanJson('{"a":"\\"","b":{"a":1}}', 32).duplicate).to.equal(undefined);
+    expect(scanJson('{"a\\\\":1,"a\\\\":2}', 32).duplicate).to.equal('a\\');
+    expect(scanJson('{"a":"[[[\\"]]]{{","b":[1]}', 32).depth).to.equal(2);
+  });
+
+  it('refuses a repeat hidden behind an escape, and lets the same name stand in sibling objects', () => {
+    expect(() => decodeJsonObject(Buffer.from('{"body":{"note":1,"\\u006eote":2}}'), 32)).to.throw('has the member "note" twice in one object');
+    expect(decodeJsonObject(Buffer.from('{"a":{"x":1},"b":{"x":2},"c":[{"x":3},{"x":4}]}'), 32)).to.deep.equal({ a: { x: 1 }, b: { x: 2 }, c: [{ x: 3 }, { x: 4 }] });
+  });
+
+  it('says a too deep text is too deep before it says it is malformed or repeats a member', () => {
+    const deep = `{"a":1,"a":${'['.repeat(40)}`;
+    expect(() => decodeJsonObject(Buffer.from(deep), 32)).to.throw().with.property('code', 'frame_too_deep');
+  });
+});
