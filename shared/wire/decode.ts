@@ -126,6 +126,10 @@ export function scanJson(text: string, limit: number): { depth: number; duplicat
   let deepest = 0;
   let expectKey = false;
   let duplicate: string | undefined;
+  // Names stop being read once a repeat is found, or once one cannot be
+  // unescaped: the text is then malformed, JSON.parse refuses it, and a
+  // line of a million bad names must not cost a million thrown errors.
+  let reading = true;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c === QUOTE) {
@@ -133,17 +137,21 @@ export function scanJson(text: string, limit: number): { depth: number; duplicat
       if (end === -1) break;
       const names = open[open.length - 1];
       if (expectKey && names) {
-        if (duplicate === undefined) {
+        if (reading) {
           const raw = text.slice(i, end + 1);
           let name: string | undefined = raw.slice(1, -1);
           if (name.includes('\\')) {
             try {
               name = JSON.parse(raw) as string;
             } catch {
-              name = undefined; // a malformed escape: JSON.parse refuses the text
+              name = undefined;
+              reading = false;
             }
           }
-          if (name !== undefined && !names.add(name)) duplicate = name;
+          if (name !== undefined && !names.add(name)) {
+            duplicate = name;
+            reading = false;
+          }
         }
         expectKey = false;
       }

@@ -39,22 +39,28 @@ function referenceDuplicate(text: string): string | undefined {
   return undefined;
 }
 
-/** Member names that collide once unescaped ("a" and "\u0061"), quotes and backslashes in names, and enough of them to pass the small-object list. */
+/**
+ * Member names that collide once unescaped (each pair below names one
+ * member two ways), quotes and backslashes in names, and enough of them to
+ * pass the small-object list.
+ */
 const key = fc.oneof(
-  fc.constantFrom('"a"', '"\\u0061"', '"b"', '"a\\"b"', '"\\\\"', '"\\\\\\""', '"{["', '"é"', '"\\u00e9"', '""'),
+  fc.constantFrom('"a"', '"\\u0061"', '"b"', '"a\\"b"', '"{["', '""'),
+  fc.constantFrom('"\\""', '"\\u0022"', '"\\\\"', '"\\u005c"', '"\\/"', '"/"', '"é"', '"\\u00e9"', '"😀"', '"\\ud83d\\ude00"'),
   fc.integer({ min: 0, max: 40 }).map((n) => `"k${n}"`),
 );
 const ws = fc.constantFrom('', ' ', '\n', '\t ');
 const scalar = fc.oneof(
   fc.constantFrom('1', '-0.5e3', 'true', 'null', '"x"', '"[{\\"}"', '"\\\\"', '"\\\\\\"]"', '"a,b:c"'),
   fc.string({ maxLength: 40 }).map((text) => JSON.stringify(text)),
+  fc.string({ unit: 'binary', maxLength: 12 }).map((text) => JSON.stringify(text)),
 );
 const { json } = fc.letrec<{ json: string; object: string; array: string }>((tie) => ({
   json: fc.oneof({ depthSize: 'small', withCrossShrink: true }, scalar, tie('object'), tie('array')),
   object: fc
-    .array(fc.tuple(ws, key, ws, tie('json')), { maxLength: 24 })
-    .map((members) => `{${members.map(([a, name, b, value]) => `${a}${name}${b}:${value}`).join(',')}}`),
-  array: fc.array(tie('json'), { maxLength: 6 }).map((items) => `[${items.join(', ')}]`),
+    .tuple(fc.array(fc.tuple(ws, key, ws, ws, tie('json'), ws), { maxLength: 24 }), ws)
+    .map(([members, end]) => `{${members.map(([a, name, b, c, value, d]) => `${a}${name}${b}:${c}${value}${d}`).join(',')}${end}}`),
+  array: fc.tuple(fc.array(tie('json'), { maxLength: 6 }), ws).map(([items, space]) => `[${space}${items.join(`${space},`)}${space}]`),
 }));
 
 /** Not JSON at all: brackets, quotes and backslashes in any order. */
@@ -95,6 +101,28 @@ describe('scanJson', () => {
   it('refuses a repeat hidden behind an escape, and lets the same name stand in sibling objects', () => {
     expect(() => decodeJsonObject(Buffer.from('{"body":{"note":1,"\\u006eote":2}}'), 32)).to.throw('has the member "note" twice in one object');
     expect(decodeJsonObject(Buffer.from('{"a":{"x":1},"b":{"x":2},"c":[{"x":3},{"x":4}]}'), 32)).to.deep.equal({ a: { x: 1 }, b: { x: 2 }, c: [{ x: 3 }, { x: 4 }] });
+  });
+
+  it('says a text is malformed, or not an object, before it says it repeats a member', () => {
+    expect(() => decodeJsonObject(Buffer.from('{"a":1,"a":2,}'), 32)).to.throw('is not valid JSON');
+    expect(() => decodeJsonObject(Buffer.from('[{"a":1,"a":2}]'), 32)).to.throw('is not a JSON object at top level');
+  });
+
+  it('stops reading member names at the first it cannot unescape: the text is malformed, and a line of them costs one failed parse, not one each', () => {
+    const text = `{${'"\\x":1,'.repeat(1000)}"z":1}`;
+    const parse = JSON.parse;
+    let parses = 0;
+    JSON.parse = ((...args: Parameters<typeof JSON.parse>) => {
+      parses++;
+      return parse(...args) as unknown;
+    }) as typeof JSON.parse;
+    try {
+      expect(scanJson(text, 32)).to.deep.equal({ depth: 1, duplicate: undefined });
+    } finally {
+      JSON.parse = parse;
+    }
+    expect(parses).to.equal(1);
+    expect(() => decodeJsonObject(Buffer.from(text), 32)).to.throw('is not valid JSON');
   });
 
   it('says a too deep text is too deep before it says it is malformed or repeats a member', () => {
