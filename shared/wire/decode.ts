@@ -1,5 +1,5 @@
 // Strict decoding of one line into a JSON object: UTF-8 with a fatal decoder,
-// a nesting bound checked on the bytes before JSON.parse builds anything
+// a nesting bound checked on the decoded text before JSON.parse builds anything
 // (JSON.parse has no depth limit), an object at top level, and no object
 // with the same member twice. JSON.parse keeps the last of duplicated
 // members, so a reader in another language that keeps the first would see
@@ -27,8 +27,9 @@ const RUN = 32;
  * Malformed text gets some answer here and is refused by JSON.parse later.
  * Inside a string it jumps from one quote or backslash to the next with
  * indexOf, so the long strings that make up most of a large frame cost a
- * native search, not a loop step per byte (a sender scans every frame it
- * seals; a reader scans what it reads with scanJson, below).
+ * native search, not a loop step per byte. A sender scans every frame it
+ * seals with it, and the API every request body (supervisor/api/http.ts); a
+ * reader scans what it reads with scanJson, below, which answers the same.
  */
 export function measureDepth(bytes: Uint8Array, limit: number): number {
   let depth = 0;

@@ -103,8 +103,9 @@ export class SessionEndpoint {
     if (size > this.limits.maxFrameBytes) {
       throw new CustodyError('frame_too_large', `outgoing ${kind} frame of ${size} bytes exceeds the bound of ${this.limits.maxFrameBytes} bytes`);
     }
-    // The same scan the peer runs on every line: a frame it would refuse as
-    // too deep is refused here instead, unsent, and the channel stays open.
+    // The bound the peer checks on every line, measured as it measures it
+    // (scanJson answers the same depth): a frame it would refuse as too deep
+    // is refused here instead, unsent, and the channel stays open.
     const depth = measureDepth(line, this.limits.maxDepth);
     if (depth > this.limits.maxDepth) {
       throw new CustodyError('frame_too_deep', `outgoing ${kind} frame nests ${depth} levels deep; the session bound is ${this.limits.maxDepth}; nothing was sent`);

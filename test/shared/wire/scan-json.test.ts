@@ -1,11 +1,33 @@
 // The one-pass scan every frame a process reads goes through (scanJson,
 // shared/wire/decode.ts) answers what the two scans it replaced answered:
-// the byte-by-byte depth of measureDepth, and the first repeated member
-// name of an object, found character by character. Both references are
-// the plain versions, written out here.
+// the deepest nesting, and the first repeated member name of an object.
+// Both references are plain scans, one step per character, written out
+// here; the depth is also held to measureDepth, which senders still use.
 import { expect } from 'chai';
 import fc from 'fast-check';
 import { decodeJsonObject, measureDepth, scanJson } from '../../../shared/wire/decode.js';
+
+/** The deepest nesting, one character at a time: a backslash inside a string skips the next character. */
+function referenceDepth(text: string, limit: number): number {
+  let depth = 0;
+  let deepest = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      if (c === '\\') i++;
+      else if (c === '"') inString = false;
+    } else if (c === '"') inString = true;
+    else if (c === '{' || c === '[') {
+      depth++;
+      if (depth > deepest) {
+        deepest = depth;
+        if (deepest > limit) return deepest;
+      }
+    } else if (c === '}' || c === ']') depth--;
+  }
+  return deepest;
+}
 
 /** The first member name repeated in one object, one character at a time (valid JSON assumed). */
 function referenceDuplicate(text: string): string | undefined {
@@ -66,6 +88,11 @@ const { json } = fc.letrec<{ json: string; object: string; array: string }>((tie
 /** Not JSON at all: brackets, quotes and backslashes in any order. */
 const soup = fc.array(fc.constantFrom('[', ']', '{', '}', '"', '\\', 'a', ':', ',', '"a":', '\\"'), { maxLength: 80 }).map((parts) => parts.join(''));
 
+/** Long runs of ordinary characters between specials, and runs of backslashes before quotes. */
+const runs = fc
+  .array(fc.tuple(fc.integer({ min: 0, max: 120 }), fc.constantFrom('[', ']', '{', '}', '"', '\\', '"[', '\\"', '\\\\', '\\\\\\"')), { maxLength: 12 })
+  .map((parts) => parts.map(([n, special]) => 'a'.repeat(n) + special).join(''));
+
 describe('scanJson', () => {
   it('finds the same first repeated member as a character-by-character scan, in every object of valid JSON', () => {
     let repeated = 0;
@@ -82,10 +109,12 @@ describe('scanJson', () => {
     expect(repeated).to.be.greaterThan(400);
   });
 
-  it('measures the depth measureDepth measures, at every limit, on JSON and on soup, and never throws', () => {
+  it('measures the depth a plain scan measures, and measureDepth, at every limit, on JSON, soup and long runs, and never throws', () => {
     fc.assert(
-      fc.property(fc.oneof(json, soup), fc.integer({ min: 0, max: 12 }), (text, limit) => {
-        expect(scanJson(text, limit).depth).to.equal(measureDepth(Buffer.from(text), limit));
+      fc.property(fc.oneof(json, soup, runs), fc.integer({ min: 0, max: 12 }), (text, limit) => {
+        const depth = scanJson(text, limit).depth;
+        expect(depth).to.equal(referenceDepth(text, limit));
+        expect(depth).to.equal(measureDepth(Buffer.from(text), limit));
       }),
       { numRuns: 4000 },
     );
@@ -96,6 +125,14 @@ describe('scanJson', () => {
     expect(scanJson('{"a":"\\"","b":{"a":1}}', 32).duplicate).to.equal(undefined);
     expect(scanJson('{"a\\\\":1,"a\\\\":2}', 32).duplicate).to.equal('a\\');
     expect(scanJson('{"a":"[[[\\"]]]{{","b":[1]}', 32).depth).to.equal(2);
+  });
+
+  it('finds a repeat past the small list of names, and in a later object once one object grew past it', () => {
+    const names = Array.from({ length: 20 }, (_, i) => `"n${i}":${i}`);
+    expect(scanJson(`{${names.join(',')},"n0":0}`, 32).duplicate).to.equal('n0');
+    expect(scanJson(`{${names.join(',')},"n19":0}`, 32).duplicate).to.equal('n19');
+    expect(scanJson(`{${names.join(',')},"m":{"a":1,"a":2}}`, 32).duplicate).to.equal('a');
+    expect(scanJson(`{${names.join(',')}}`, 32).duplicate).to.equal(undefined);
   });
 
   it('refuses a repeat hidden behind an escape, and lets the same name stand in sibling objects', () => {
