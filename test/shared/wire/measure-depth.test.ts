@@ -3,28 +3,7 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import { measureDepth } from '../../../shared/wire/decode.js';
-
-/** The plain scan: one step per byte, a backslash skips the next byte inside a string. */
-function reference(bytes: Uint8Array, limit: number): number {
-  let depth = 0;
-  let deepest = 0;
-  let inString = false;
-  for (let i = 0; i < bytes.length; i++) {
-    const b = bytes[i];
-    if (inString) {
-      if (b === 0x5c) i++;
-      else if (b === 0x22) inString = false;
-    } else if (b === 0x22) inString = true;
-    else if (b === 0x7b || b === 0x5b) {
-      depth++;
-      if (depth > deepest) {
-        deepest = depth;
-        if (deepest > limit) return deepest;
-      }
-    } else if (b === 0x7d || b === 0x5d) depth--;
-  }
-  return deepest;
-}
+import { plainDepth as reference } from '../../helpers/plain-depth.js';
 
 const tricky = fc.array(fc.constantFrom('[', ']', '{', '}', '"', '\\', 'a', ':', ','), { maxLength: 80 }).map((parts) => Buffer.from(parts.join('')));
 

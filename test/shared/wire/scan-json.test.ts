@@ -1,33 +1,13 @@
 // The one-pass scan every frame a process reads goes through (scanJson,
 // shared/wire/decode.ts) answers what the two scans it replaced answered:
 // the deepest nesting, and the first repeated member name of an object.
-// Both references are plain scans, one step per character, written out
-// here; the depth is also held to measureDepth, which senders still use.
+// Both references are plain scans, one step per character (the depth's in
+// test/helpers/plain-depth.ts); the depth is also held to measureDepth,
+// which senders still use.
 import { expect } from 'chai';
 import fc from 'fast-check';
 import { decodeJsonObject, measureDepth, scanJson } from '../../../shared/wire/decode.js';
-
-/** The deepest nesting, one character at a time: a backslash inside a string skips the next character. */
-function referenceDepth(text: string, limit: number): number {
-  let depth = 0;
-  let deepest = 0;
-  let inString = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i];
-    if (inString) {
-      if (c === '\\') i++;
-      else if (c === '"') inString = false;
-    } else if (c === '"') inString = true;
-    else if (c === '{' || c === '[') {
-      depth++;
-      if (depth > deepest) {
-        deepest = depth;
-        if (deepest > limit) return deepest;
-      }
-    } else if (c === '}' || c === ']') depth--;
-  }
-  return deepest;
-}
+import { codeUnits, plainDepth } from '../../helpers/plain-depth.js';
 
 /** The first member name repeated in one object, one character at a time (valid JSON assumed). */
 function referenceDuplicate(text: string): string | undefined {
@@ -113,7 +93,7 @@ describe('scanJson', () => {
     fc.assert(
       fc.property(fc.oneof(json, soup, runs), fc.integer({ min: 0, max: 12 }), (text, limit) => {
         const depth = scanJson(text, limit).depth;
-        expect(depth).to.equal(referenceDepth(text, limit));
+        expect(depth).to.equal(plainDepth(codeUnits(text), limit));
         expect(depth).to.equal(measureDepth(Buffer.from(text), limit));
       }),
       { numRuns: 4000 },
