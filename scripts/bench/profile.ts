@@ -103,7 +103,8 @@ async function main(): Promise<void> {
     const pid = Number(/\.(\d+)\.\d+\.\d+\.cpuprofile$/.exec(file)?.[1] ?? /\.(\d+)\.\d+\.cpuprofile$/.exec(file)?.[1]);
     console.log(summarize(path.join(profiles, file), roles.get(pid) ?? `pid ${pid} (adapter host)`, completed, values.top));
   }
-  if (values.keep === undefined) rmSync(dir, { recursive: true, force: true });
+  // The state always goes; the profiles stay only in --keep DIR.
+  rmSync(dir, { recursive: true, force: true });
 }
 
 await main();

@@ -17,9 +17,14 @@ interface Group extends Reapable {
   readonly member: number;
 }
 
-/** A shell leading its own process group, with one background `sleep`; `script` runs after it started. */
-async function startGroup(script: string): Promise<Group> {
-  const leader = spawn('sh', ['-c', `sleep 60 & echo $!; ${script}`], { detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
+/**
+ * A shell leading its own process group, with one background `sleep`;
+ * `script` runs after it started. With `ignoreTerm` the shell ignores
+ * SIGTERM from before it says the member's pid (the member keeps the
+ * default): a test that signals once it has the pid never races the trap.
+ */
+async function startGroup(script: string, { ignoreTerm = false } = {}): Promise<Group> {
+  const leader = spawn('sh', ['-c', `sleep 60 & ${ignoreTerm ? "trap '' TERM; " : ''}echo $!; ${script}`], { detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
   const exited = new Promise<ChildExit>((resolve) => leader.once('exit', (code, signal) => resolve({ code, signal })));
   const member = await new Promise<number>((resolve) => leader.stdout.once('data', (chunk: Buffer) => resolve(Number(chunk.toString().trim()))));
   const pid = leader.pid!;
@@ -51,7 +56,7 @@ describe('the watchdog kills and reaps a process group', function () {
   });
 
   it('whose leader ignores SIGTERM and whose member is stopped: the leader dies of SIGKILL and no member is left alive', async () => {
-    const group = await startGroup(`trap '' TERM; wait`);
+    const group = await startGroup('wait', { ignoreTerm: true });
     groups.push(group);
     process.kill(group.member, 'SIGSTOP');
     await untilState(group.member, 'T');
