@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { decodeJsonObject } from '../../shared/wire/decode.js';
-import { measureRate } from './ed25519.js';
+import { measureRate } from './rate.js';
 
 const VECTORS = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'docs', 'vectors', 'protocol.json');
 

@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { BACKENDS, type BackendName, generateSeed, Signer } from '../../shared/crypto/ed25519.js';
+import { measureRate } from './rate.js';
 
 export interface Ed25519Rate {
   backend: BackendName;
@@ -12,21 +13,6 @@ export interface Ed25519Rate {
 }
 
 const MESSAGE_BYTES = 200;
-
-/** Runs `op` repeatedly for about `ms` milliseconds and returns calls per second. */
-export function measureRate(ms: number, op: () => void): number {
-  op(); // warm up (JIT, lazy tables) outside the timed window
-  const deadline = performance.now() + ms;
-  const start = performance.now();
-  let calls = 0;
-  let now = start;
-  while (now < deadline) {
-    for (let i = 0; i < 16; i++) op();
-    calls += 16;
-    now = performance.now();
-  }
-  return Math.round((calls * 1000) / (now - start));
-}
 
 export function measureEd25519(ms: number): Array<Ed25519Rate> {
   const message = new Uint8Array(randomBytes(MESSAGE_BYTES));

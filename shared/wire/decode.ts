@@ -107,7 +107,10 @@ class Names {
     }
     if (this.#list.includes(name)) return false;
     this.#list.push(name);
-    if (this.#list.length > SMALL_OBJECT) this.#set = new Set(this.#list);
+    if (this.#list.length > SMALL_OBJECT) {
+      this.#set = new Set(this.#list);
+      this.#list = [];
+    }
     return true;
   }
 }
