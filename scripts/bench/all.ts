@@ -96,6 +96,9 @@ out(
   `  start → serving, long history over fresh: ${long.start_ratio.toFixed(3)} (per round ${long.rounds.map((r) => `${r.history_start_ms.toFixed(0)}/${r.fresh_start_ms.toFixed(0)}`).join(', ')} ms)`,
 );
 out(`store bytes per operation: ${e2e.storage.bytes_per_op.toFixed(0)} (${roles(e2e.storage.bytes_per_op_by_store, (n) => n.toFixed(0))}) over ${e2e.storage.operations} operations`);
+out(
+  `  of which signed artifacts kept as their exact bytes: ${e2e.storage.signed_bytes_per_op.toFixed(0)} (${roles(e2e.storage.signed_bytes_per_op_by_store, (n) => n.toFixed(0))}), ${(e2e.storage.signed_bytes_per_op / e2e.storage.bytes_per_op).toFixed(2)} of the whole`,
+);
 out(`kill -9 of the executor → first operation started after it completed: ${e2e.recovery.kill_to_next_completed_ms.toFixed(0)} ms; outcomes ${JSON.stringify(e2e.recovery.outcomes)}`);
 
 if (json) {

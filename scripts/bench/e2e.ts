@@ -19,6 +19,7 @@ import type { CustodyClient } from '../../supervisor/client/index.js';
 import { benchClient, callApi, invokeNote, ownCpuMs } from './client.js';
 import { cpuBetween, reapedChildrenCpuMs, rssByRole, sampleTree, storeBytes } from './procfs.js';
 import { seedHistory } from './seed.js';
+import { signedBytes } from './signed-bytes.js';
 
 const CLI = programPath('custody');
 
@@ -284,6 +285,7 @@ export async function measureEndToEnd(scale = 1, history = 100_000) {
     await runLoad(service, 20, 1);
     await stopService(service);
     const bytesBefore = storeBytes(root);
+    const signedBefore = signedBytes(root);
     service = await startService(root);
     // The first operations after a start run on cold code (V8 optimizes what
     // runs often; docs/PERFORMANCE.md "Cold and warm"): measured apart, then a
@@ -300,7 +302,17 @@ export async function measureEndToEnd(scale = 1, history = 100_000) {
     await stopService(service);
     const bytesAfter = storeBytes(root);
     const perStore = Object.fromEntries(Object.keys(bytesAfter).map((file) => [file, ((bytesAfter[file] ?? 0) - (bytesBefore[file] ?? 0)) / measured]));
-    const storage = { operations: measured, bytes_per_op: (sum(bytesAfter) - sum(bytesBefore)) / measured, bytes_per_op_by_store: perStore, bytes_after: bytesAfter };
+    // Of those bytes, the signed artifacts kept as their exact bytes (scripts/bench/signed-bytes.ts): what no schema change can take away.
+    const signedAfter = signedBytes(root);
+    const signedPerStore = Object.fromEntries(Object.keys(signedAfter).map((file) => [file, ((signedAfter[file] ?? 0) - (signedBefore[file] ?? 0)) / measured]));
+    const storage = {
+      operations: measured,
+      bytes_per_op: (sum(bytesAfter) - sum(bytesBefore)) / measured,
+      bytes_per_op_by_store: perStore,
+      bytes_after: bytesAfter,
+      signed_bytes_per_op: (sum(signedAfter) - sum(signedBefore)) / measured,
+      signed_bytes_per_op_by_store: signedPerStore,
+    };
     // The long-history ratio: loads taken the same way (a started service,
     // the same unmeasured warm-up, then 16 in flight) on a fresh state and
     // on this one after the seeded history, alternated so that the machine's

@@ -116,16 +116,21 @@ export function rssByRole(samples: readonly ProcessSample[]): Record<string, num
   return byRole;
 }
 
-/** Bytes of every SQLite store (and its -wal) under the state root, by file relative to the root. */
-export function storeBytes(root: string): Record<string, number> {
-  const sizes: Record<string, number> = {};
+/** Every file under `root` whose name `wanted` accepts, as paths relative to the root. */
+export function filesUnder(root: string, wanted: (name: string) => boolean): string[] {
+  const files: string[] = [];
   const walk = (dir: string) => {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
       const full = path.join(dir, entry.name);
       if (entry.isDirectory()) walk(full);
-      else if (/\.db(-wal)?$/.test(entry.name)) sizes[path.relative(root, full)] = statSync(full).size;
+      else if (wanted(entry.name)) files.push(path.relative(root, full));
     }
   };
   walk(root);
-  return sizes;
+  return files;
+}
+
+/** Bytes of every SQLite store (and its -wal) under the state root, by file relative to the root. */
+export function storeBytes(root: string): Record<string, number> {
+  return Object.fromEntries(filesUnder(root, (name) => /\.db(-wal)?$/.test(name)).map((file) => [file, statSync(path.join(root, file)).size]));
 }
