@@ -11,7 +11,9 @@
 //
 // Options: --rounds N (default 3), --ops N per load (default 600),
 // --concurrency 16,64 (default), --profile DIR (node --cpu-prof of the
-// supervisor, the kernel and the executor into DIR/<build>-<round>/), --json FILE;
+// supervisor, the kernel and the executor into DIR/<build>-<round>/), --json FILE,
+// --node-flags name="--flag …" (node flags for that build's supervisor, kernel
+// and executor: the same code under other V8 settings, as a build of its own);
 // CUSTODY_AB_KEEP=1 keeps each state directory for reading.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -25,6 +27,8 @@ import { cpuBetween, sampleTree, storeBytes, writtenBetween } from './procfs.js'
 interface Build {
   readonly name: string;
   readonly dist: string;
+  /** node flags for the build's supervisor, kernel and executor (--node-flags). */
+  flags: string[];
 }
 
 function options() {
@@ -41,7 +45,14 @@ function options() {
       case '--build': {
         const [name, dist] = value.split('=');
         if (!name || !dist) throw new Error(`--build wants name=dist, got ${value}`);
-        builds.push({ name, dist: path.resolve(dist) });
+        builds.push({ name, dist: path.resolve(dist), flags: [] });
+        break;
+      }
+      case '--node-flags': {
+        const at = value.indexOf('=');
+        const build = builds.find((b) => b.name === value.slice(0, at));
+        if (at < 0 || !build) throw new Error(`--node-flags wants name="--flag …" after --build name=…, got ${value}`);
+        build.flags = value.slice(at + 1).split(/\s+/).filter(Boolean);
         break;
       }
       case '--rounds':
@@ -77,7 +88,7 @@ interface Running {
 async function start(build: Build, root: string, profileDir: string | null = null): Promise<Running> {
   const cli = path.join(build.dist, 'supervisor', 'cli', 'main.js');
   const prof = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, '--cpu-prof-name=supervisor.cpuprofile'] : [];
-  const child = spawn(process.execPath, [...prof, cli, 'start', '--state', root, '--port', '0'], { stdio: ['ignore', 'ignore', 'ignore'] });
+  const child = spawn(process.execPath, [...build.flags, ...prof, cli, 'start', '--state', root, '--port', '0'], { stdio: ['ignore', 'ignore', 'ignore'] });
   const serviceJson = path.join(root, 'supervisor', 'service.json');
   for (;;) {
     const written = existsSync(serviceJson) ? (JSON.parse(readFileSync(serviceJson, 'utf8')) as { pid: number; port: number }) : null;
@@ -164,18 +175,20 @@ function perOperation(after: Record<string, number>, before: Record<string, numb
   return Object.fromEntries(Object.keys(after).map((key) => [key, ((after[key] ?? 0) - (before[key] ?? 0)) / ops]));
 }
 
-/** Point the kernel and the executor at `node --cpu-prof` of this build's entries (kernel.argv, executors[].argv). */
-function profileArgv(build: Build, root: string, dir: string): void {
-  mkdirSync(dir, { recursive: true });
+/** Point the kernel and the executor at this build's entries under its node flags and, given a DIR, `node --cpu-prof` (kernel.argv, executors[].argv). */
+function childArgv(build: Build, root: string, dir: string | null): void {
+  if (dir) mkdirSync(dir, { recursive: true });
   const file = path.join(root, 'custody.json');
   const config = JSON.parse(readFileSync(file, 'utf8')) as { kernel?: Record<string, unknown>; executors?: Array<Record<string, unknown>> };
-  const prof = [process.execPath, '--cpu-prof', `--cpu-prof-dir=${dir}`];
-  config.kernel = { ...(config.kernel ?? {}), argv: [...prof, path.join(build.dist, 'kernel-proc', 'main.js'), '--dir', path.join(root, 'kernel')] };
+  const prof = [process.execPath, ...build.flags, ...(dir ? ['--cpu-prof', `--cpu-prof-dir=${dir}`] : [])];
+  // The bundles, as the supervisor starts them by default (shared/entry-points.ts); a build before them, its modules.
+  const entry = (bundle: string, module: string) => (existsSync(path.join(build.dist, 'bundle', bundle)) ? path.join(build.dist, 'bundle', bundle) : path.join(build.dist, module));
+  config.kernel = { ...(config.kernel ?? {}), argv: [...prof, entry('kernel.js', 'kernel-proc/main.js'), '--dir', path.join(root, 'kernel')] };
   config.executors = (config.executors ?? [{ name: 'default' }]).map((executor) => ({
     ...executor,
     argv: [
       ...prof,
-      path.join(build.dist, 'executor-proc', 'main.js'),
+      entry('executor.js', 'executor-proc/main.js'),
       '--dir',
       path.join(root, 'executors', String(executor.name)),
       '--resources',
@@ -194,7 +207,7 @@ async function round(build: Build, index: number, ops: number, concurrency: read
     await load(service, 30, 4);
     await stop(service);
     const profileDir = profile ? path.join(profile, `${build.name}-${index}`) : null;
-    if (profileDir) profileArgv(build, root, profileDir);
+    if (profileDir || build.flags.length > 0) childArgv(build, root, profileDir);
     const filesBefore = storeBytes(root);
     const objectsBefore = objectBytes(root);
     service = await start(build, root, profileDir);

@@ -1,31 +1,31 @@
 // The bytes of signed artifacts the stores keep, by store: the part of
-// "store bytes per operation" that no schema change can take away, because
-// each copy is what one of the service's guarantees is made of
-// (docs/PERFORMANCE.md "Stop 28: the bytes the guarantees keep").
+// "store bytes per operation" that no schema change can take away, since
+// each copy is kept as its exact bytes for the readers named below
+// (docs/PERFORMANCE.md "Stop 28: the signed bytes each store keeps").
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { filesUnder } from './procfs.js';
 
 /**
  * Each store's columns that hold a signed artifact as its exact bytes, and
- * what that copy is kept for. Only what an operation writes: key rotation
- * statements and key epochs are a handful of rows a store, not a cost per
- * operation.
+ * what reads that copy (docs/PERFORMANCE.md has the whole list). Only what
+ * an operation writes: key rotation statements and key epochs are a handful
+ * of rows a store, not a cost per operation.
  */
-export const SIGNED_COLUMNS: Readonly<Record<string, ReadonlyArray<readonly [table: string, column: string, keptFor: string]>>> = {
+export const SIGNED_COLUMNS: Readonly<Record<string, ReadonlyArray<readonly [table: string, column: string, readBy: string]>>> = {
   'supervisor.db': [
-    ['requests', 'authorization', 'custody recover-rollback gives a restored ledger the authorizations it lost (docs/ROLLBACK.md)'],
-    ['requests', 'report', 'settling again after a kernel restart, and `custody report` once a ledger lost or archived it'],
-    ['requests', 'receipt', 'the answer to GET /v1/requests/:id and `custody trace` without asking the kernel'],
+    ['requests', 'authorization', 'what execute, settle and reconciliation send; custody recover-rollback (docs/ROLLBACK.md)'],
+    ['requests', 'report', "the answer's output; settling again; the check of a replay; custody receipt export"],
+    ['requests', 'receipt', 'the answer to an invoke and its retries, without a kernel round trip'],
   ],
   'kernel.db': [
-    ['operations', 'authorization', 'a repeated start answers the same authorization; a settle is checked by equality with it'],
+    ['operations', 'authorization', 'a repeated start answers the same bytes; a settle is checked by equality with them'],
     ['receipts', 'receipt', 'every decision, verifiable offline with the kernel key; a retry is answered byte for byte'],
-    ['reports', 'report', 'the report a completion receipt names by digest, kept where the receipt is'],
+    ['reports', 'report', "a completed operation's output, beside the receipt that names the report by digest"],
     ['grants', 'capability', 'the signed grant each reserve is decided under'],
   ],
   'ledger.db': [
-    ['claims', 'authorization', 'the ledger alone proves each claim was authorized (offline, with the kernel key)'],
+    ['claims', 'authorization', 'the ledger alone shows, with the kernel key, that each claim was authorized'],
     ['reports', 'report', 'the byte-identical replay of an operation already run'],
   ],
   'archive.db': [

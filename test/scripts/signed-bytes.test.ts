@@ -1,11 +1,13 @@
 // The bench's count of signed bytes kept (scripts/bench/signed-bytes.ts),
 // held to a real service: one operation adds, to each store, exactly the
 // UTF-8 bytes of the artifacts `custody receipt export` hands out for it, as
-// docs/PERFORMANCE.md "Stop 28: the bytes the guarantees keep" says each
+// docs/PERFORMANCE.md "Stop 28: the signed bytes each store keeps" says each
 // store keeps them. And no column of the stores' schemas that holds a
 // signed artifact is left out of the count.
 import { expect } from 'chai';
 import Database from 'better-sqlite3';
+import path from 'node:path';
+import { filesUnder } from '../../scripts/bench/procfs.js';
 import { SIGNED_COLUMNS, signedBytes } from '../../scripts/bench/signed-bytes.js';
 import { ARCHIVE_MIGRATIONS, LEDGER_MIGRATIONS } from '../../executor-proc/ledger/schema.js';
 import { KERNEL_MIGRATIONS } from '../../kernel-proc/store/schema.js';
@@ -34,6 +36,23 @@ function artifactColumns(migrations: readonly Migration[]): string[] {
   } finally {
     db.close();
   }
+}
+
+/** `<file> <table>.<column>` of every column under `root` that holds a signed envelope (its canonical text starts with the body and names a custody schema). */
+function columnsHoldingArtifacts(root: string): string[] {
+  return filesUnder(root, (name) => name.endsWith('.db')).flatMap((file) => {
+    const db = new Database(path.join(root, file), { readonly: true, fileMustExist: true });
+    try {
+      const tables = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").all() as Array<{ name: string }>;
+      return tables.flatMap(({ name }) =>
+        (db.prepare('SELECT name FROM pragma_table_info(?)').all(name) as Array<{ name: string }>)
+          .filter((column) => db.prepare(`SELECT 1 FROM "${name}" WHERE typeof("${column.name}") = 'text' AND "${column.name}" LIKE '{"body":%"schema":"custody.%' LIMIT 1`).get() !== undefined)
+          .map((column) => `${path.basename(file)} ${name}.${column.name}`),
+      );
+    } finally {
+      db.close();
+    }
+  });
 }
 
 describe('bench: the signed bytes each store keeps', function () {
@@ -69,6 +88,14 @@ describe('bench: the signed bytes each store keeps', function () {
       await service.stop();
       const after = signedBytes(service.dir);
       const added = Object.fromEntries(Object.keys(after).map((file) => [file, after[file]! - (before[file] ?? 0)]));
+      // By content, not by name: every column of every table where this operation left a signed artifact is counted.
+      expect(columnsHoldingArtifacts(service.dir).sort()).to.deep.equal(
+        Object.entries(SIGNED_COLUMNS)
+          .filter(([file]) => file !== 'archive.db')
+          .flatMap(([file, columns]) => columns.filter(([table]) => table !== 'grants').map(([table, column]) => `${file} ${table}.${column}`))
+          .concat('kernel.db grants.capability')
+          .sort(),
+      );
       expect(added).to.deep.equal({
         'supervisor/supervisor.db': authorization! + report! + receipts[1]!,
         'kernel/kernel.db': authorization! + report! + receipts[0]! + receipts[1]!,
