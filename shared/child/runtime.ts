@@ -25,6 +25,7 @@ import { type RequestContext, ServerChannel } from '../wire/server.js';
 import { SessionEndpoint } from '../wire/session.js';
 import { withTimeout } from '../timeout.js';
 import { type FrameSink, takeFrameOutput } from './frame-output.js';
+import { optimizeSooner } from '../tiering.js';
 
 /** A child's exit statuses (shared/exit-codes.ts, docs/PROTOCOL.md §10). */
 export const EXIT = CHILD_EXIT;
@@ -128,6 +129,7 @@ function readPreamble(): Promise<{ preamble: Preamble; rest: Buffer }> {
 
 /** Run a child program to its end; resolves with the process exit code. */
 export async function runChild(program: ChildProgram): Promise<number> {
+  optimizeSooner();
   ignoreLostStderr();
   const output = takeFrameOutput();
   const opened = await openSession(program, createLogger({ role: program.role, pid: process.pid }));

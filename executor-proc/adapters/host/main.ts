@@ -8,6 +8,7 @@ import { CHILD_EXIT } from '../../../shared/exit-codes.js';
 import { HOST_ARGS_FLAG, type HostRequest, hostConfigSchema } from '../host-protocol.js';
 import { loadAdapters } from '../load.js';
 import { HostServer } from './serve.js';
+import { optimizeSooner } from '../../../shared/tiering.js';
 
 
 function send(message: Record<string, unknown>): void {
@@ -31,6 +32,7 @@ if (!process.send) {
 // cut short here is the case the claim and the fence exist for.
 process.on('disconnect', () => process.exit());
 
+optimizeSooner();
 let server: HostServer | undefined;
 try {
   const config = readConfig();
