@@ -34,6 +34,7 @@ import { KeyRotation } from './rotation.js';
 import { readEnvelope } from '../shared/artifacts/artifact.js';
 import { authorizationBody } from '../shared/protocol/artifacts.js';
 import type { ChildSession } from '../shared/child/spawn.js';
+import { optimizeSooner } from '../shared/tiering.js';
 
 export interface ServiceOptions {
   readonly stateDir: string;
@@ -278,7 +279,8 @@ export class Service {
     rmSync(temporary, { force: true });
     writePrivateFile(temporary, JSON.stringify({ pid: process.pid, port: this.#api.port, started_at: this.startedAt }) + '\n');
     renameSync(temporary, this.paths.serviceJson);
-    this.log.info('service_started', { state: this.paths.root, port: this.#api.port, pid: process.pid });
+    // Serving now: its hot code optimized sooner (shared/tiering.ts).
+    this.log.info('service_started', { state: this.paths.root, port: this.#api.port, pid: process.pid, optimized_sooner: optimizeSooner() });
   }
 
   /**

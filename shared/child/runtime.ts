@@ -129,7 +129,6 @@ function readPreamble(): Promise<{ preamble: Preamble; rest: Buffer }> {
 
 /** Run a child program to its end; resolves with the process exit code. */
 export async function runChild(program: ChildProgram): Promise<number> {
-  optimizeSooner();
   ignoreLostStderr();
   const output = takeFrameOutput();
   const opened = await openSession(program, createLogger({ role: program.role, pid: process.pid }));
@@ -242,7 +241,9 @@ class Serving {
     this.#channel.start(hello, rest);
     this.#service.attachPeer?.({ sendHead: (head) => this.#channel.sendUnasked(HEAD_KIND, { head }) });
     process.stdin.resume();
-    log.info('child_serving', { id: identity.id, key_epoch: identity.keyEpoch, mode: preamble.mode });
+    // A serving process, not a provisioning run: its hot code optimized sooner (shared/tiering.ts).
+    const optimizedSooner = preamble.mode === 'serve' && optimizeSooner();
+    log.info('child_serving', { id: identity.id, key_epoch: identity.keyEpoch, mode: preamble.mode, optimized_sooner: optimizedSooner });
   }
 
   /** ping, echo and shutdown are answered here; the role's own kinds go to the service. */

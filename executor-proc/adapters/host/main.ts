@@ -32,7 +32,6 @@ if (!process.send) {
 // cut short here is the case the claim and the fence exist for.
 process.on('disconnect', () => process.exit());
 
-optimizeSooner();
 let server: HostServer | undefined;
 try {
   const config = readConfig();
@@ -42,6 +41,8 @@ try {
   const ready = server;
   process.on('message', (message: HostRequest) => ready.handle(message));
   send({ type: 'ready', adapters: [...loaded.adapters.values()].map((entry) => entry.descriptor) });
+  // Serving now: its hot code optimized sooner (shared/tiering.ts).
+  server.log('info', 'host_serving', { optimized_sooner: optimizeSooner() });
 } catch (error) {
   process.exitCode = CHILD_EXIT.config;
   process.send({ type: 'load_failed', message: toCustodyError(error).message }, () => process.disconnect());

@@ -3,7 +3,6 @@ import { LOG_LEVELS, type LogLevel, createLogger, errorFields } from '../../../s
 import { needsInit } from '../../paths.js';
 import type { Service } from '../../service.js';
 import type { Output } from '../output.js';
-import { optimizeSooner } from '../../../shared/tiering.js';
 
 /**
  * The least level of a log line `custody init` shows: a person gets the
@@ -51,7 +50,6 @@ export async function initCommand(out: Output, stateDir: string, executors: numb
 
 /** Run the service in the foreground until SIGTERM/SIGINT or a failed kernel; resolves with the exit code. */
 export async function startCommand(stateDir: string, port: number | undefined): Promise<number> {
-  optimizeSooner();
   const log = createLogger({ component: 'supervisor', pid: process.pid });
   const [{ initState }, { Service }] = await Promise.all([import('../../init.js'), import('../../service.js')]);
   if (needsInit(stateDir)) {
