@@ -87,6 +87,7 @@ out(`supervisor kill -9 → next custody start serving (best of 3): ${e2e.superv
 out(`custody status through the CLI (a new process per call, ${e2e.cli_call.calls} calls): p50 ${e2e.cli_call.p50_ms.toFixed(0)} ms, CPU ${e2e.cli_call.cpu_ms_per_call.toFixed(0)} ms per call`);
 printLoad(`governed ops,  1 in flight, the first ${e2e.sequential_cold.operations} after a start (cold code)`, e2e.sequential_cold);
 for (const load of [e2e.sequential, e2e.concurrent, e2e.wide]) printLoad(`governed ops, ${String(load.concurrency).padStart(2)} in flight`, load);
+printLoad(`governed ops, 64 in flight, warm (the same load again, after ${e2e.wide_warm.operations_before} operations since the start)`, e2e.wide_warm);
 const long = e2e.long_history;
 printLoad(`after ${long.seeded_operations} operations on the grant (seeded in ${long.seed_seconds.toFixed(1)} s), 16 in flight`, long);
 out(
