@@ -18,58 +18,19 @@ const CLOSE_BRACKET = 0x5d;
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const COMMA = 0x2c;
-/** Ordinary string bytes stepped over one by one before a native search takes over. */
-const RUN = 32;
 
 /**
- * The deepest nesting of objects and arrays in JSON text, ignoring brackets
- * inside strings. Stops counting (returns early) once `limit` is exceeded.
- * Malformed text gets some answer here and is refused by JSON.parse later.
- * Inside a string it jumps from one quote or backslash to the next with
- * indexOf, so the long strings that make up most of a large frame cost a
- * native search, not a loop step per byte. A sender scans every frame it
- * seals with it, and the API every request body (supervisor/api/http.ts); a
- * reader scans what it reads with scanJson, below, which answers the same.
+ * The deepest nesting of objects and arrays in JSON bytes, ignoring brackets
+ * inside strings; early once past `limit`. Malformed bytes get some answer
+ * here and are refused by JSON.parse later. It is scanJson's depth, without
+ * member names: every byte the depth turns on (brackets, quotes, the
+ * backslash) is ASCII, and no byte of a multi-byte UTF-8 sequence is, so the
+ * bytes read one character each (latin1) nest exactly as their UTF-8 text
+ * does, with no decoding that could fail. A sender scans every frame it
+ * seals with it, and the API every request body (supervisor/api/http.ts).
  */
 export function measureDepth(bytes: Uint8Array, limit: number): number {
-  let depth = 0;
-  let deepest = 0;
-  // Next quote / backslash at or after the cursor; -1 once there is none left.
-  let nextQuote = -2;
-  let nextBackslash = -2;
-  for (let i = 0; i < bytes.length; i++) {
-    const b = bytes[i];
-    if (b === QUOTE) {
-      // A string: find its closing quote, stepping over escapes, byte by
-      // byte while quotes and backslashes come close together; after RUN
-      // ordinary bytes in a row, a native search jumps to the next one.
-      let plain = 0;
-      for (i++; i < bytes.length; i++) {
-        const c = bytes[i];
-        if (c === QUOTE) break;
-        if (c === BACKSLASH) {
-          i++;
-          plain = 0;
-        } else if (++plain === RUN) {
-          plain = 0;
-          if (nextQuote !== -1 && nextQuote <= i) nextQuote = bytes.indexOf(QUOTE, i + 1);
-          if (nextBackslash !== -1 && nextBackslash <= i) nextBackslash = bytes.indexOf(BACKSLASH, i + 1);
-          if (nextQuote === -1) return deepest;
-          i = (nextBackslash !== -1 && nextBackslash < nextQuote ? nextBackslash : nextQuote) - 1;
-        }
-      }
-      if (i >= bytes.length) return deepest;
-    } else if (b === OPEN_BRACE || b === OPEN_BRACKET) {
-      depth++;
-      if (depth > deepest) {
-        deepest = depth;
-        if (deepest > limit) return deepest;
-      }
-    } else if (b === CLOSE_BRACE || b === CLOSE_BRACKET) {
-      depth--;
-    }
-  }
-  return deepest;
+  return scanJson(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('latin1'), limit, false).depth;
 }
 
 /**
@@ -121,9 +82,10 @@ class Names {
  * `limit`) and the first member name that appears twice in one object.
  * The duplicate is only meaningful for text JSON.parse accepts; malformed
  * text gets some answer, and JSON.parse refuses it. Every frame a process
- * reads goes through here once (decodeJsonObject).
+ * reads goes through here once (decodeJsonObject). Without `members`, the
+ * depth alone (measureDepth).
  */
-export function scanJson(text: string, limit: number): { depth: number; duplicate: string | undefined } {
+export function scanJson(text: string, limit: number, members = true): { depth: number; duplicate: string | undefined } {
   // One entry per open container: the names seen so far for an object, null for an array.
   const open: Array<Names | null> = [];
   let depth = 0;
@@ -161,8 +123,8 @@ export function scanJson(text: string, limit: number): { depth: number; duplicat
       }
       i = end;
     } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
-      open.push(c === OPEN_BRACE ? new Names() : null);
-      expectKey = c === OPEN_BRACE;
+      open.push(members && c === OPEN_BRACE ? new Names() : null);
+      expectKey = members && c === OPEN_BRACE;
       depth++;
       if (depth > deepest) {
         deepest = depth;
