@@ -33,7 +33,16 @@ const BUDGET_DECIDES_TIERING = process.versions.v8.split('.')[0] === '11';
  * does not accept. Whether the budget was set.
  */
 export function optimizeSooner(): boolean {
-  if (!BUDGET_DECIDES_TIERING || process.execArgv.some((arg) => arg.startsWith('--interrupt-budget'))) return false;
+  if (!BUDGET_DECIDES_TIERING || hasOwnBudget(process.execArgv)) return false;
   v8.setFlagsFromString(`--interrupt-budget=${INTERRUPT_BUDGET}`);
   return true;
+}
+
+/**
+ * Whether node flags set the budget: `--interrupt-budget=N`, with dashes or
+ * underscores as V8 takes either; not the other flags whose names begin the
+ * same (`--interrupt-budget-for-feedback-allocation`, …).
+ */
+export function hasOwnBudget(execArgv: readonly string[]): boolean {
+  return execArgv.some((arg) => /^--interrupt[-_]budget=/.test(arg));
 }

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { expect } from 'chai';
 import { programPath } from '../../shared/entry-points.js';
-import { INTERRUPT_BUDGET } from '../../shared/tiering.js';
+import { INTERRUPT_BUDGET, hasOwnBudget } from '../../shared/tiering.js';
 import { distPath } from '../helpers/children.js';
 import { type TestService, startService } from '../helpers/service.js';
 
@@ -57,6 +57,14 @@ describe('shared/tiering: hot code optimized sooner', function () {
     expect(byDefault).to.be.below(1000000);
     expect(sooner).to.be.below(byDefault / 2);
     expect(sooner).to.equal(byFlag);
+  });
+
+  it('leaves a budget given on the command line alone, and only the budget itself counts as one', () => {
+    expect(hasOwnBudget(['--interrupt-budget=50000'])).to.equal(true);
+    expect(hasOwnBudget(['--max-old-space-size=512', '--interrupt_budget=50000'])).to.equal(true);
+    expect(hasOwnBudget(['--interrupt-budget-for-feedback-allocation=100'])).to.equal(false);
+    expect(hasOwnBudget(['--interrupt-budget-factor-for-feedback-allocation=4', '--cpu-prof'])).to.equal(false);
+    expect(hasOwnBudget([])).to.equal(false);
   });
 
   describe('on a real service', () => {
