@@ -22,17 +22,20 @@ const STORES: ReadonlyArray<readonly [string, readonly Migration[]]> = [
   ['archive.db', ARCHIVE_MIGRATIONS],
 ];
 
+/** Every column of every table of `db`, as [table, column]. */
+function tableColumns(db: Database.Database): Array<readonly [string, string]> {
+  const tables = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").all() as Array<{ name: string }>;
+  return tables.flatMap(({ name }) => (db.prepare('SELECT name FROM pragma_table_info(?)').all(name) as Array<{ name: string }>).map((column) => [name, column.name] as const));
+}
+
 /** Every table column of a store at its latest version whose name says it holds a signed artifact. */
 function artifactColumns(migrations: readonly Migration[]): string[] {
   const db = new Database(':memory:');
   try {
     applyMigrations(db, 'signed-bytes', migrations, { provisioning: true });
-    const tables = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").all() as Array<{ name: string }>;
-    return tables.flatMap(({ name }) =>
-      (db.prepare(`SELECT name FROM pragma_table_info(?)`).all(name) as Array<{ name: string }>)
-        .filter((column) => /^(authorization|report|receipt|last_receipt|capability|statement)$/.test(column.name))
-        .map((column) => `${name}.${column.name}`),
-    );
+    return tableColumns(db)
+      .filter(([, column]) => /^(authorization|report|receipt|last_receipt|capability|statement)$/.test(column))
+      .map(([table, column]) => `${table}.${column}`);
   } finally {
     db.close();
   }
@@ -43,12 +46,9 @@ function columnsHoldingArtifacts(root: string): string[] {
   return filesUnder(root, (name) => name.endsWith('.db')).flatMap((file) => {
     const db = new Database(path.join(root, file), { readonly: true, fileMustExist: true });
     try {
-      const tables = db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").all() as Array<{ name: string }>;
-      return tables.flatMap(({ name }) =>
-        (db.prepare('SELECT name FROM pragma_table_info(?)').all(name) as Array<{ name: string }>)
-          .filter((column) => db.prepare(`SELECT 1 FROM "${name}" WHERE typeof("${column.name}") = 'text' AND "${column.name}" LIKE '{"body":%"schema":"custody.%' LIMIT 1`).get() !== undefined)
-          .map((column) => `${path.basename(file)} ${name}.${column.name}`),
-      );
+      return tableColumns(db)
+        .filter(([table, column]) => db.prepare(`SELECT 1 FROM "${table}" WHERE typeof("${column}") = 'text' AND "${column}" LIKE '{"body":%"schema":"custody.%' LIMIT 1`).get() !== undefined)
+        .map(([table, column]) => `${path.basename(file)} ${table}.${column}`);
     } finally {
       db.close();
     }

@@ -115,6 +115,15 @@ describe('scanJson', () => {
     expect(scanJson(`{${names.join(',')}}`, 32).duplicate).to.equal(undefined);
   });
 
+  it('finds a repeat at the switch from the list of names to a Set: after 16 names, and after 17', () => {
+    for (const count of [16, 17]) {
+      const names = Array.from({ length: count }, (_, i) => `"n${i}":${i}`).join(',');
+      expect(scanJson(`{${names},"n0":0}`, 32).duplicate, `${count} names`).to.equal('n0');
+      expect(scanJson(`{${names},"n${count - 1}":0}`, 32).duplicate, `${count} names`).to.equal(`n${count - 1}`);
+      expect(scanJson(`{${names},"m":0}`, 32).duplicate, `${count} names`).to.equal(undefined);
+    }
+  });
+
   it('refuses a repeat hidden behind an escape, and lets the same name stand in sibling objects', () => {
     expect(() => decodeJsonObject(Buffer.from('{"body":{"note":1,"\\u006eote":2}}'), 32)).to.throw('has the member "note" twice in one object');
     expect(decodeJsonObject(Buffer.from('{"a":{"x":1},"b":{"x":2},"c":[{"x":3},{"x":4}]}'), 32)).to.deep.equal({ a: { x: 1 }, b: { x: 2 }, c: [{ x: 3 }, { x: 4 }] });
