@@ -27,7 +27,7 @@ const COMMA = 0x2c;
  * backslash) is ASCII, and no byte of a multi-byte UTF-8 sequence is, so the
  * bytes read one character each (latin1) nest exactly as their UTF-8 text
  * does, with no decoding that could fail. A sender scans every frame it
- * seals with it, and the API every request body (supervisor/api/http.ts).
+ * seals with it.
  */
 export function measureDepth(bytes: Uint8Array, limit: number): number {
   return scanJson(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('latin1'), limit, false).depth;
@@ -82,7 +82,8 @@ class Names {
  * `limit`) and the first member name that appears twice in one object.
  * The duplicate is only meaningful for text JSON.parse accepts; malformed
  * text gets some answer, and JSON.parse refuses it. Every frame a process
- * reads goes through here once (decodeJsonObject). Without `members`, the
+ * reads goes through here once (decodeJsonObject), and so does every request
+ * body the API reads (supervisor/api/http.ts). Without `members`, the
  * depth alone (measureDepth).
  */
 export function scanJson(text: string, limit: number, members = true): { depth: number; duplicate: string | undefined } {

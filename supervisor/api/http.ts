@@ -5,7 +5,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { decodeUtf8OrRefuse } from '../../shared/text/utf8.js';
-import { measureDepth } from '../../shared/wire/decode.js';
+import { scanJson } from '../../shared/wire/decode.js';
 import { CustodyError, type ErrorClass, toCustodyError } from '../../shared/errors.js';
 
 export type Access = 'open' | 'agent' | 'control';
@@ -122,8 +122,9 @@ export interface BodyLimits {
 /**
  * Read a JSON object body: at most `maxBytes` (refused at the bound before
  * buffering more), strict UTF-8 (refused with the byte offset), nesting
- * measured on the raw bytes before JSON.parse builds anything, so neither
- * the parser nor schema validation ever recurses on unbounded input.
+ * measured on the text before JSON.parse builds anything, so neither the
+ * parser nor schema validation ever recurses on unbounded input, and no
+ * object with the same member name twice (compared after unescaping).
  */
 export async function readJsonBody(request: IncomingMessage, limits: BodyLimits): Promise<Record<string, unknown>> {
   const limit = limits.maxBytes;
@@ -142,7 +143,8 @@ export async function readJsonBody(request: IncomingMessage, limits: BodyLimits)
   if (size === 0) return {};
   const bytes = Buffer.concat(chunks);
   const text = decodeUtf8OrRefuse(bytes, 'request body');
-  const depth = measureDepth(bytes, limits.maxDepth);
+  // The wire's own scanner (docs/PROTOCOL.md §3, rule 6): the depth before JSON.parse, and a member twice in one object.
+  const { depth, duplicate } = scanJson(text, limits.maxDepth);
   if (depth > limits.maxDepth) {
     throw new CustodyError(
       'body_too_deep',
@@ -156,5 +158,10 @@ export async function readJsonBody(request: IncomingMessage, limits: BodyLimits)
     throw new CustodyError('bad_request', 'request body is not valid JSON');
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new CustodyError('bad_request', 'request body must be a JSON object');
+  // JSON.parse keeps the last of two equal members; a proxy or a log reader that keeps the first would see
+  // another tool or other arguments in the same bytes, so the API refuses them as every frame reader does.
+  if (duplicate !== undefined) {
+    throw new CustodyError('bad_request', `request body has the member ${JSON.stringify(duplicate)} twice in one object; send each member once`);
+  }
   return value as Record<string, unknown>;
 }

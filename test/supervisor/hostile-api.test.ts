@@ -211,6 +211,32 @@ describe('hostile input at the control API', function () {
       expect(await requestCount()).to.equal(rows);
       expect((await service.http('GET', '/v1/operations/bad-bytes', undefined, 'agent')).status).to.equal(404);
     });
+
+    // JSON.parse would keep the last "tool" (fixture/refuse, which the grant covers) and the last note;
+    // a reader keeping the first would see review-notes/append. Neither may run.
+    for (const row of [
+      { what: 'the tool twice', body: '{"tool":"review-notes/append","tool":"fixture/refuse","request_id":"dup-tool","arguments":{}}', member: 'tool', id: 'dup-tool' },
+      { what: 'an argument twice', body: '{"tool":"review-notes/append","request_id":"dup-note","arguments":{"note":"first","note":"second"}}', member: 'note', id: 'dup-note' },
+      { what: 'a member twice once unescaped', body: '{"tool":"review-notes/append","request_id":"dup-escaped","arguments":{"note":"first","\\u006eote":"second"}}', member: 'note', id: 'dup-escaped' },
+    ]) {
+      it(`refuses a body with ${row.what} with 400 bad_request naming it; nothing is stored`, async () => {
+        const rows = await requestCount();
+        const answer = await invokeRaw(row.body);
+        expect(answer.status, answer.text).to.equal(400);
+        const error = errorOf(answer.text);
+        expect(error.code).to.equal('bad_request');
+        expect(error.message).to.contain(`member "${row.member}" twice`);
+        expect(await requestCount()).to.equal(rows);
+        expect((await service.http('GET', `/v1/operations/${row.id}`, undefined, 'agent')).status).to.equal(404);
+      });
+    }
+
+    it('takes equal member names in different objects (the rule is per object)', async () => {
+      const answer = await invokeRaw('{"tool":"review-notes/append","request_id":"same-name-apart","arguments":{"note":"tool"}}');
+      expect(answer.status, answer.text).to.equal(200);
+      const nested = await invokeRaw('{"tool":"fixture/refuse","request_id":"same-name-nested","arguments":{"tool":{"tool":1},"x":[{"a":1},{"a":2}]}}');
+      expect(nested.status, nested.text).to.equal(200);
+    });
   });
 
   describe('the argument bound', () => {
