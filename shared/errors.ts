@@ -35,6 +35,7 @@ const CODES = {
   channel_poisoned: { class: 'unreachable', summary: 'the channel was discarded after a protocol error' },
   channel_closed: { class: 'unreachable', summary: 'the channel closed before an answer arrived' },
   peer_exited: { class: 'unreachable', summary: 'the peer process exited' },
+  descriptors_exhausted: { class: 'unreachable', summary: 'a child could not be started: the supervisor (or the system) has no file descriptors left for its pipes; retried at the longest backoff, never counted toward the child failing' },
   duplicate_request: { class: 'protocol', summary: 'a request id is already pending on this channel' },
   too_many_in_flight: { class: 'refused', summary: 'the bound on requests in flight is reached' },
   // artifacts and keys

@@ -98,6 +98,8 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
   const challenge = randomBytes(32).toString('hex');
   const log = options.log.child({ child: options.name, sid: secrets.sid });
   const started = startProcess(command, args, options);
+  // Out of descriptors, Node gives the child no pipes and only an 'error' on the next tick: that is the refusal.
+  if (!started.piped) await started.spawnFailure;
   const migrating = relayStderr(started.child, options, log);
   const channel = openChannel(started.child, secrets, options, log);
   started.child.stdin.write(preambleFor(secrets, challenge, options));
@@ -144,6 +146,8 @@ interface StartedProcess {
   readonly drained: Promise<void>;
   /** Rejects when the command cannot be started at all. */
   readonly spawnFailure: Promise<never>;
+  /** Whether the child got its pipes: without descriptors for them, Node leaves its stdio unset. */
+  readonly piped: boolean;
   readonly kill: (signal?: NodeJS.Signals) => void;
 }
 
@@ -160,14 +164,30 @@ function startProcess(command: string, args: readonly string[], options: SpawnCh
   });
   const drained = new Promise<void>((resolve) => child.once('close', () => resolve()));
   const spawnFailure = new Promise<never>((_, reject) => {
-    child.once('error', (error) => reject(new CustodyError('peer_exited', `${options.name}: cannot start ${command}: ${error.message}`, { cause: error })));
+    child.once('error', (error: NodeJS.ErrnoException) => reject(spawnError(options.name, command, error)));
   });
   spawnFailure.catch(() => undefined);
   const pid = child.pid;
   const kill = (signal: NodeJS.Signals = 'SIGKILL') => {
     if (pid !== undefined && child.exitCode === null && child.signalCode === null) killGroup(pid, signal);
   };
-  return { child, pid, exited, drained, spawnFailure, kill };
+  return { child, pid, exited, drained, spawnFailure, piped: Boolean((child as ChildProcess).stdin), kill };
+}
+
+/** Errors of spawn(2) that say this process is out of file descriptors, not that the command is wrong. */
+const DESCRIPTOR_ERRORS: ReadonlySet<string> = new Set(['EMFILE', 'ENFILE']);
+
+/** Why a command could not be started: no descriptors left for its pipes (retried, uncounted) or anything else. */
+function spawnError(name: string, command: string, error: NodeJS.ErrnoException): CustodyError {
+  if (error.code !== undefined && DESCRIPTOR_ERRORS.has(error.code)) {
+    const whose = error.code === 'ENFILE' ? 'the system has' : `process ${process.pid} has`;
+    return new CustodyError(
+      'descriptors_exhausted',
+      `${name}: cannot start ${command}: ${whose} no file descriptors left for its pipes (${error.code}); tried again at the longest restart backoff until some are free — see what holds them (ls /proc/${process.pid}/fd) or raise the limit (ulimit -n, LimitNOFILE=)`,
+      { cause: error },
+    );
+  }
+  return new CustodyError('peer_exited', `${name}: cannot start ${command}: ${error.message}`, { cause: error });
 }
 
 /**

@@ -20,6 +20,7 @@ import { checkOperationName } from '../../shared/protocol/names.js';
 import { identifier } from '../../shared/protocol/common.js';
 import { argumentBytesBound, argumentsDepthBudget, checkArgumentBytes } from '../../shared/protocol/bounds.js';
 import { type Access, type BodyLimits, TokenGate, readJsonBody, sendClientError, sendError, sendJson, sendText } from './http.js';
+import { boundConnections } from './connections.js';
 import { archiveBody, authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 import { parseTarget } from './target.js';
 import { PAGE_KEY } from './answers.js';
@@ -201,7 +202,9 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
 
   // No Host check: the API listens on 127.0.0.1 only, and Node's own 400
   // for a missing Host would be a body without {code, message}.
-  const server = createServer({ requireHostHeader: false }, (request, response) => {
+  // The two receive timeouts below are checked every connectionsCheckingInterval (Node's default, 30 s, let a
+  // connection that never finished its headers hold its slot under bounds.max_connections for up to 40 s).
+  const server = createServer({ requireHostHeader: false, connectionsCheckingInterval: 1_000 }, (request, response) => {
     serve(request, response).catch((error: unknown) => {
       // The refused request's name in the log, drawn only when one is refused.
       const id = randomHex(4);
@@ -222,13 +225,20 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
   server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
     sendError(response, new CustodyError('bad_request', `Expect: ${String(request.headers.expect).slice(0, 40)} is not supported; only 100-continue is`));
   });
+  boundConnections(server, service.config.bounds.max_connections, log, () => service.metrics.connectionDropped());
   // Receiving a request (not answering it: an invoke may wait minutes) is bounded.
   server.requestTimeout = 30_000;
   server.headersTimeout = 10_000;
   await new Promise<void>((resolve, reject) => {
-    server.once('error', (error) => reject(new CustodyError('config_invalid', `cannot listen on 127.0.0.1:${port}: ${error.message}`, { cause: error })));
-    server.listen(port, '127.0.0.1', () => resolve());
+    const refused = (error: Error) => reject(new CustodyError('config_invalid', `cannot listen on 127.0.0.1:${port}: ${error.message}`, { cause: error }));
+    server.once('error', refused);
+    server.listen(port, '127.0.0.1', () => {
+      server.off('error', refused);
+      resolve();
+    });
   });
+  // Once listening, an error of the listening socket (an accept that failed) is logged; with no listener it would end the process.
+  server.on('error', (error: NodeJS.ErrnoException) => log.warn('api_accept_failed', errorFields(error)));
   const address = server.address();
   const bound = typeof address === 'object' && address ? address.port : port;
   return {

@@ -35,6 +35,9 @@ export interface ExitRecord extends KillIntent {
 /** Starts refused for good: restarting would only be refused again (a rolled-back store: docs/ROLLBACK.md). */
 const REFUSED_FOR_GOOD: ReadonlySet<string> = new Set(['identity_mismatch', 'hello_invalid', 'store_rolled_back']);
 
+/** Starts that failed for a cause outside the child: tried again at the longest backoff, never counted toward its failure. */
+const NOT_YET: ReadonlySet<string> = new Set(['store_locked', 'descriptors_exhausted']);
+
 export class RestartBook {
   restarts = 0;
   startedAt: number | null = null;
@@ -82,8 +85,9 @@ export class RestartBook {
     this.#deps.store.recordIncident({ child: name, kind: reason.code === 'store_rolled_back' ? 'store_rolled_back' : 'start_failed', code: reason.code, message: reason.message });
     if (REFUSED_FOR_GOOD.has(reason.code)) return this.fail(reason);
     // A previous process of this child still holds its store (a remote
-    // executor still finishing an effect): not a crash, only not yet.
-    this.afterExit(`start failed: ${reason.code}`, reason.code === 'store_locked' ? { counted: false, delayMs: this.#deps.restart.backoff_max_ms } : { counted: true });
+    // executor still finishing an effect), or the supervisor has no file
+    // descriptors for the pipes: not the child's crash, only not yet.
+    this.afterExit(`start failed: ${reason.code}`, NOT_YET.has(reason.code) ? { counted: false, delayMs: this.#deps.restart.backoff_max_ms } : { counted: true });
   }
 
   /**

@@ -64,6 +64,12 @@ export const boundsSchema = z.strictObject({
   max_depth: z.number().int().min(4).max(32).default(32),
   /** HTTP request body bound. */
   max_body_bytes: z.number().int().min(1024).max(1024 * 1024).default(256 * 1024),
+  /**
+   * Connections the API holds open at once; past it a new one is closed as
+   * soon as it is accepted (supervisor/api/connections.ts). Lowered at start
+   * to leave 256 of the process's file descriptors for stores and children.
+   */
+  max_connections: z.number().int().min(1).max(1_000_000).default(1024),
   /** Requests the kernel channel carries at once. */
   kernel_max_in_flight: z.number().int().min(1).max(4096).default(256),
   /**

@@ -55,6 +55,7 @@ export class ServiceMetrics implements StoreObserver {
   readonly #holds: Gauge<'state'>;
   readonly #batches: Histogram<'store'>;
   readonly #reconciliations: Counter<'result'>;
+  readonly #dropped: Counter;
   /** Restarts each child had when last seen, and why the next one happens. */
   readonly #restartsSeen = new Map<string, number>();
   readonly #restartReason = new Map<string, string>();
@@ -91,6 +92,7 @@ export class ServiceMetrics implements StoreObserver {
       buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
       registers,
     });
+    this.#dropped = new Counter({ name: 'custody_api_connections_dropped_total', help: 'Connections to the API closed unanswered as soon as they were accepted, because bounds.max_connections were open.', registers });
     this.#reconciliations = new Counter({ name: 'custody_reconciliations_total', help: 'Reconciliations that ended, by result (the report status obtained, or quarantined).', labelNames: ['result'], registers });
   }
 
@@ -129,6 +131,11 @@ export class ServiceMetrics implements StoreObserver {
     this.#duration.observe({ phase: before.phase }, Math.max(0, after.updated_at - before.updated_at) / 1000);
     if (before.phase === 'reconciling') this.#reconciliations.inc({ result: after.report ? reportStatus(after.report) : after.phase });
     if (FINAL_PHASES.has(after.phase)) this.#operations.inc({ tool: after.tool, outcome: after.phase === 'quarantined' ? 'quarantined' : (after.outcome ?? after.phase) });
+  }
+
+  /** The API closed a connection past bounds.max_connections (supervisor/api/connections.ts). */
+  connectionDropped(): void {
+    this.#dropped.inc();
   }
 
   // ---------------------------------------------------------------- children

@@ -43,6 +43,11 @@ describe('custody.json', () => {
     expect(messageOf({ executors: [{ name: 'a', max_in_flight: 1025 }] })).to.match(/max_in_flight/);
     expect(parseConfig({ bounds: { max_body_bytes: 1024 * 1024 } }).bounds.max_body_bytes).to.equal(1024 * 1024);
     expect(messageOf({ bounds: { max_body_bytes: 1024 * 1024 + 1 } })).to.match(/max_body_bytes/);
+    expect(parseConfig({}).bounds.max_connections).to.equal(1024);
+    expect(parseConfig({ bounds: { max_connections: 1_000_000 } }).bounds.max_connections).to.equal(1_000_000);
+    expect(messageOf({ bounds: { max_connections: 1_000_001 } })).to.match(/bounds\.max_connections.*got 1000001/);
+    expect(parseConfig({ bounds: { max_connections: 1 } }).bounds.max_connections).to.equal(1);
+    expect(messageOf({ bounds: { max_connections: 0 } })).to.match(/bounds\.max_connections.*got 0/);
     expect(parseConfig({ restart: { failed_cooldown_s: 86_400 } }).restart.failed_cooldown_s).to.equal(86_400);
     expect(messageOf({ restart: { failed_cooldown_s: 86_401 } })).to.match(/restart\.failed_cooldown_s.*got 86401/);
     expect(parseConfig({ restart: { failed_cooldown_s: 1 } }).restart.failed_cooldown_s).to.equal(1);
