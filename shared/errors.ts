@@ -129,6 +129,7 @@ const CODES = {
   // issue 8: poison pills and a full disk (docs/POISON-AND-DISK.md)
   request_quarantined: { class: 'unknown', summary: 'the request crashed or poisoned a child twice and is parked; it is not retried until an operator releases it' },
   storage_full: { class: 'unknown', summary: 'a store or file could not be written: its filesystem is full; free space, then ask again with the same name' },
+  store_busy: { class: 'unknown', summary: 'a store stayed locked by another connection (an open write transaction, such as one in the sqlite3 shell) past its busy timeout; end that transaction, then ask again with the same name' },
   // Store rollback (issue 8, item 2): a witness outside each store.
   // Class unknown (exit 4), not refused (exit 3): what the refused store would have answered is not known, and 3 reads as "ended without effect".
   store_rolled_back: { class: 'unknown', summary: "a store's head is below the head the supervisor witnessed (restored from an older copy, or its last writes lost): it is refused; outcomes it would answer for are unknown" },
@@ -200,7 +201,15 @@ export function toCustodyError(value: unknown, fallback: ErrorCode = 'internal')
   if (value instanceof CustodyError) return value;
   const message = value instanceof Error ? value.message : String(value);
   if (isStorageFull(value)) return new CustodyError('storage_full', describeStorageFull(value, message), { cause: value });
+  if (isStoreBusy(value)) return new CustodyError('store_busy', busyDescriber ? busyDescriber(message) : `a store is locked by another connection (${message}); end its transaction, then ask again with the same name`, { cause: value });
   return new CustodyError(fallback, message, { cause: value });
+}
+
+/** SQLite's SQLITE_BUSY (also as an extended code): another connection kept the lock past the busy timeout. */
+function isStoreBusy(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null) return false;
+  const code = (value as { code?: unknown }).code;
+  return typeof code === 'string' && (code === 'SQLITE_BUSY' || code.startsWith('SQLITE_BUSY_'));
 }
 
 /** SQLite's SQLITE_FULL (also as an extended code) or ENOSPC/EDQUOT from a file write. */
@@ -220,6 +229,13 @@ let storageDescriber: ((cause: string) => string) | null = null;
 
 export function registerStorageDescriber(describe: (cause: string) => string): void {
   storageDescriber = describe;
+}
+
+/** Likewise for SQLITE_BUSY, which does not say which database was locked either. */
+let busyDescriber: ((cause: string) => string) | null = null;
+
+export function registerBusyDescriber(describe: (cause: string) => string): void {
+  busyDescriber = describe;
 }
 
 function describeStorageFull(value: unknown, message: string): string {

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { CustodyError, registerStorageDescriber } from '../errors.js';
+import { CustodyError, registerBusyDescriber, registerStorageDescriber } from '../errors.js';
 import { applyMigrations, validateMigrations, type Migration } from './migrations.js';
 import { checkPrivateFile, checkPrivateFileIfPresent, ensurePrivateDir, isPathPresent, syncDirectory, type FileIdentity } from './private-fs.js';
 
@@ -264,6 +264,20 @@ export function describeFullStores(cause: string): string {
 }
 
 registerStorageDescriber(describeFullStores);
+
+/**
+ * SQLITE_BUSY: another connection to one of this process's stores (an
+ * operator's sqlite3 shell holding a write transaction open) kept its lock
+ * past STORE_BUSY_TIMEOUT_MS. The stores are named by label and file name,
+ * not path: the message reaches API callers.
+ */
+export function describeBusyStores(cause: string): string {
+  const names = [...OPEN_STORES].filter((store) => store.db.open).map((store) => `${store.label} store ${path.basename(store.file)}`);
+  const which = names.length === 0 ? 'a store of this process' : names.length === 1 ? `the ${names[0]}` : `one of ${names.join(', ')}`;
+  return `${which} stayed locked by another connection for over ${STORE_BUSY_TIMEOUT_MS / 1000} s (${cause}): an open write transaction, such as BEGIN IMMEDIATE left open in a sqlite3 shell; end it (COMMIT, ROLLBACK or close the shell), then ask again with the same name`;
+}
+
+registerBusyDescriber(describeBusyStores);
 
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);

@@ -85,10 +85,11 @@ async function answerDrive(service: Service, requestId: string, drive: Promise<R
 const STILL_CARRIED: ReadonlySet<string> = new Set(['unreachable', 'unknown']);
 /**
  * Codes of those classes that the caller must see as they are: a full disk
- * ends the drive (asking again with the same name once space is freed
- * resumes it), and a quarantined request waits for an operator.
+ * or a store locked from outside (the sqlite3 shell) ends the drive (asking
+ * again with the same name once space is freed or the lock ends resumes
+ * it), and a quarantined request waits for an operator.
  */
-const NOT_CARRIED: ReadonlySet<string> = new Set(['reply_dropped', 'storage_full', 'request_quarantined']);
+const NOT_CARRIED: ReadonlySet<string> = new Set(['reply_dropped', 'storage_full', 'store_busy', 'request_quarantined']);
 
 export async function invoke(service: Service, body: z.infer<typeof invokeBody>): Answer {
   const wait = waitFrom(performance.now(), body.wait_ms);

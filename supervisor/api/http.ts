@@ -27,6 +27,8 @@ export function statusOf(error: CustodyError): number {
   if (error.code === 'method_not_allowed') return 405;
   // 507 Insufficient Storage: the caller did nothing wrong; ask again with the same name once space is freed.
   if (error.code === 'storage_full') return 507;
+  // 503: a lock another connection holds on a store (the sqlite3 shell), not the caller's doing; ask again with the same name.
+  if (error.code === 'store_busy') return 503;
   return STATUS[error.errorClass];
 }
 
