@@ -1,6 +1,7 @@
 // Logs are JSON lines on stderr: never on stdout, which is a frame channel
 // in every child process.
 import { CustodyError } from './errors.js';
+import { stderrSink } from './log-sink.js';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
@@ -38,7 +39,7 @@ export function errorFields(error: unknown): Record<string, unknown> {
 
 export function createLogger(base: Record<string, unknown> = {}, options: LoggerOptions = {}): Logger {
   const threshold = LEVELS[options.level ?? levelFromEnv()];
-  const write = options.write ?? ((line: string) => process.stderr.write(line));
+  const write = options.write ?? ((line: string) => stderrSink().write(line));
   const emit = (level: LogLevel, event: string, fields?: Record<string, unknown>) => {
     if (LEVELS[level] < threshold) return;
     const record = { ts: new Date().toISOString(), level, ...base, event, ...fields };

@@ -6,6 +6,7 @@
 // fd 1 cannot forge a frame: it fails the MAC and poisons the channel.
 import type { Writable } from 'node:stream';
 import { format } from 'node:util';
+import { stderrSink } from '../log-sink.js';
 
 export interface FrameSink {
   write(chunk: Buffer): boolean;
@@ -22,7 +23,7 @@ export function takeFrameOutput(): FrameSink {
   const stdout = process.stdout as Writable;
   const realWrite = stdout.write.bind(stdout) as (chunk: Buffer) => boolean;
   const toStderr = (...args: unknown[]): void => {
-    process.stderr.write(format(...args) + '\n');
+    stderrSink().write(format(...args) + '\n');
   };
   console.log = toStderr;
   console.info = toStderr;

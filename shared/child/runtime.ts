@@ -14,6 +14,7 @@ import type { Signer } from '../crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../errors.js';
 import { CHILD_EXIT } from '../exit-codes.js';
 import { type Logger, createLogger, errorFields } from '../log.js';
+import { stderrSink } from '../log-sink.js';
 import { announceMigrationsTo } from '../store/migrations.js';
 import type { ChildRole } from '../protocol/common.js';
 import { FATAL_KIND, HEAD_KIND, type MessageKind } from '../protocol/messages.js';
@@ -148,7 +149,7 @@ export async function runChild(program: ChildProgram): Promise<number> {
  * a failed log write is dropped, never an uncaught EPIPE that ends the process.
  */
 function ignoreLostStderr(): void {
-  process.stderr.on('error', () => undefined);
+  stderrSink();
 }
 
 /** What the preamble gave this process: its session, its frame bounds, the bytes read past it. */

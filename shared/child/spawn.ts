@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { CustodyError } from '../errors.js';
 import { type Logger, errorFields } from '../log.js';
+import { stderrSink } from '../log-sink.js';
 import type { ChildRole, JsonObject } from '../protocol/common.js';
 import type { HelloBody } from '../protocol/messages.js';
 import { PREAMBLE_TAG } from '../protocol/preamble.js';
@@ -196,7 +197,7 @@ function spawnError(name: string, command: string, error: NodeJS.ErrnoException)
  * notice, if the child writes one.
  */
 function relayStderr(child: ChildProcessWithoutNullStreams, options: SpawnChildOptions, log: Logger): Promise<MigrationNotice> {
-  const onLine = options.onStderrLine ?? ((line: string) => process.stderr.write(line + '\n'));
+  const onLine = options.onStderrLine ?? ((line: string) => stderrSink().write(line + '\n'));
   let noticed: (notice: MigrationNotice) => void = () => undefined;
   const migrating = new Promise<MigrationNotice>((resolve) => (noticed = resolve));
   createInterface({ input: child.stderr, crlfDelay: Infinity }).on('line', (line) => {

@@ -4,6 +4,7 @@ import type { CustodyError } from '../../shared/errors.js';
 import type { SpawnChildOptions } from '../../shared/child/spawn.js';
 import type { ChildDeps, ChildHandle } from './child-handle.js';
 import { recordHead } from './head-check.js';
+import { stderrSink } from '../../shared/log-sink.js';
 
 /** Room for control messages (ping, cancel, shutdown) above the operations' slots. */
 const CONTROL_ROOM = 8;
@@ -36,5 +37,5 @@ export function spawnOptionsFor(child: ChildHandle, deps: ChildDeps, onChannelEn
 /** A child's stderr line (its JSON log) goes where the deps say; by default to this process's stderr, as it is. */
 function relayStderr(child: ChildHandle, deps: ChildDeps, line: string): void {
   if (deps.onStderrLine) deps.onStderrLine(child, line);
-  else process.stderr.write(line + '\n');
+  else stderrSink().write(line + '\n');
 }

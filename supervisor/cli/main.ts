@@ -16,6 +16,7 @@ import { createOutput } from './output.js';
 import { authorizeCommand, executeCommand, invokeCommand, opsCommand, reportCommand, traceCommand } from './commands/operations.js';
 import { archiveCommand, executorRotateCommand, kernelRotateCommand, recoverRollbackCommand, restartCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
 import { initCommand, startCommand } from './commands/service.js';
+import { stderrSink } from '../../shared/log-sink.js';
 
 let exitCode: number = CLI_EXIT.done;
 const setExit = (code: number): void => {
@@ -240,6 +241,8 @@ receipt
  */
 const outputClosed = (error: unknown): boolean => (error as NodeJS.ErrnoException | null)?.code === 'EPIPE';
 let serving = false;
+// stderr is the service's log: a reader that left (EPIPE) or stopped reading never ends the process or swells it (shared/log-sink.ts).
+stderrSink();
 process.stdout.on('error', (error) => {
   if (!outputClosed(error)) throw error;
   if (!serving) process.exit(CLI_EXIT.outputClosed);

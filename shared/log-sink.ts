@@ -1,0 +1,92 @@
+// Where every process's log lines go: stderr, through a bounded backlog
+// (README "Logs"). A write to a pipe whose reader is slow or stopped (a log
+// collector under SIGSTOP, a paused `| less`) is queued in this process's
+// memory; unbounded, a reader that stops for an hour holds the service's
+// whole log for that hour in RAM. Past the bound a line is dropped and
+// counted, and the first line written once the reader catches up says how
+// many were lost. A reader that is gone (EPIPE: a `| head` that left, a
+// collector that restarted) makes every write fail; that failure is the
+// log's only, and never ends the process.
+import type { Writable } from 'node:stream';
+
+/** Bytes of log a process queues for a reader that does not keep up (CUSTODY_LOG_BACKLOG_BYTES). */
+export const LOG_BACKLOG_DEFAULT_BYTES = 8 * 1024 * 1024;
+export const LOG_BACKLOG_MIN_BYTES = 4096;
+export const LOG_BACKLOG_MAX_BYTES = 1024 * 1024 * 1024;
+
+/** The backlog bound from the environment (children inherit it); the default for a value that is not a whole number within the bounds. */
+export function logBacklogBytes(value = process.env.CUSTODY_LOG_BACKLOG_BYTES): number {
+  const bytes = value === undefined || !/^\d{1,10}$/.test(value) ? NaN : Number(value);
+  return bytes >= LOG_BACKLOG_MIN_BYTES && bytes <= LOG_BACKLOG_MAX_BYTES ? bytes : LOG_BACKLOG_DEFAULT_BYTES;
+}
+
+export class LogSink {
+  readonly #stream: Writable;
+  readonly #maxBytes: number;
+  #dropped = 0;
+  #droppedBytes = 0;
+
+  constructor(stream: Writable, maxBytes: number) {
+    this.#stream = stream;
+    this.#maxBytes = maxBytes;
+    // Errors are the reader's going away: nothing to do but stop caring.
+    stream.on('error', () => undefined);
+  }
+
+  /** Lines dropped since the last report. */
+  get dropped(): number {
+    return this.#dropped;
+  }
+
+  /**
+   * Queue `text` (whole lines) if nothing waits or it fits within the bound
+   * with what waits; otherwise it is counted and dropped. So what waits is
+   * never more than the bound and one line, and a line longer than the bound
+   * still reaches a reader that keeps up.
+   */
+  write(text: string): void {
+    const stream = this.#stream;
+    if (stream.destroyed) return;
+    const bytes = Buffer.byteLength(text);
+    if (this.#dropped > 0) {
+      const report = droppedLine(this.#dropped, this.#droppedBytes, this.#maxBytes);
+      if (!this.#fits(Buffer.byteLength(report) + bytes)) return this.#drop(bytes);
+      stream.write(report);
+      this.#dropped = 0;
+      this.#droppedBytes = 0;
+    } else if (!this.#fits(bytes)) {
+      return this.#drop(bytes);
+    }
+    stream.write(text);
+  }
+
+  #fits(bytes: number): boolean {
+    const waiting = this.#stream.writableLength;
+    return waiting === 0 || waiting + bytes <= this.#maxBytes;
+  }
+
+  #drop(bytes: number): void {
+    this.#dropped++;
+    this.#droppedBytes += bytes;
+  }
+}
+
+function droppedLine(lines: number, bytes: number, maxBytes: number): string {
+  return `${JSON.stringify({
+    ts: new Date().toISOString(),
+    level: 'warn',
+    pid: process.pid,
+    event: 'log_lines_dropped',
+    lines,
+    bytes,
+    message: `stderr's reader did not keep up: ${lines} log lines were dropped once ${maxBytes} bytes waited for it (CUSTODY_LOG_BACKLOG_BYTES)`,
+  })}\n`;
+}
+
+let stderr: LogSink | null = null;
+
+/** This process's stderr sink, made (and its error listener attached) on first use. */
+export function stderrSink(): LogSink {
+  stderr ??= new LogSink(process.stderr, logBacklogBytes());
+  return stderr;
+}
