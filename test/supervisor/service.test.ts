@@ -175,6 +175,25 @@ describe('a graceful stop', function () {
     }
   });
 
+  it('stops as gracefully on SIGHUP (its terminal closed): the operation in flight completes and it exits 0', async () => {
+    const service = await startService({
+      config: { executors: [FIXTURE_EXECUTOR] },
+    });
+    try {
+      await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 });
+      const slow = service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'slow-hup', arguments: { ms: 1500 } }, 'agent');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      service.process.kill('SIGHUP');
+      expect((await slow).body).to.include({ outcome: 'completed' });
+      expect(await service.stop()).to.equal(0);
+      const signal = service.stderr.find((line) => line.includes('"event":"signal"'));
+      expect(signal, 'the signal is logged').to.contain('"signal":"SIGHUP"');
+      expect(service.stderr.some((line) => line.includes('"event":"service_stopped"'))).to.equal(true);
+    } finally {
+      service.cleanup();
+    }
+  });
+
   it('takes no new request once stopping, while the one in flight completes', async () => {
     const service = await startService({
       config: { executors: [FIXTURE_EXECUTOR] },

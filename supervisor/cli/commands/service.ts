@@ -48,7 +48,12 @@ export async function initCommand(out: Output, stateDir: string, executors: numb
   return 0;
 }
 
-/** Run the service in the foreground until SIGTERM/SIGINT or a failed kernel; resolves with the exit code. */
+/**
+ * Run the service in the foreground until SIGTERM, SIGINT or SIGHUP, or a
+ * failed kernel; resolves with the exit code. SIGHUP (the terminal that
+ * started it closed) stops it as gracefully as the others: Node's default
+ * would end the process at once, leaving what was in flight to recovery.
+ */
 export async function startCommand(stateDir: string, port: number | undefined): Promise<number> {
   const log = createLogger({ component: 'supervisor', pid: process.pid });
   const [{ initState }, { Service }] = await Promise.all([import('../../init.js'), import('../../service.js')]);
@@ -69,6 +74,7 @@ export async function startCommand(stateDir: string, port: number | undefined): 
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
+  process.on('SIGHUP', onSignal);
   try {
     service = await Service.start({ stateDir, log, signal: booting.signal, ...(port === undefined ? {} : { port }) });
   } catch (error) {
