@@ -206,7 +206,8 @@ export function toCustodyError(value: unknown, fallback: ErrorCode = 'internal')
 }
 
 /** SQLite's SQLITE_BUSY (also as an extended code): another connection kept the lock past the busy timeout. */
-function isStoreBusy(value: unknown): boolean {
+export function isStoreBusy(value: unknown): boolean {
+  if (value instanceof CustodyError) return value.code === 'store_busy';
   if (typeof value !== 'object' || value === null) return false;
   const code = (value as { code?: unknown }).code;
   return typeof code === 'string' && (code === 'SQLITE_BUSY' || code.startsWith('SQLITE_BUSY_'));

@@ -3,7 +3,7 @@
 // in its own write transaction with the version bump, so a crash leaves the
 // store at a version it really has.
 import type Database from 'better-sqlite3';
-import { CustodyError, isStorageFull } from '../errors.js';
+import { CustodyError, isStorageFull, isStoreBusy } from '../errors.js';
 import { holdPoint } from '../fault.js';
 import { type Logger, createLogger } from '../log.js';
 
@@ -105,6 +105,14 @@ export function applyMigrations(
           'storage_full',
           `${step} ran out of room and was rolled back, the store still at version ${migration.version - 1} (${message}); ` +
             'a migration that rewrites a table needs about twice the store\'s size free while it runs: free space, then start again',
+          { cause: error },
+        );
+      }
+      // Another connection (an operator's sqlite3 shell) holds the lock: not a schema fault either, and the next start retries.
+      if (isStoreBusy(error)) {
+        throw new CustodyError(
+          'store_busy',
+          `${step} could not take the store's lock, which another connection holds (an open write transaction, such as one left open in a sqlite3 shell); the store is still at version ${migration.version - 1} (${message}): end that transaction, and the next start migrates it`,
           { cause: error },
         );
       }

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { CustodyError, registerBusyDescriber, registerStorageDescriber } from '../errors.js';
+import { CustodyError, isStoreBusy, registerBusyDescriber, registerStorageDescriber, toCustodyError } from '../errors.js';
 import { applyMigrations, validateMigrations, type Migration } from './migrations.js';
 import { checkPrivateFile, checkPrivateFileIfPresent, ensurePrivateDir, isPathPresent, syncDirectory, type FileIdentity } from './private-fs.js';
 
@@ -23,8 +23,13 @@ export interface StoreSpec {
   readonly migrations: readonly Migration[];
 }
 
-/** How long a statement waits on another connection (an operator's sqlite3 shell) before SQLITE_BUSY. */
-export const STORE_BUSY_TIMEOUT_MS = 5000;
+/**
+ * How long a statement waits on another connection (an operator's sqlite3
+ * shell) before SQLITE_BUSY. The wait blocks the process's event loop, so it
+ * stays well below the heartbeat timeout (timing.heartbeat_timeout_ms, 10 s):
+ * a child waiting out a lock answers its pings late, never too late.
+ */
+export const STORE_BUSY_TIMEOUT_MS = 2000;
 
 const TEMP_STORE_MEMORY = 2;
 
@@ -162,16 +167,21 @@ function openVerified(spec: StoreSpec, file: string, expected: FileIdentity): Da
 }
 
 function finishOpen(spec: StoreSpec, file: string, db: Database.Database, mode: { provisioning: boolean }): Database.Database {
+  // Named first, so that a lock another connection holds while it opens is described naming this store.
+  OPENED_STORES.add(`${spec.label} store ${path.basename(file)}`);
+  const entry = { label: spec.label, file, db };
+  OPEN_STORES.add(entry);
   try {
     applyPragmas(spec, file, db);
     applyMigrations(db, `${spec.label} store ${file}`, spec.migrations, { ...mode, label: spec.label });
     // The first read above created -wal and -shm; SQLite gives them the database's mode, which we verify rather than trust.
     checkSidecars(file);
-    OPEN_STORES.add({ label: spec.label, file, db });
     return db;
   } catch (error) {
+    const failure = isStoreBusy(error) ? toCustodyError(error) : error;
+    OPEN_STORES.delete(entry);
     db.close();
-    throw error;
+    throw failure;
   }
 }
 
@@ -220,6 +230,8 @@ function checkSidecars(file: string): void {
 
 /** The stores this process has open, to name them when SQLite says a disk is full. */
 const OPEN_STORES = new Set<{ readonly label: string; readonly file: string; readonly db: Database.Database }>();
+/** "<label> store <file name>" of each store this process has opened: a process opens one to three. */
+const OPENED_STORES = new Set<string>();
 
 /** Room a store asks for at least: one WAL's worth to checkpoint into, and never less than 1 MiB. */
 const MIN_ROOM_BYTES = 1024 * 1024;
@@ -272,9 +284,10 @@ registerStorageDescriber(describeFullStores);
  * not path: the message reaches API callers.
  */
 export function describeBusyStores(cause: string): string {
-  const names = [...OPEN_STORES].filter((store) => store.db.open).map((store) => `${store.label} store ${path.basename(store.file)}`);
+  // Every store this process opened, closed ones too: a setup that failed on the lock closes its store before the error is described.
+  const names = [...OPENED_STORES];
   const which = names.length === 0 ? 'a store of this process' : names.length === 1 ? `the ${names[0]}` : `one of ${names.join(', ')}`;
-  return `${which} stayed locked by another connection for over ${STORE_BUSY_TIMEOUT_MS / 1000} s (${cause}): an open write transaction, such as BEGIN IMMEDIATE left open in a sqlite3 shell; end it (COMMIT, ROLLBACK or close the shell), then ask again with the same name`;
+  return `${which} stayed locked by another connection (${cause}): an open write transaction, such as BEGIN IMMEDIATE left open in a sqlite3 shell; end it (COMMIT, ROLLBACK or close the shell), then ask again with the same name`;
 }
 
 registerBusyDescriber(describeBusyStores);

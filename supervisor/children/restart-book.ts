@@ -35,8 +35,13 @@ export interface ExitRecord extends KillIntent {
 /** Starts refused for good: restarting would only be refused again (a rolled-back store: docs/ROLLBACK.md). */
 const REFUSED_FOR_GOOD: ReadonlySet<string> = new Set(['identity_mismatch', 'hello_invalid', 'store_rolled_back']);
 
-/** Starts that failed for a cause outside the child: tried again at the longest backoff, never counted toward its failure. */
-const NOT_YET: ReadonlySet<string> = new Set(['store_locked', 'descriptors_exhausted']);
+/**
+ * Starts that failed for a cause outside the child: its store still locked
+ * by a process finishing an effect, no descriptors for its pipes, or its
+ * store locked from a sqlite3 shell. Tried again at the longest backoff,
+ * never counted toward its failure.
+ */
+const NOT_YET: ReadonlySet<string> = new Set(['store_locked', 'descriptors_exhausted', 'store_busy']);
 
 export class RestartBook {
   restarts = 0;
@@ -84,9 +89,7 @@ export class RestartBook {
     const { name } = this.#child.spec;
     this.#deps.store.recordIncident({ child: name, kind: reason.code === 'store_rolled_back' ? 'store_rolled_back' : 'start_failed', code: reason.code, message: reason.message });
     if (REFUSED_FOR_GOOD.has(reason.code)) return this.fail(reason);
-    // A previous process of this child still holds its store (a remote
-    // executor still finishing an effect), or the supervisor has no file
-    // descriptors for the pipes: not the child's crash, only not yet.
+    // Not the child's crash, only not yet (NOT_YET).
     this.afterExit(`start failed: ${reason.code}`, NOT_YET.has(reason.code) ? { counted: false, delayMs: this.#deps.restart.backoff_max_ms } : { counted: true });
   }
 

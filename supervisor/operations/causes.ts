@@ -25,7 +25,7 @@ const CAUSES: Record<string, Cause> = {
   child_failed: (o) =>
     `the executor${o.executor ? ` ${o.executor}` : ''} that serves ${o.tool} is failed and waits for its cool-down (custody status shows when); custody restart CHILD starts it now, then ask again with the same name`,
   store_busy: (o) =>
-    `a store stayed locked by another connection (an open write transaction, such as one left open in a sqlite3 shell; the service log names the store); nothing is lost: end that transaction, then ask again with the same name (${o.request_id})`,
+    `a store stayed locked by another connection (an open write transaction, such as one left open in a sqlite3 shell; the service log names the store); nothing is lost: the service asks again once that transaction ends (COMMIT, ROLLBACK or close the shell), and asking for ${o.request_id} shows where it stands`,
   report_outside_window: (o) => `the executor's report of ${o.request_id} falls outside its window; an operator must look: custody trace ${o.request_id}`,
 };
 

@@ -178,9 +178,13 @@ export async function reconcileOperation(ctx: OperationContext, executor: ChildH
   }
 }
 
-/** An answer from the executor that proves nothing about the outcome (not a lost channel, not the reconcile bound). */
+/**
+ * An answer from the executor that proves nothing about the outcome (not a
+ * lost channel, not the reconcile bound, not its ledger locked from a sqlite3
+ * shell for a moment: those are only asked again).
+ */
 function provesNothing(failure: CustodyError): boolean {
-  return !isTransportFailure(failure) && failure.code !== 'reconcile_budget_exhausted';
+  return !isTransportFailure(failure) && failure.code !== 'reconcile_budget_exhausted' && failure.code !== 'store_busy';
 }
 
 /** Tell the kernel the outcome is unknown (its hold stays); true once the kernel has it. */

@@ -21,3 +21,8 @@ export async function until<T>(what: string, probe: () => Promise<T | undefined>
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
+
+/** Polls `check` until it holds; rejects after `timeoutMs`. */
+export async function untilHolds(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  await until(what, async () => ((await check()) ? true : undefined), timeoutMs);
+}

@@ -150,6 +150,11 @@ async function waitForService(paths: StatePaths, child: ChildProcess, stderr: st
   throw new Error(`custody start did not come up within 30 s:\n${stderr.slice(-20).join('\n')}`);
 }
 
+/** The service's log lines (stderr) of one event, parsed. */
+export function logEvents(service: Pick<TestService, 'stderr'>, event: string): Array<Record<string, unknown>> {
+  return service.stderr.filter((line) => line.includes(`"event":"${event}"`)).map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
 /** Run a query with the sqlite3 shell, as an operator would; returns rows as objects. */
 export async function sqlite(file: string, sql: string): Promise<Array<Record<string, unknown>>> {
   const { stdout } = await run('sqlite3', ['-json', '-readonly', file, sql]);

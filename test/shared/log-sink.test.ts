@@ -96,7 +96,8 @@ describe('the service\'s stderr', function () {
   let service: TestService;
 
   before(async () => {
-    service = await startService({ env: { CUSTODY_LOG_BACKLOG_BYTES: '4096' } });
+    // At debug level an operation writes several KB of log: 150 fill the pipe's 64 KiB and the 4 KiB backlog many times over.
+    service = await startService({ env: { CUSTODY_LOG_BACKLOG_BYTES: '4096', CUSTODY_LOG_LEVEL: 'debug' } });
     const grant = await service.http('POST', '/v1/grants', { tool: 'review-notes/append', max_invocations: 1000, ttl_ms: 3_600_000 });
     expect(grant.status, JSON.stringify(grant.body)).to.equal(201);
   });
@@ -115,7 +116,6 @@ describe('the service\'s stderr', function () {
 
   it('with its reader stopped, serves on and drops past the backlog, then says how many lines it dropped', async () => {
     service.process.stderr!.pause();
-    // ~1 KB of log an operation: the pipe's 64 KiB and the 4 KiB backlog fill well before 150.
     await invokeMany(150, 'reader stopped');
     service.process.stderr!.resume();
     await invokeMany(1, 'reader back');

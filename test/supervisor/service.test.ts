@@ -182,12 +182,21 @@ describe('a graceful stop', function () {
     try {
       await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 });
       const slow = service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'slow-hup', arguments: { ms: 1500 } }, 'agent');
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      // Signalled once the operation is executing, not after a guessed sleep.
+      const deadline = Date.now() + 20_000;
+      const phase = async () => ((await service.http('GET', '/v1/operations/slow-hup', undefined, 'agent')).body.request as { phase?: string } | undefined)?.phase;
+      while ((await phase()) !== 'executing') {
+        if (Date.now() > deadline) throw new Error('slow-hup never reached executing');
+        await new Promise((resolve) => setTimeout(resolve, 25));
+      }
+      const exited = new Promise<number | null>((resolve) => service.process.once('exit', (code) => resolve(code)));
       service.process.kill('SIGHUP');
       expect((await slow).body).to.include({ outcome: 'completed' });
-      expect(await service.stop()).to.equal(0);
-      const signal = service.stderr.find((line) => line.includes('"event":"signal"'));
-      expect(signal, 'the signal is logged').to.contain('"signal":"SIGHUP"');
+      // It exits of itself on SIGHUP: nothing else is sent.
+      expect(await exited).to.equal(0);
+      const signals = service.stderr.filter((line) => line.includes('"event":"signal"'));
+      expect(signals, 'one signal, SIGHUP').to.have.length(1);
+      expect(signals[0]).to.contain('"signal":"SIGHUP"');
       expect(service.stderr.some((line) => line.includes('"event":"service_stopped"'))).to.equal(true);
     } finally {
       service.cleanup();

@@ -1,26 +1,39 @@
 // A store locked from the sqlite3 shell (README "Looking inside the stores"):
 // an operator's `BEGIN IMMEDIATE` left open holds the lock, each process
-// waits its 5 s busy timeout, then answers store_busy naming the store, a
+// waits its 2 s busy timeout, then answers store_busy naming the store, a
 // 503 rather than a 500 "internal error" (supervisor.db) or a 202 promising
 // a drive that had ended (kernel.db). Nothing is lost and nothing runs twice:
 // asked again with the same name once the shell commits, the request
-// completes with one journal line.
+// completes with one journal line. A locked ledger is only asked again (no
+// outcome marked unknown), and a locked store at a child's start is not held
+// against the child.
 import { expect } from 'chai';
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { sqlite, startService, type TestService } from '../helpers/service.js';
+import { logEvents, sqlite, startService, type TestService } from '../helpers/service.js';
+import { untilHolds } from '../helpers/eventually.js';
 
-/** A sqlite3 shell holding the write lock of `file` until `release` commits and ends it. */
-async function lockStore(file: string): Promise<{ release(): Promise<void> }> {
-  const shell: ChildProcessWithoutNullStreams = spawn('sqlite3', [file]);
+/**
+ * A sqlite3 shell holding the write lock of `file` until `release` commits
+ * and ends it. It waits for the lock itself (`.timeout`) and stops at the
+ * first error (`-bail`), so 'locked' is printed only once it holds it.
+ */
+async function lockStore(file: string): Promise<{ release: () => Promise<void> }> {
+  const shell: ChildProcessWithoutNullStreams = spawn('sqlite3', ['-bail', file]);
   let output = '';
   shell.stdout.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
-  const ended = new Promise<void>((resolve) => shell.once('close', () => resolve()));
-  shell.stdin.write("BEGIN IMMEDIATE;\nSELECT 'locked';\n");
-  const deadline = Date.now() + 10_000;
+  let exited = false;
+  const ended = new Promise<void>((resolve) =>
+    shell.once('close', () => {
+      exited = true;
+      resolve();
+    }),
+  );
+  shell.stdin.write(".timeout 10000\nBEGIN IMMEDIATE;\nSELECT 'locked';\n");
+  const deadline = Date.now() + 15_000;
   while (!output.includes('locked')) {
-    if (Date.now() > deadline) throw new Error('the sqlite3 shell did not take the lock');
+    if (exited || Date.now() > deadline) throw new Error('the sqlite3 shell did not take the lock');
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   return {
@@ -36,8 +49,10 @@ describe('a store locked from the sqlite3 shell', function () {
   let service: TestService;
 
   before(async () => {
-    // The default heartbeat timeout (10 s): a kernel waiting out its 5 s busy timeout still answers its pings.
+    // The default heartbeat timeout (10 s): a child waiting out its 2 s busy timeout answers its pings late, not too late.
     service = await startService({ config: { timing: { heartbeat_timeout_ms: 10_000 } } });
+    const grant = await service.http('POST', '/v1/grants', { tool: 'review-notes/append', max_invocations: 100, ttl_ms: 3_600_000 });
+    expect(grant.status, JSON.stringify(grant.body)).to.equal(201);
   });
 
   after(async () => {
@@ -91,4 +106,63 @@ describe('a store locked from the sqlite3 shell', function () {
     expect(journalLines('kernel locked')).to.equal(1);
     expect(service.stderr.some((line) => line.includes('"code":"store_busy"') && line.includes('kernel store kernel.db')), 'the service log names the store').to.equal(true);
   });
+
+  it('asks a locked ledger again instead of marking the outcome unknown; nothing runs, and the operation is released once the lock ends', async () => {
+    const supervisorDb = path.join(service.paths.supervisorDir, 'supervisor.db');
+    const lock = await lockStore(path.join(service.paths.executorDir('default'), 'ledger.db'));
+    const answered = invoke('busy-ledger', 'ledger locked');
+    try {
+      // The claim waits out the lock, then the reconciliation does, more than once.
+      await untilHolds('two reconciliations refused by the lock', () => logEvents(service, 'reconcile_unanswered').filter((l) => l.request_id === 'busy-ledger' && l.code === 'store_busy').length >= 2);
+    } finally {
+      await lock.release();
+    }
+    await answered;
+    let final: Record<string, unknown> = {};
+    await untilHolds('the operation settled', async () => {
+      final = (await service.http('GET', '/v1/operations/busy-ledger', undefined, 'agent')).body.request as Record<string, unknown>;
+      return final.final === true;
+    });
+    expect(final).to.include({ outcome: 'released' });
+    expect(journalLines('ledger locked'), 'the claim never happened, nor the effect').to.equal(0);
+    const operationId = String(final.operation_id);
+    expect(logEvents(service, 'operation_unknown').filter((l) => l.operation_id === operationId), 'never marked unknown at the kernel').to.deep.equal([]);
+    expect(await sqlite(supervisorDb, "SELECT code FROM incidents WHERE kind = 'reconcile_refused'"), 'no incident for an operator').to.deep.equal([]);
+  });
 });
+
+describe('a store locked from the sqlite3 shell as its child starts', function () {
+  this.timeout(120_000);
+  let service: TestService;
+
+  before(async () => {
+    service = await startService({ config: { restart: { max_restarts: 1, period_s: 60, backoff_initial_ms: 50, backoff_max_ms: 300 } } });
+  });
+
+  after(async () => {
+    await service.stop();
+    service.cleanup();
+  });
+
+  it('is not held against the child: refused starts past restart.max_restarts name the store, and it runs once the lock ends', async () => {
+    const status = async () => (await service.http('GET', '/v1/status', undefined, 'agent')).body.children as Array<{ name: string; pid: number | null; state: string }>;
+    const kernel = (await status()).find((c) => c.name === 'kernel')!;
+    const lock = await lockStore(path.join(service.paths.kernelDir, 'kernel.db'));
+    try {
+      process.kill(kernel.pid!, 'SIGKILL');
+      // With max_restarts 1, counted refusals would have failed the kernel (and stopped the service) after two.
+      await untilHolds('three refused starts', () => logEvents(service, 'restart_failed').filter((l) => l.code === 'store_busy').length >= 3, 60_000);
+    } finally {
+      await lock.release();
+    }
+    const refusal = logEvents(service, 'restart_failed').find((l) => l.code === 'store_busy')!;
+    expect(String(refusal.message)).to.contain('kernel store kernel.db');
+    expect(logEvents(service, 'child_failed')).to.deep.equal([]);
+    await untilHolds('the kernel running again', async () => (await status()).find((c) => c.name === 'kernel')!.state === 'running', 60_000);
+    const answer = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'after the lock' } }, 'agent');
+    expect(answer.status, JSON.stringify(answer.body)).to.equal(200);
+    expect(answer.body).to.include({ outcome: 'completed' });
+  });
+});
+
+
