@@ -226,9 +226,9 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
     sendError(response, new CustodyError('bad_request', `Expect: ${String(request.headers.expect).slice(0, 40)} is not supported; only 100-continue is`));
   });
   boundConnections(server, service.config.bounds.max_connections, log, () => service.metrics.connectionDropped());
-  // Receiving a request (not answering it: an invoke may wait minutes) is bounded.
-  server.requestTimeout = 30_000;
-  server.headersTimeout = 10_000;
+  // Receiving a request (not answering it: an invoke may wait minutes) is bounded. Node wants the header timeout at most the request's.
+  server.requestTimeout = service.config.timing.api_request_timeout_ms;
+  server.headersTimeout = Math.min(service.config.timing.api_headers_timeout_ms, server.requestTimeout);
   await new Promise<void>((resolve, reject) => {
     const refused = (error: Error) => reject(new CustodyError('config_invalid', `cannot listen on 127.0.0.1:${port}: ${error.message}`, { cause: error }));
     server.once('error', refused);

@@ -126,6 +126,14 @@ export const timingSchema = z.strictObject({
    * 0 refuses at once.
    */
   executor_wait_ms: z.number().int().min(0).max(600_000).default(10_000),
+  /**
+   * How long a connection to the API may take to send its request headers,
+   * then its whole request (not to be answered: an invoke may wait minutes);
+   * past either it is answered 408 and closed, freeing its place under
+   * bounds.max_connections (supervisor/api/server.ts checks every second).
+   */
+  api_headers_timeout_ms: z.number().int().min(1_000).max(600_000).default(10_000),
+  api_request_timeout_ms: z.number().int().min(1_000).max(3_600_000).default(30_000),
 });
 
 export const metricsSchema = z.strictObject({

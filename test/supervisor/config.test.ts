@@ -48,6 +48,14 @@ describe('custody.json', () => {
     expect(messageOf({ bounds: { max_connections: 1_000_001 } })).to.match(/bounds\.max_connections.*got 1000001/);
     expect(parseConfig({ bounds: { max_connections: 1 } }).bounds.max_connections).to.equal(1);
     expect(messageOf({ bounds: { max_connections: 0 } })).to.match(/bounds\.max_connections.*got 0/);
+    expect(parseConfig({}).timing).to.include({ api_headers_timeout_ms: 10_000, api_request_timeout_ms: 30_000 });
+    expect(parseConfig({ timing: { api_headers_timeout_ms: 1_000, api_request_timeout_ms: 1_000 } }).timing.api_headers_timeout_ms).to.equal(1_000);
+    expect(messageOf({ timing: { api_headers_timeout_ms: 999 } })).to.match(/timing\.api_headers_timeout_ms.*got 999/);
+    expect(parseConfig({ timing: { api_headers_timeout_ms: 600_000 } }).timing.api_headers_timeout_ms).to.equal(600_000);
+    expect(messageOf({ timing: { api_headers_timeout_ms: 600_001 } })).to.match(/timing\.api_headers_timeout_ms.*got 600001/);
+    expect(parseConfig({ timing: { api_request_timeout_ms: 3_600_000 } }).timing.api_request_timeout_ms).to.equal(3_600_000);
+    expect(messageOf({ timing: { api_request_timeout_ms: 3_600_001 } })).to.match(/timing\.api_request_timeout_ms.*got 3600001/);
+    expect(messageOf({ timing: { api_request_timeout_ms: 999 } })).to.match(/timing\.api_request_timeout_ms.*got 999/);
     expect(parseConfig({ restart: { failed_cooldown_s: 86_400 } }).restart.failed_cooldown_s).to.equal(86_400);
     expect(messageOf({ restart: { failed_cooldown_s: 86_401 } })).to.match(/restart\.failed_cooldown_s.*got 86401/);
     expect(parseConfig({ restart: { failed_cooldown_s: 1 } }).restart.failed_cooldown_s).to.equal(1);

@@ -60,11 +60,12 @@ describe('the supervisor\'s file descriptors', function () {
 
   describe('bounds.max_connections on a live service', () => {
     const BOUND = 8;
+    const HEADERS_MS = 2_000;
     let service: TestService;
     const held: net.Socket[] = [];
 
     before(async () => {
-      service = await startService({ config: { bounds: { max_connections: BOUND } } });
+      service = await startService({ config: { bounds: { max_connections: BOUND }, timing: { api_headers_timeout_ms: HEADERS_MS } } });
     });
 
     after(async () => {
@@ -105,7 +106,7 @@ describe('the supervisor\'s file descriptors', function () {
       expect((status.body.children as Array<{ restarts: number }>).every((c) => c.restarts === 0)).to.equal(true);
     });
 
-    it('answers 408 to a connection that sends no request and frees its slot after the 10 s header timeout, not Node\'s 30 s check', async () => {
+    it(`answers 408 to a connection that sends no request and frees its slot after timing.api_headers_timeout_ms (${HEADERS_MS} ms), not at Node's 30 s check`, async () => {
       const silent = await idleConnection(service.port);
       const silentAt = Date.now();
       const bytes: Buffer[] = [];
@@ -113,8 +114,8 @@ describe('the supervisor\'s file descriptors', function () {
       await new Promise((resolve) => silent.once('close', resolve));
       const held = Date.now() - silentAt;
       expect(Buffer.concat(bytes).toString('utf8')).to.match(/^HTTP\/1\.1 408 /);
-      // Checked every 30 s (Node's default), it would be closed 10–40 s in.
-      expect(held, `closed after ${held} ms`).to.be.within(9_000, 15_000);
+      // Checked every second; at Node's default of every 30 s it would be closed up to 30 s later.
+      expect(held, `closed after ${held} ms`).to.be.within(HEADERS_MS - 100, HEADERS_MS + 3_000);
     });
   });
 
