@@ -89,7 +89,8 @@ export function connect(stateDir: string, options: { answerTimeoutMs?: number } 
       return checkedAnswer(method, path, await client.request(method, path, body), schema);
     } catch (error) {
       if (isCustodyError(error, 'service_unavailable')) {
-        throw new CustodyError('service_unavailable', `${error.message} (${paths.root}); is custody running? custody start --state ${paths.root}`, { cause: error });
+        const reset = (error.cause as { code?: unknown } | undefined)?.code === 'ECONNRESET';
+        throw new CustodyError('service_unavailable', reset ? `${error.message} (${paths.root})` : `${error.message} (${paths.root}); is custody running? custody start --state ${paths.root}`, { cause: error });
       }
       if (isCustodyError(error, 'outcome_unknown')) throw new CustodyError('outcome_unknown', `${error.message} — ask again with the same name`, { cause: error });
       throw error;

@@ -408,6 +408,10 @@ export class CustodyClient {
           continue;
         }
         const why = typeof code === 'string' ? code : (cause as Error).message;
+        // A reset before any answer: a running service at its connection bound closes new ones unread (docs/SECURITY.md "Connections").
+        if (notSent && code === 'ECONNRESET') {
+          throw new CustodyError('service_unavailable', `custody at ${this.url} closed the connection unanswered (ECONNRESET): it may be at its connection bound (bounds.max_connections; its log says api_connections_full) or stopping; try again shortly`, { cause });
+        }
         if (notSent) throw new CustodyError('service_unavailable', `custody does not answer at ${this.url}: ${why}`, { cause });
         const again = options.name ? `; ask again with the same name (${options.name})` : '';
         throw new CustodyError('outcome_unknown', `the connection to custody broke after ${method} ${path} was sent (${why}); it may still complete${again}`, { cause });

@@ -85,6 +85,10 @@ describe('the supervisor\'s file descriptors', function () {
       expect(await healthOn(past), 'the connection past the bound is closed unanswered').to.equal('');
       await untilHolds('the api_connections_full line', () => logEvents(service, 'api_connections_full').length > 0);
       expect(logEvents(service, 'api_connections_full')[0]).to.include({ level: 'warn', bound: BOUND, dropped: 1 });
+      // The CLI says what a reset means rather than asking whether custody runs.
+      const cli = await service.cli(['status']);
+      expect(cli.code, cli.stderr).to.equal(5);
+      expect(cli.stderr).to.contain('connection bound (bounds.max_connections').and.not.to.contain('is custody running');
 
       held.shift()!.destroy();
       // The slot is free once the server has seen the close; until then a new connection is still past the bound.
