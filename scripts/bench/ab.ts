@@ -31,8 +31,27 @@ interface Build {
   flags: string[];
 }
 
+const USAGE =
+  'usage: node dist/scripts/bench/ab.js --build NAME=DIST [--build NAME=DIST …] [--node-flags NAME="--flag …"] [--rounds 3] [--ops 600] [--concurrency 16,64] [--profile DIR] [--json FILE]';
+
+/** A usage error: the reason and the usage line on stderr, exit 2 (a stack trace says nothing to whoever typed the command). */
+function usage(why: string): never {
+  process.stderr.write(`${why}\n${USAGE}\n`);
+  process.exit(2);
+}
+
+/** A whole number of at least 1, or a usage error naming the option. */
+function count(option: string, text: string): number {
+  const value = Number(text);
+  return Number.isInteger(value) && value >= 1 ? value : usage(`${option} takes a whole number of at least 1, got ${JSON.stringify(text)}`);
+}
+
 function options() {
   const args = process.argv.slice(2);
+  if (args.includes('--help')) {
+    process.stdout.write(`${USAGE}\n`);
+    process.exit(0);
+  }
   const builds: Build[] = [];
   let rounds = 3;
   let ops = 600;
@@ -44,25 +63,25 @@ function options() {
     switch (args[i]) {
       case '--build': {
         const [name, dist] = value.split('=');
-        if (!name || !dist) throw new Error(`--build wants name=dist, got ${value}`);
+        if (!name || !dist) usage(`--build wants name=dist, got ${JSON.stringify(value)}`);
         builds.push({ name, dist: path.resolve(dist), flags: [] });
         break;
       }
       case '--node-flags': {
         const at = value.indexOf('=');
         const build = builds.find((b) => b.name === value.slice(0, at));
-        if (at < 0 || !build) throw new Error(`--node-flags wants name="--flag …" after --build name=…, got ${value}`);
+        if (at < 0 || !build) usage(`--node-flags wants name="--flag …" after --build name=…, got ${JSON.stringify(value)}`);
         build.flags = value.slice(at + 1).split(/\s+/).filter(Boolean);
         break;
       }
       case '--rounds':
-        rounds = Number(value);
+        rounds = count('--rounds', value);
         break;
       case '--ops':
-        ops = Number(value);
+        ops = count('--ops', value);
         break;
       case '--concurrency':
-        concurrency = value.split(',').map(Number);
+        concurrency = value.split(',').map((part) => count('--concurrency', part));
         break;
       case '--profile':
         profile = path.resolve(value);
@@ -71,11 +90,11 @@ function options() {
         json = path.resolve(value);
         break;
       default:
-        throw new Error(`unknown option ${args[i]}`);
+        usage(`unknown option ${JSON.stringify(args[i])}`);
     }
     i++;
   }
-  if (builds.length === 0) throw new Error('name at least one --build name=dist');
+  if (builds.length === 0) usage('name at least one --build name=dist');
   return { builds, rounds, ops, concurrency, profile, json };
 }
 

@@ -19,10 +19,11 @@ import { measureDecode } from './decode.js';
 import { measureEd25519 } from './ed25519.js';
 import { type LoadResult, measureEndToEnd, measureSqliteCommits } from './e2e.js';
 import { RESULTS_DIR, measureWire, printWire } from './wire.js';
+import { scriptArgs } from './args.js';
 
 const scale = Number(process.env.CUSTODY_BENCH_SCALE ?? '1') || 1;
 const history = Number(process.env.CUSTODY_BENCH_HISTORY ?? '100000');
-const json = process.argv.includes('--json');
+const json = scriptArgs('usage: node dist/scripts/bench/all.js [--json]   (npm run bench -- --json)', { switches: ['--json'] }).switches.has('--json');
 const out = (line = '') => process.stdout.write(line + '\n');
 
 /**

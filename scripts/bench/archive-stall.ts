@@ -8,9 +8,10 @@
 // of both and how long the pass took.
 import { callApi, invokeNote, invokeNotes } from './client.js';
 import { percentile, startGrantedService } from './e2e.js';
+import { scriptArgs } from './args.js';
 
 const WINDOW_MS = 20_000;
-const operations = Number(process.argv[2] ?? 8000);
+const [operations] = scriptArgs('usage: npm run bench:archive -- [operations, 8000]', { counts: [{ name: 'operations', fallback: 8000 }] }).counts as [number];
 
 function figures(latencies: number[]) {
   const sorted = [...latencies].sort((a, b) => a - b);

@@ -9,9 +9,14 @@
 import { callApi, invokeNotes } from './client.js';
 import { startGrantedService } from './e2e.js';
 import { cpuBetween, sampleTree } from './procfs.js';
+import { scriptArgs } from './args.js';
 
-const operations = Number(process.argv[2] ?? 20_000);
-const rounds = Number(process.argv[3] ?? 3);
+const [operations, rounds] = scriptArgs('usage: npm run bench:listing -- [operations, 20000] [rounds, 3]', {
+  counts: [
+    { name: 'operations', fallback: 20_000 },
+    { name: 'rounds', fallback: 3 },
+  ],
+}).counts as [number, number];
 
 const { service, remove } = await startGrantedService('custody-bench-listing-', { timing: { archive_interval_ms: 0 } });
 try {

@@ -16,10 +16,15 @@ import { KernelStore } from '../../kernel-proc/store/kernel-store.js';
 import { type GrantRow, GrantsTable, grantKeyOf } from '../../kernel-proc/store/grants-table.js';
 import { OperationsTable, operationKeyOf } from '../../kernel-proc/store/operations-table.js';
 import type { GrantKey, OperationKey } from '../../shared/protocol/kernel-messages.js';
+import { scriptArgs } from './args.js';
 
 const PAGE = 1000;
-const operations = Number(process.argv[2] ?? 300_000);
-const grants = Number(process.argv[3] ?? 100_000);
+const [operations, grants] = scriptArgs('usage: npm run bench:pages -- [operations, 300000] [grants, 100000]', {
+  counts: [
+    { name: 'operations', fallback: 300_000 },
+    { name: 'grants', fallback: 100_000 },
+  ],
+}).counts as [number, number];
 
 /** Milliseconds `run` takes, and what it returned. */
 function timed<T>(run: () => T): [number, T] {
