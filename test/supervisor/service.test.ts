@@ -3,13 +3,14 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { isGone } from '../../supervisor/children/proc-stat.js';
 import { programPath } from '../../shared/entry-points.js';
 import { CLI, custody, FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 import { until } from '../helpers/eventually.js';
+import { REPO_ROOT } from '../helpers/vectors.js';
 
 describe('the control API', function () {
   this.timeout(60_000);
@@ -200,6 +201,31 @@ describe('a graceful stop', function () {
       expect(service.stderr.some((line) => line.includes('"event":"service_stopped"'))).to.equal(true);
     } finally {
       service.cleanup();
+    }
+  });
+
+  it('stops gracefully when a process manager signals npm start, not the service under it (its script execs node)', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-npm-'));
+    const state = path.join(dir, 'state');
+    // npm forwards SIGTERM to the script's process: without exec that is a shell, which dies and leaves the service running orphaned.
+    const npm = spawn('npm', ['start', '--silent', '--', '--state', state, '--port', '0'], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    npm.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+    const npmExited = once(npm, 'exit');
+    let supervisorPid: number | null = null;
+    try {
+      await until('the service serving', () => Promise.resolve(existsSync(path.join(state, 'supervisor', 'service.json')) ? true : undefined));
+      supervisorPid = (JSON.parse(readFileSync(path.join(state, 'supervisor', 'service.json'), 'utf8')) as { pid: number }).pid;
+      expect(supervisorPid, 'npm runs the service itself, no shell in between').to.not.equal(npm.pid);
+      npm.kill('SIGTERM');
+      await npmExited;
+      await until('the service gone', () => Promise.resolve(isGone(supervisorPid!, null) ? true : undefined), 20_000);
+      expect(stderr).to.match(/"event":"signal","signal":"SIGTERM"/);
+      expect(stderr).to.match(/"event":"service_stopped"[^\n]*"exit_code":0/);
+    } finally {
+      if (supervisorPid !== null && !isGone(supervisorPid, null)) process.kill(supervisorPid, 'SIGKILL');
+      if (npm.exitCode === null) npm.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
