@@ -3,12 +3,13 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { isGone } from '../../supervisor/children/proc-stat.js';
 import { programPath } from '../../shared/entry-points.js';
-import { CLI, custody, FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
+import { CLI, custody, FIXTURE_EXECUTOR, initTestState, sqlite, startService, type TestService } from '../helpers/service.js';
+import { statePaths } from '../../supervisor/paths.js';
 import { until } from '../helpers/eventually.js';
 import { REPO_ROOT } from '../helpers/vectors.js';
 
@@ -120,6 +121,23 @@ describe('restart intensity', function () {
       expect(existsSync(service.paths.serviceJson), 'service.json is removed').to.equal(false);
     } finally {
       service.cleanup();
+    }
+  });
+
+  it('names the refusal itself, not only its code, when the kernel fails at start (a damaged kernel.db)', async () => {
+    const root = await initTestState({ restart: { max_restarts: 1, period_s: 60, backoff_initial_ms: 50, backoff_max_ms: 100 } });
+    const kernelDb = path.join(statePaths(root).kernelDir, 'kernel.db');
+    // Bytes over the first page's b-tree header: the file opens, its first read fails.
+    const fd = openSync(kernelDb, 'r+');
+    writeSync(fd, Buffer.from('garbage garbage garbage'), 0, 23, 100);
+    closeSync(fd);
+    const started = await custody(['--state', root, 'start', '--port', '0']);
+    try {
+      expect(started.code, started.stderr).to.equal(5);
+      const last = started.stderr.trim().split('\n').at(-1)!;
+      expect(last).to.contain('kernel failed').and.to.contain('store_schema: kernel store').and.to.contain('is not a readable SQLite database');
+    } finally {
+      rmSync(path.dirname(root), { recursive: true, force: true });
     }
   });
 });
