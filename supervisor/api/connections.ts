@@ -45,9 +45,10 @@ export function connectionBound(configured: number, limit: number | null): { rea
 /**
  * Bound the server's connections, saying so when the limit lowered the
  * bound, and log the connections it drops: the first of a run at once, then
- * at most one line per interval with how many were dropped since.
+ * at most one line per interval with how many were dropped since, the last
+ * of a run included (a timer says it once the interval has passed).
  */
-export function boundConnections(server: Server, configured: number, log: Logger, onDrop: () => void): number {
+export function boundConnections(server: Server, configured: number, log: Logger, onDrop: () => void, intervalMs = DROP_LOG_INTERVAL_MS): number {
   const limit = openFileLimit();
   const { bound, lowered } = connectionBound(configured, limit);
   if (lowered && limit !== null) {
@@ -61,18 +62,29 @@ export function boundConnections(server: Server, configured: number, log: Logger
   server.maxConnections = bound;
   let dropped = 0;
   let lastLog = -Infinity;
-  server.on('drop', () => {
-    dropped++;
-    onDrop();
-    const now = Date.now();
-    if (now - lastLog < DROP_LOG_INTERVAL_MS) return;
+  let pending: NodeJS.Timeout | null = null;
+  const report = () => {
+    pending = null;
+    if (dropped === 0) return;
     log.warn('api_connections_full', {
       bound,
       dropped,
       message: `${bound} connections are open (bounds.max_connections): ${dropped} more closed unanswered since the last line; a client should reuse connections (keep-alive) or wait and retry`,
     });
-    lastLog = now;
+    lastLog = Date.now();
     dropped = 0;
+  };
+  server.on('drop', () => {
+    dropped++;
+    onDrop();
+    if (pending) return;
+    const wait = lastLog + intervalMs - Date.now();
+    if (wait <= 0) report();
+    else pending = setTimeout(report, wait).unref();
+  });
+  server.on('close', () => {
+    if (pending) clearTimeout(pending);
+    report();
   });
   return bound;
 }

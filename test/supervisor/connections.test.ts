@@ -7,7 +7,10 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import net from 'node:net';
-import { connectionBound, DESCRIPTOR_HEADROOM, openFileLimit } from '../../supervisor/api/connections.js';
+import { EventEmitter } from 'node:events';
+import type { Server } from 'node:http';
+import { boundConnections, connectionBound, DESCRIPTOR_HEADROOM, openFileLimit } from '../../supervisor/api/connections.js';
+import { collectingLogger } from '../helpers/children.js';
 import { logEvents, startService, type TestService } from '../helpers/service.js';
 import { untilHolds } from '../helpers/eventually.js';
 
@@ -47,6 +50,25 @@ describe('the supervisor\'s file descriptors', function () {
       const own = openFileLimit();
       expect(own, 'this process has a limit').to.be.a('number');
       expect(own).to.equal(Number(/Max open files\s+(\d+)/.exec(readFileSync('/proc/self/limits', 'utf8'))![1]));
+    });
+
+    it('logs the first drop of a run at once and the rest of the run once per interval, the last tally included', async () => {
+      const { log, lines } = collectingLogger();
+      const server = new EventEmitter() as unknown as Server;
+      let counted = 0;
+      boundConnections(server, 8, log, () => counted++, 200);
+      expect(server.maxConnections).to.equal(8);
+      const full = () => lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.event === 'api_connections_full');
+      for (let i = 0; i < 3; i++) server.emit('drop');
+      expect(full().map((line) => line.dropped), 'the first at once').to.deep.equal([1]);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(full().map((line) => line.dropped), 'the rest of the run, once its interval passed').to.deep.equal([1, 2]);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      server.emit('drop');
+      server.emit('drop');
+      server.emit('close');
+      expect(full().map((line) => line.dropped), 'a new run at once; its tail when the server closes').to.deep.equal([1, 2, 1, 1]);
+      expect(counted, 'every drop counted for the metric').to.equal(5);
     });
 
     it(`keeps the configured bound up to the limit less ${DESCRIPTOR_HEADROOM} descriptors, and lowers it one past`, () => {
