@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import type { z } from 'zod';
 import { CustodyError, isCustodyError } from '../../shared/errors.js';
 import { describeIssues } from '../../shared/wire/session.js';
-import { CustodyClient } from '../client/index.js';
+import { CustodyClient, resetUnanswered } from '../client/index.js';
 import { type StatePaths, statePaths } from '../paths.js';
 import { readTokenFile } from '../tokens.js';
 
@@ -89,7 +89,7 @@ export function connect(stateDir: string, options: { answerTimeoutMs?: number } 
       return checkedAnswer(method, path, await client.request(method, path, body), schema);
     } catch (error) {
       if (isCustodyError(error, 'service_unavailable')) {
-        const reset = (error.cause as { code?: unknown } | undefined)?.code === 'ECONNRESET';
+        const reset = resetUnanswered(error.cause);
         throw new CustodyError('service_unavailable', reset ? `${error.message} (${paths.root})` : `${error.message} (${paths.root}); is custody running? custody start --state ${paths.root}`, { cause: error });
       }
       if (isCustodyError(error, 'outcome_unknown')) throw new CustodyError('outcome_unknown', `${error.message} — ask again with the same name`, { cause: error });

@@ -182,21 +182,31 @@ async function requesterFor(url: URL): Promise<Requester> {
  * ECONNRESET, ...); a body cut short fails the exchange like a broken
  * connection, since its status alone says nothing of what was decided.
  */
+/** A connection reset before any byte of an answer (not one cut in the middle of it). */
+export function resetUnanswered(cause: unknown): boolean {
+  const error = cause as { code?: unknown; answerCut?: unknown } | null;
+  return error?.code === 'ECONNRESET' && error.answerCut !== true;
+}
+
 async function exchange(url: URL, method: string, headers: Record<string, string>, body: string | undefined, silenceMs: number): Promise<{ status: number; text: string }> {
   const requester = await requesterFor(url);
   return new Promise((resolve, reject) => {
     const payload = body === undefined ? undefined : Buffer.from(body, 'utf8');
+    // Once an answer has begun, a failure is an answer cut short (resetUnanswered tells the two apart).
+    let answering = false;
+    const fail = (error: Error) => reject(answering && !(error instanceof AnswerTimeout) ? Object.assign(error, { answerCut: true }) : error);
     const request = requester(url, { method, headers: payload ? { ...headers, 'content-length': String(payload.length) } : headers, timeout: silenceMs }, (response) => {
+      answering = true;
       const chunks: Buffer[] = [];
       response.on('data', (chunk: Buffer) => chunks.push(chunk));
       response.on('end', () => resolve({ status: response.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
-      response.on('error', reject);
+      response.on('error', fail);
       response.on('close', () => {
-        if (!response.complete) reject(Object.assign(new Error('the connection closed in the middle of the answer'), { code: 'ECONNRESET' }));
+        if (!response.complete) fail(Object.assign(new Error('the connection closed in the middle of the answer'), { code: 'ECONNRESET' }));
       });
     });
     request.on('timeout', () => request.destroy(new AnswerTimeout(silenceMs)));
-    request.on('error', reject);
+    request.on('error', fail);
     request.end(payload);
   });
 }
@@ -409,7 +419,7 @@ export class CustodyClient {
         }
         const why = typeof code === 'string' ? code : (cause as Error).message;
         // A reset before any answer: a running service at its connection bound closes new ones unread (docs/SECURITY.md "Connections").
-        if (notSent && code === 'ECONNRESET') {
+        if (notSent && resetUnanswered(cause)) {
           throw new CustodyError('service_unavailable', `custody at ${this.url} closed the connection unanswered (ECONNRESET): it may be at its connection bound (bounds.max_connections; its log says api_connections_full) or stopping; try again shortly`, { cause });
         }
         if (notSent) throw new CustodyError('service_unavailable', `custody does not answer at ${this.url}: ${why}`, { cause });

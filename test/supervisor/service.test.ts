@@ -131,7 +131,8 @@ describe('restart intensity', function () {
     const fd = openSync(kernelDb, 'r+');
     writeSync(fd, Buffer.from('garbage garbage garbage'), 0, 23, 100);
     closeSync(fd);
-    const started = await custody(['--state', root, 'start', '--port', '0']);
+    // Bounded: were the refusal not fatal, a serving service would be ended here rather than outlive the test.
+    const started = await custody(['--state', root, 'start', '--port', '0'], { timeoutMs: 45_000 });
     try {
       expect(started.code, started.stderr).to.equal(5);
       const last = started.stderr.trim().split('\n').at(-1)!;
@@ -226,7 +227,10 @@ describe('a graceful stop', function () {
     const dir = mkdtempSync(path.join(tmpdir(), 'custody-npm-'));
     const state = path.join(dir, 'state');
     // npm forwards SIGTERM to the script's process: without exec that is a shell, which dies and leaves the service running orphaned.
-    const npm = spawn('npm', ['start', '--silent', '--', '--state', state, '--port', '0'], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    // The npm that runs this suite (npm test sets npm_execpath), else the one on PATH.
+    const npmArgs = ['start', '--silent', '--', '--state', state, '--port', '0'];
+    const npmCli = process.env.npm_execpath;
+    const npm = npmCli ? spawn(process.execPath, [npmCli, ...npmArgs], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] }) : spawn('npm', npmArgs, { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
     npm.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
     const npmExited = once(npm, 'exit');
@@ -234,7 +238,10 @@ describe('a graceful stop', function () {
     try {
       await until('the service serving', () => Promise.resolve(existsSync(path.join(state, 'supervisor', 'service.json')) ? true : undefined));
       supervisorPid = (JSON.parse(readFileSync(path.join(state, 'supervisor', 'service.json'), 'utf8')) as { pid: number }).pid;
-      expect(supervisorPid, 'npm runs the service itself, no shell in between').to.not.equal(npm.pid);
+      // Field 4 of /proc/<pid>/stat, after the parenthesized command name: the parent.
+      const stat = readFileSync(`/proc/${supervisorPid}/stat`, 'utf8');
+      const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      expect(parent, 'npm runs the service itself, no shell in between').to.equal(npm.pid);
       npm.kill('SIGTERM');
       await npmExited;
       await until('the service gone', () => Promise.resolve(isGone(supervisorPid!, null) ? true : undefined), 20_000);

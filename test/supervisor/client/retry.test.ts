@@ -6,6 +6,7 @@
 import { expect } from 'chai';
 import { execFile } from 'node:child_process';
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
+import { type Socket, connect } from 'node:net';
 import { promisify } from 'node:util';
 import { CustodyClient, CustodyError } from '../../../supervisor/client/index.js';
 
@@ -96,6 +97,28 @@ describe('CustodyClient transport', () => {
       .catch((e: unknown) => e);
     expect(error).to.have.property('code', 'outcome_unknown');
     expect(cut.seen).to.have.length(1);
+  });
+
+  it('names the connection bound only for a reset before any answer, not for a read cut in the middle of its answer', async () => {
+    const cut = await flakyServer(10, () => ({ status: 200, body: { status: 'ok', padding: 'x'.repeat(4000) } }), true);
+    servers.push(cut.server);
+    const midAnswer = await new CustodyClient({ url: cut.url, token: 'x', retries: 0 }).health().catch((e: unknown) => e as CustodyError);
+    expect(midAnswer).to.have.property('code', 'service_unavailable');
+    expect((midAnswer as CustodyError).message).to.not.contain('connection bound');
+    // A server past its bound: the connection is accepted and closed before anything is read.
+    const full = createServer();
+    full.maxConnections = 1;
+    await new Promise<void>((resolve) => full.listen(0, '127.0.0.1', resolve));
+    servers.push(full);
+    const port = (full.address() as { port: number }).port;
+    const holder = await new Promise<Socket>((resolve) => {
+      const socket = connect(port, '127.0.0.1', () => resolve(socket));
+    });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const reset = await new CustodyClient({ url: `http://127.0.0.1:${port}`, token: 'x', retries: 0 }).health().catch((e: unknown) => e as CustodyError);
+    holder.destroy();
+    expect(reset).to.have.property('code', 'service_unavailable');
+    expect((reset as CustodyError).message).to.contain('closed the connection unanswered (ECONNRESET)').and.to.contain('connection bound');
   });
 
   it('refuses an address that is not an http:// or https:// URL when it is made, saying what one looks like', () => {
