@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { CustodyError, isStoreBusy, registerBusyDescriber, registerStorageDescriber, toCustodyError } from '../errors.js';
+import { CustodyError, registerBusyDescriber, registerStorageDescriber } from '../errors.js';
 import { applyMigrations, validateMigrations, type Migration } from './migrations.js';
 import { checkPrivateFile, checkPrivateFileIfPresent, ensurePrivateDir, isPathPresent, syncDirectory, type FileIdentity } from './private-fs.js';
 
@@ -167,7 +167,7 @@ function openVerified(spec: StoreSpec, file: string, expected: FileIdentity): Da
 }
 
 function finishOpen(spec: StoreSpec, file: string, db: Database.Database, mode: { provisioning: boolean }): Database.Database {
-  // Named first, so that a lock another connection holds while it opens is described naming this store.
+  // Named first (describeBusyStores), so that a lock another connection holds while it opens names this store.
   OPENED_STORES.add(`${spec.label} store ${path.basename(file)}`);
   const entry = { label: spec.label, file, db };
   OPEN_STORES.add(entry);
@@ -178,10 +178,9 @@ function finishOpen(spec: StoreSpec, file: string, db: Database.Database, mode: 
     checkSidecars(file);
     return db;
   } catch (error) {
-    const failure = isStoreBusy(error) ? toCustodyError(error) : error;
     OPEN_STORES.delete(entry);
     db.close();
-    throw failure;
+    throw error;
   }
 }
 

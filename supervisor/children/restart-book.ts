@@ -89,8 +89,7 @@ export class RestartBook {
     const { name } = this.#child.spec;
     this.#deps.store.recordIncident({ child: name, kind: reason.code === 'store_rolled_back' ? 'store_rolled_back' : 'start_failed', code: reason.code, message: reason.message });
     if (REFUSED_FOR_GOOD.has(reason.code)) return this.fail(reason);
-    // Not the child's crash, only not yet (NOT_YET).
-    // The refusal's words, not only its code: past the intensity this is what `custody start` prints as the last cause.
+    // NOT_YET is not the child's crash. The refusal's words, not only its code: past the intensity `custody start` prints them.
     this.afterExit(`start failed: ${reason.code}: ${reason.message}`, NOT_YET.has(reason.code) ? { counted: false, delayMs: this.#deps.restart.backoff_max_ms } : { counted: true });
   }
 

@@ -173,6 +173,12 @@ async function requesterFor(url: URL): Promise<Requester> {
   return url.protocol === 'https:' ? (await import('node:https')).request : httpRequest;
 }
 
+/** A connection reset before any byte of an answer (not one cut in the middle of it). */
+export function resetUnanswered(cause: unknown): boolean {
+  const error = cause as { code?: unknown; answerCut?: unknown } | null;
+  return error?.code === 'ECONNRESET' && error.answerCut !== true;
+}
+
 /**
  * One HTTP exchange with node:http, not fetch. Node's fetch (undici) parses
  * HTTP in WebAssembly, which V8 compiles again in the background, and a
@@ -182,12 +188,6 @@ async function requesterFor(url: URL): Promise<Requester> {
  * ECONNRESET, ...); a body cut short fails the exchange like a broken
  * connection, since its status alone says nothing of what was decided.
  */
-/** A connection reset before any byte of an answer (not one cut in the middle of it). */
-export function resetUnanswered(cause: unknown): boolean {
-  const error = cause as { code?: unknown; answerCut?: unknown } | null;
-  return error?.code === 'ECONNRESET' && error.answerCut !== true;
-}
-
 async function exchange(url: URL, method: string, headers: Record<string, string>, body: string | undefined, silenceMs: number): Promise<{ status: number; text: string }> {
   const requester = await requesterFor(url);
   return new Promise((resolve, reject) => {

@@ -66,15 +66,19 @@ describe('a store locked from the sqlite3 shell', function () {
       .split('\n')
       .filter((line) => line !== '' && (JSON.parse(line) as { note: string }).note === note).length;
 
-  it('answers 503 store_busy naming supervisor.db, records nothing, and completes once asked again after the commit', async () => {
-    const supervisorDb = path.join(service.paths.supervisorDir, 'supervisor.db');
-    const lock = await lockStore(supervisorDb);
-    let busy;
+  /** An invoke while the shell holds `file`'s lock; the shell commits once it is answered. */
+  const invokeWhileLocked = async (file: string, requestId: string, note: string) => {
+    const lock = await lockStore(file);
     try {
-      busy = await invoke('busy-supervisor', 'supervisor locked');
+      return await invoke(requestId, note);
     } finally {
       await lock.release();
     }
+  };
+
+  it('answers 503 store_busy naming supervisor.db, records nothing, and completes once asked again after the commit', async () => {
+    const supervisorDb = path.join(service.paths.supervisorDir, 'supervisor.db');
+    const busy = await invokeWhileLocked(supervisorDb, 'busy-supervisor', 'supervisor locked');
     expect(busy.status, JSON.stringify(busy.body)).to.equal(503);
     expect(busy.body.code).to.equal('store_busy');
     expect(String(busy.body.message)).to.contain('supervisor store supervisor.db').and.to.contain('sqlite3 shell').and.to.contain('same name');
@@ -87,13 +91,7 @@ describe('a store locked from the sqlite3 shell', function () {
   });
 
   it('answers 503 store_busy naming kernel.db, the request logged as received; asked again after the commit, it runs once', async () => {
-    const lock = await lockStore(path.join(service.paths.kernelDir, 'kernel.db'));
-    let busy;
-    try {
-      busy = await invoke('busy-kernel', 'kernel locked');
-    } finally {
-      await lock.release();
-    }
+    const busy = await invokeWhileLocked(path.join(service.paths.kernelDir, 'kernel.db'), 'busy-kernel', 'kernel locked');
     expect(busy.status, JSON.stringify(busy.body)).to.equal(503);
     expect(busy.body.code).to.equal('store_busy');
     expect(String(busy.body.message)).to.contain('kernel store kernel.db').and.to.contain('sqlite3 shell');
