@@ -5,6 +5,7 @@
 // Adapter modules are named here, on the executor host's own command line,
 // never on the wire. Everything else (session, mode, kernel pin, settings)
 // arrives in the preamble on stdin. Exit codes: shared/child/runtime.ts CHILD_EXIT.
+import '../shared/inspector-guard.js';
 import { Command, CommanderError } from 'commander';
 import { CHILD_EXIT } from '../shared/exit-codes.js';
 import { runChild } from '../shared/child/runtime.js';

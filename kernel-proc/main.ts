@@ -1,6 +1,7 @@
 // kernel-proc's entry point: `node dist/kernel-proc/main.js --dir <state>/kernel`.
 // The supervisor spawns it and writes the session preamble (mode, settings)
 // on its stdin; stdout carries frames only, so argv help and errors go to stderr.
+import '../shared/inspector-guard.js';
 import { Command } from 'commander';
 import { CHILD_EXIT } from '../shared/exit-codes.js';
 import { runChild } from '../shared/child/runtime.js';

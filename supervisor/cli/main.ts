@@ -5,6 +5,7 @@
 // service, the stores and the metrics are imported by the commands that run
 // them (start, init, an offline trace, mcp), so an agent calling `custody
 // invoke` does not pay for them at every call (docs/PERFORMANCE.md "CLI start").
+import '../../shared/inspector-guard.js';
 import { Command, CommanderError, Option } from 'commander';
 import { toCustodyError } from '../../shared/errors.js';
 import { resolveStateDir } from '../paths.js';

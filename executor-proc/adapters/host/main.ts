@@ -3,6 +3,7 @@
 // log, so nothing an adapter prints (console, process.stdout, a raw write to
 // fd 1, a subprocess with inherited stdio) can reach the executor's frame
 // channel. It talks to the executor only over Node's IPC channel.
+import '../../../shared/inspector-guard.js';
 import { CustodyError, toCustodyError } from '../../../shared/errors.js';
 import { CHILD_EXIT } from '../../../shared/exit-codes.js';
 import { HOST_ARGS_FLAG, type HostRequest, hostConfigSchema } from '../host-protocol.js';
