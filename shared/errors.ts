@@ -36,6 +36,7 @@ const CODES = {
   channel_closed: { class: 'unreachable', summary: 'the channel closed before an answer arrived' },
   peer_exited: { class: 'unreachable', summary: 'the peer process exited' },
   descriptors_exhausted: { class: 'unreachable', summary: 'a child could not be started: the supervisor (or the system) has no file descriptors left for its pipes; retried at the longest backoff, never counted toward the child failing' },
+  processes_exhausted: { class: 'unreachable', summary: 'a child or an adapter host could not be started: the system refused a new process (a limit on processes or threads); retried at the longest backoff, never counted toward the child failing' },
   duplicate_request: { class: 'protocol', summary: 'a request id is already pending on this channel' },
   too_many_in_flight: { class: 'refused', summary: 'the bound on requests in flight is reached' },
   // artifacts and keys
@@ -244,3 +245,7 @@ function describeStorageFull(value: unknown, message: string): string {
   if (typeof path === 'string') return `cannot write ${path}: its filesystem is full (${message}); free space there, then ask again with the same name`;
   return storageDescriber ? storageDescriber(message) : `a store could not be written: its filesystem is full (${message}); free space, then ask again with the same name`;
 }
+
+/** What to do when the system refuses a new process (fork EAGAIN); said by the supervisor and by an executor starting its adapter host. */
+export const PROCESSES_EXHAUSTED =
+  'the system refused a new process (EAGAIN): a limit on processes or threads is reached (ulimit -u / LimitNPROC=, a container\'s or cgroup\'s pids.max, kernel.threads-max); tried again at the longest restart backoff until one is free — see what runs (ps -eLf) or raise the limit';

@@ -9,7 +9,7 @@
 // so the supervisor's group kill reaches it, and it exits when its IPC
 // channel to the executor closes.
 import { type ChildProcess, fork } from 'node:child_process';
-import { CustodyError, isErrorCode, toCustodyError } from '../../shared/errors.js';
+import { CustodyError, PROCESSES_EXHAUSTED, isErrorCode, toCustodyError } from '../../shared/errors.js';
 import { installedProgram } from '../../shared/entry-points.js';
 import type { Logger } from '../../shared/log.js';
 import type { AdapterDescriptor } from './contract.js';
@@ -152,13 +152,19 @@ export class AdapterHost {
           this.#onMessage(message);
         }
       });
-      child.once('error', (error) => {
+      child.once('error', (error: NodeJS.ErrnoException) => {
         clearTimeout(timer);
-        reject(new CustodyError('config_invalid', `adapter host cannot start: ${error.message}`, { cause: error }));
+        reject(hostStartError(error));
       });
       child.once('exit', (code, signal) => {
         clearTimeout(timer);
-        reject(new CustodyError('config_invalid', `adapter host exited (code ${code}, signal ${signal}) before it was ready`));
+        // Killed before it was ready (SIGABRT when Node cannot create its threads, SIGKILL from the OOM killer): the
+        // machine, not the adapters' configuration; a start refused this way counts toward the executor's restarts.
+        reject(
+          signal === null
+            ? new CustodyError('config_invalid', `adapter host exited (code ${code}) before it was ready`)
+            : new CustodyError('peer_exited', `adapter host was killed by ${signal} before it was ready: it crashed while starting (out of memory, or of processes or threads?)`),
+        );
         this.#onExit(child, code, signal);
       });
     });
@@ -218,6 +224,15 @@ export class AdapterHost {
       });
     }
   }
+}
+
+/** Why the host could not be forked: the machine's limits (retried uncounted, shared/child/spawn.ts) or anything else. */
+function hostStartError(error: NodeJS.ErrnoException): CustodyError {
+  if (error.code === 'EAGAIN') return new CustodyError('processes_exhausted', `adapter host cannot start: ${PROCESSES_EXHAUSTED}`, { cause: error });
+  if (error.code === 'EMFILE' || error.code === 'ENFILE') {
+    return new CustodyError('descriptors_exhausted', `adapter host cannot start: no file descriptors left for its pipes (${error.code}); tried again at the longest restart backoff`, { cause: error });
+  }
+  return new CustodyError('config_invalid', `adapter host cannot start: ${error.message}`, { cause: error });
 }
 
 function hostFailure(message: string): CustodyError {

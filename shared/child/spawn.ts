@@ -5,7 +5,7 @@
 import { type ChildProcess, type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
-import { CustodyError } from '../errors.js';
+import { CustodyError, PROCESSES_EXHAUSTED } from '../errors.js';
 import { type Logger, errorFields } from '../log.js';
 import { stderrSink } from '../log-sink.js';
 import type { ChildRole, JsonObject } from '../protocol/common.js';
@@ -160,8 +160,14 @@ function startProcess(command: string, args: readonly string[], options: SpawnCh
     stdio: ['pipe', 'pipe', 'pipe'],
     detached: true,
   });
+  // A command that could not be started (ENOENT, EACCES, EAGAIN) has no pid
+  // and never emits 'exit', only 'error': there is nothing to reap, and the
+  // refusal must not wait for an exit that never comes.
   const exited = new Promise<ChildExit>((resolve) => {
     child.once('exit', (code, signal) => resolve({ code, signal }));
+    child.once('error', () => {
+      if (child.pid === undefined) resolve({ code: null, signal: null });
+    });
   });
   const drained = new Promise<void>((resolve) => child.once('close', () => resolve()));
   const spawnFailure = new Promise<never>((_, reject) => {
@@ -175,21 +181,38 @@ function startProcess(command: string, args: readonly string[], options: SpawnCh
   return { child, pid, exited, drained, spawnFailure, piped: Boolean((child as ChildProcess).stdin), kill };
 }
 
-/** Errors of spawn(2) that say this process is out of file descriptors, not that the command is wrong. */
-const DESCRIPTOR_ERRORS: ReadonlySet<string> = new Set(['EMFILE', 'ENFILE']);
-
-/** Why a command could not be started: no descriptors left for its pipes (retried, uncounted) or anything else. */
+/**
+ * Why a command could not be started. Out of descriptors for its pipes or
+ * out of processes (limits outside the child: retried, uncounted), a command
+ * that is not there or not executable (its argv in custody.json), or
+ * anything else.
+ */
 function spawnError(name: string, command: string, error: NodeJS.ErrnoException): CustodyError {
-  if (error.code !== undefined && DESCRIPTOR_ERRORS.has(error.code)) {
-    const whose = error.code === 'ENFILE' ? 'the system has' : `process ${process.pid} has`;
-    return new CustodyError(
-      'descriptors_exhausted',
-      `${name}: cannot start ${command}: ${whose} no file descriptors left for its pipes (${error.code}); tried again at the longest restart backoff until some are free — see what holds them (ls /proc/${process.pid}/fd) or raise the limit (ulimit -n, LimitNOFILE=)`,
-      { cause: error },
-    );
+  const cannot = `${name}: cannot start ${command}`;
+  switch (error.code) {
+    case 'EMFILE':
+    case 'ENFILE': {
+      const whose = error.code === 'ENFILE' ? 'the system has' : `process ${process.pid} has`;
+      return new CustodyError(
+        'descriptors_exhausted',
+        `${cannot}: ${whose} no file descriptors left for its pipes (${error.code}); tried again at the longest restart backoff until some are free — see what holds them (ls /proc/${process.pid}/fd) or raise the limit (ulimit -n, LimitNOFILE=)`,
+        { cause: error },
+      );
+    }
+    case 'EAGAIN':
+      return new CustodyError('processes_exhausted', `${cannot}: ${PROCESSES_EXHAUSTED}`, { cause: error });
+    case 'ENOENT':
+    case 'EACCES':
+      return new CustodyError(
+        'config_invalid',
+        `${cannot}: ${error.code === 'ENOENT' ? 'no such file' : 'permission denied'} (${error.code}); check the command in its argv in custody.json (kernel.argv or executors[].argv)`,
+        { cause: error },
+      );
+    default:
+      return new CustodyError('peer_exited', `${cannot}: ${error.message}`, { cause: error });
   }
-  return new CustodyError('peer_exited', `${name}: cannot start ${command}: ${error.message}`, { cause: error });
 }
+
 
 /**
  * The child's stderr is its JSON log, one line at a time; stdin errors are

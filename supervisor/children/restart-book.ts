@@ -37,11 +37,12 @@ const REFUSED_FOR_GOOD: ReadonlySet<string> = new Set(['identity_mismatch', 'hel
 
 /**
  * Starts that failed for a cause outside the child: its store still locked
- * by a process finishing an effect, no descriptors for its pipes, or its
- * store locked from a sqlite3 shell. Tried again at the longest backoff,
- * never counted toward its failure.
+ * by a process finishing an effect, no descriptors for its pipes, no process
+ * to be had (a process or thread limit), or its store locked from a sqlite3
+ * shell. Tried again at the longest backoff, never counted toward its
+ * failure.
  */
-const NOT_YET: ReadonlySet<string> = new Set(['store_locked', 'descriptors_exhausted', 'store_busy']);
+const NOT_YET: ReadonlySet<string> = new Set(['store_locked', 'descriptors_exhausted', 'processes_exhausted', 'store_busy']);
 
 export class RestartBook {
   restarts = 0;
