@@ -35,6 +35,7 @@ import { readEnvelope } from '../shared/artifacts/artifact.js';
 import { authorizationBody } from '../shared/protocol/artifacts.js';
 import type { ChildSession } from '../shared/child/spawn.js';
 import { optimizeSooner } from '../shared/tiering.js';
+import { RequestBound } from './api/request-bound.js';
 
 export interface ServiceOptions {
   readonly stateDir: string;
@@ -66,6 +67,8 @@ export class Service {
   /** GET /metrics (metrics/metrics.ts). */
   readonly metrics: ServiceMetrics;
   readonly driver: OperationDriver;
+  /** bounds.max_requests_in_flight, checked before a new request is logged (api/request-bound.ts). */
+  readonly requestBound: RequestBound;
   readonly sweeper: RecoverySweeper;
   /** Archival passes: on demand (custody archive) and every timing.archive_interval_ms. */
   readonly archival: Archival;
@@ -171,6 +174,12 @@ export class Service {
       signal: this.#abort.signal,
     };
     this.driver = new OperationDriver(ctx);
+    this.requestBound = new RequestBound(
+      config.bounds.max_requests_in_flight,
+      { active: () => this.driver.active, known: (requestId) => this.driver.isDriving(requestId) || store.getRequest(requestId) !== undefined },
+      log,
+      () => this.metrics.requestRefusedBusy(),
+    );
     this.sweeper = new RecoverySweeper(ctx, this.driver);
     this.archival = new Archival(ctx, this.executors);
   }
@@ -327,6 +336,7 @@ export class Service {
     this.#abort.abort();
     await withTimeout(closing, 1000, () => undefined);
     this.#api?.closeAll();
+    this.requestBound.close();
     await Promise.all([...this.executors.values()].map((executor) => executor.stop(Math.max(1000, deadline - Date.now()))));
     await this.kernel.stop(5000);
     rmSync(this.paths.serviceJson, { force: true });

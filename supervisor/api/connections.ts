@@ -9,6 +9,7 @@
 import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { Logger } from '../../shared/log.js';
+import { ThrottledTally } from '../throttled-tally.js';
 
 /**
  * Descriptors kept for everything but connections: the stores, each child's
@@ -60,31 +61,17 @@ export function boundConnections(server: Server, configured: number, log: Logger
     });
   }
   server.maxConnections = bound;
-  let dropped = 0;
-  let lastLog = -Infinity;
-  let pending: NodeJS.Timeout | null = null;
-  const report = () => {
-    pending = null;
-    if (dropped === 0) return;
+  const drops = new ThrottledTally(intervalMs, (dropped) =>
     log.warn('api_connections_full', {
       bound,
       dropped,
       message: `${bound} connections are open (bounds.max_connections): ${dropped} more closed unanswered since the last line; a client should reuse connections (keep-alive) or wait and retry`,
-    });
-    lastLog = Date.now();
-    dropped = 0;
-  };
+    }),
+  );
   server.on('drop', () => {
-    dropped++;
     onDrop();
-    if (pending) return;
-    const wait = lastLog + intervalMs - Date.now();
-    if (wait <= 0) report();
-    else pending = setTimeout(report, wait).unref();
+    drops.add();
   });
-  server.on('close', () => {
-    if (pending) clearTimeout(pending);
-    report();
-  });
+  server.on('close', () => drops.close());
   return bound;
 }

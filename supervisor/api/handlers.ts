@@ -93,7 +93,10 @@ const NOT_CARRIED: ReadonlySet<string> = new Set(['reply_dropped', 'storage_full
 
 export async function invoke(service: Service, body: z.infer<typeof invokeBody>): Answer {
   const wait = waitFrom(performance.now(), body.wait_ms);
+  // Checked on arrival, before the argument check costs anything, and again once it ended (others were logged meanwhile).
+  service.requestBound.check(body.request_id);
   await refuseBeforeReserve(service, body.request_id, body.tool, body.arguments);
+  service.requestBound.check(body.request_id);
   const requestId = body.request_id ?? newRequestId();
   const drive = service.driver.submit({ kind: 'invoke', request_id: requestId, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
   return answerDrive(service, requestId, drive, wait());
@@ -101,7 +104,9 @@ export async function invoke(service: Service, body: z.infer<typeof invokeBody>)
 
 export async function authorize(service: Service, body: z.infer<typeof authorizeBody>): Answer {
   const wait = waitFrom(performance.now(), body.wait_ms);
+  service.requestBound.check(body.operation);
   await refuseBeforeReserve(service, body.operation, body.tool, body.arguments);
+  service.requestBound.check(body.operation);
   const drive = service.driver.submit({ kind: 'authorize', request_id: body.operation, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
   return answerDrive(service, body.operation, drive, wait());
 }

@@ -398,6 +398,7 @@ export class CustodyClient {
    * the same body; when retries run out, a GET (or a connection that was
    * refused: nothing was sent) is `service_unavailable`, and a POST that may
    * have reached the service is `outcome_unknown`, naming what to ask again.
+   * A `service_busy` answer (nothing recorded) is retried the same way.
    */
   async #call(method: string, path: string, body: unknown, options: { idempotent: boolean; name?: string }): Promise<{ status: number; body: Record<string, unknown> }> {
     const url = new URL(`${this.url}${path}`);
@@ -427,6 +428,11 @@ export class CustodyClient {
         throw new CustodyError('outcome_unknown', `the connection to custody broke after ${method} ${path} was sent (${why}); it may still complete${again}`, { cause });
       }
       const answer = parseAnswer(response.text);
+      // Refused at the service's bound on requests in flight before anything was recorded: the same body again, later.
+      if (response.status === 503 && answer.code === 'service_busy' && attempt < this.#retries) {
+        await sleep(this.#retryDelayMs * 2 ** attempt);
+        continue;
+      }
       if (response.status >= 400) {
         const code = typeof answer.code === 'string' && isErrorCode(answer.code) ? answer.code : 'internal';
         throw new CustodyError(code, typeof answer.message === 'string' ? answer.message : `HTTP ${response.status} from ${method} ${path}`);

@@ -155,6 +155,12 @@ export function createMcpServer(options: McpOptions): McpServer {
       const failure = toCustodyError(error);
       log.info('mcp_call_failed', { tool, request_id: requestId, ...errorFields(failure) });
       const structured = { request_id: requestId, code: failure.code };
+      if (failure.code === 'service_busy') {
+        return errorResult(
+          `custody is busy and did not take ${tool} (${failure.message}). Request ${requestId}: call the tool again in a moment with exactly the same arguments; nothing was recorded for this call.`,
+          structured,
+        );
+      }
       if (failure.errorClass === 'unreachable') {
         return errorResult(
           `custody could not be reached for ${tool} (${failure.code}: ${failure.message}). Request ${requestId}: call the tool again with exactly the same arguments once custody runs; it will not run twice.`,

@@ -56,6 +56,7 @@ export class ServiceMetrics implements StoreObserver {
   readonly #batches: Histogram<'store'>;
   readonly #reconciliations: Counter<'result'>;
   readonly #dropped: Counter;
+  readonly #busy: Counter;
   /** Restarts each child had when last seen, and why the next one happens. */
   readonly #restartsSeen = new Map<string, number>();
   readonly #restartReason = new Map<string, string>();
@@ -93,6 +94,7 @@ export class ServiceMetrics implements StoreObserver {
       registers,
     });
     this.#dropped = new Counter({ name: 'custody_api_connections_dropped_total', help: 'Connections to the API closed unanswered as soon as they were accepted, because bounds.max_connections were open.', registers });
+    this.#busy = new Counter({ name: 'custody_requests_refused_busy_total', help: 'New invokes and authorizes refused with service_busy, because bounds.max_requests_in_flight requests were being carried.', registers });
     this.#reconciliations = new Counter({ name: 'custody_reconciliations_total', help: 'Reconciliations that ended, by result (the report status obtained, or quarantined).', labelNames: ['result'], registers });
   }
 
@@ -136,6 +138,11 @@ export class ServiceMetrics implements StoreObserver {
   /** The API closed a connection past bounds.max_connections (supervisor/api/connections.ts). */
   connectionDropped(): void {
     this.#dropped.inc();
+  }
+
+  /** A new request refused past bounds.max_requests_in_flight (supervisor/api/request-bound.ts). */
+  requestRefusedBusy(): void {
+    this.#busy.inc();
   }
 
   // ---------------------------------------------------------------- children

@@ -48,6 +48,11 @@ describe('custody.json', () => {
     expect(messageOf({ bounds: { max_connections: 1_000_001 } })).to.match(/bounds\.max_connections.*got 1000001/);
     expect(parseConfig({ bounds: { max_connections: 1 } }).bounds.max_connections).to.equal(1);
     expect(messageOf({ bounds: { max_connections: 0 } })).to.match(/bounds\.max_connections.*got 0/);
+    expect(parseConfig({}).bounds.max_requests_in_flight).to.equal(4096);
+    expect(parseConfig({ bounds: { max_requests_in_flight: 1_000_000 } }).bounds.max_requests_in_flight).to.equal(1_000_000);
+    expect(messageOf({ bounds: { max_requests_in_flight: 1_000_001 } })).to.match(/bounds\.max_requests_in_flight.*got 1000001/);
+    expect(parseConfig({ bounds: { max_requests_in_flight: 1 } }).bounds.max_requests_in_flight).to.equal(1);
+    expect(messageOf({ bounds: { max_requests_in_flight: 0 } })).to.match(/bounds\.max_requests_in_flight.*got 0/);
     expect(parseConfig({}).timing).to.include({ api_headers_timeout_ms: 10_000, api_request_timeout_ms: 30_000 });
     expect(parseConfig({ timing: { api_headers_timeout_ms: 1_000, api_request_timeout_ms: 1_000 } }).timing.api_headers_timeout_ms).to.equal(1_000);
     expect(messageOf({ timing: { api_headers_timeout_ms: 999 } })).to.match(/timing\.api_headers_timeout_ms.*got 999/);

@@ -1,0 +1,80 @@
+// bounds.max_requests_in_flight (supervisor/api/request-bound.ts, README
+// "Bounds", docs/SECURITY.md "Requests in flight"): with the bound's worth of
+// requests being carried, a new invoke or authorize is refused with
+// service_busy before anything is recorded, a request already logged is
+// still carried, and once room frees the refused one runs under its name.
+import { expect } from 'chai';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { CustodyClient } from '../../supervisor/client/index.js';
+import { untilHolds } from '../helpers/eventually.js';
+import { parsePrometheusText, valueOf } from '../helpers/prometheus-text.js';
+import { FIXTURE_EXECUTOR, logEvents, sqlite, startService, type TestService } from '../helpers/service.js';
+
+const BOUND = 4;
+
+describe('the bound on requests in flight (bounds.max_requests_in_flight)', function () {
+  this.timeout(60_000);
+  let service: TestService;
+  let latchDir: string;
+
+  before(async () => {
+    service = await startService({ config: { executors: [FIXTURE_EXECUTOR], bounds: { max_requests_in_flight: BOUND } } });
+    expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 1000, ttl_ms: 3_600_000 })).status).to.equal(201);
+    latchDir = mkdtempSync(path.join(tmpdir(), 'custody-bound-'));
+  });
+
+  after(async () => {
+    await service?.stop();
+    service?.cleanup();
+    rmSync(latchDir, { recursive: true, force: true });
+  });
+
+  const rowsNamed = async (name: string) => (await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), `SELECT request_id FROM requests WHERE request_id = '${name}'`)).length;
+  // GET /metrics answers on loopback without a token.
+  const refusedMetric = async () => valueOf(parsePrometheusText(await (await fetch(`http://127.0.0.1:${service.port}/metrics`)).text()), 'custody_requests_refused_busy_total');
+
+  it('refuses a new request at the bound with nothing recorded, carries the ones logged, and takes the refused one once room frees', async () => {
+    const latch = path.join(latchDir, 'go');
+    // The bound's worth of requests, each held in its effect until the latch file exists.
+    for (let i = 0; i < BOUND; i++) {
+      const held = await service.http('POST', '/v1/invoke', { tool: 'fixture/latch', request_id: `held-${i}`, arguments: { path: latch }, wait_ms: 0 }, 'agent');
+      expect(held.status, JSON.stringify(held.body)).to.equal(202);
+    }
+
+    // One past the bound: refused, and no row for it.
+    const past = await service.http('POST', '/v1/invoke', { tool: 'fixture/latch', request_id: 'one-past', arguments: { path: latch }, wait_ms: 0 }, 'agent');
+    expect(past.status).to.equal(503);
+    expect(past.body.code).to.equal('service_busy');
+    expect(String(past.body.message)).to.contain(`bounds.max_requests_in_flight ${BOUND}`).and.to.contain('one-past');
+    expect(await rowsNamed('one-past')).to.equal(0);
+    const authorize = await service.http('POST', '/v1/authorize', { tool: 'fixture/latch', operation: 'auth-past', arguments: { path: latch }, wait_ms: 0 }, 'control');
+    expect(authorize.status).to.equal(503);
+    expect(authorize.body.code).to.equal('service_busy');
+    expect(await rowsNamed('auth-past')).to.equal(0);
+
+    // A request already logged is carried as ever: asking again for it is not refused.
+    const again = await service.http('POST', '/v1/invoke', { tool: 'fixture/latch', request_id: 'held-0', arguments: { path: latch }, wait_ms: 0 }, 'agent');
+    expect(again.status, JSON.stringify(again.body)).to.equal(202);
+
+    await untilHolds('requests_full logged', () => logEvents(service, 'requests_full').some((line) => line.bound === BOUND));
+    expect(await refusedMetric()).to.equal(2);
+
+    // The client library asks again by itself: refused while the four are held, it gets its answer once they end.
+    const client = CustodyClient.fromState(service.dir, { role: 'agent', retries: 8, retryDelayMs: 100 });
+    const retried = client.invoke({ tool: 'fixture/latch', request_id: 'client-retried', arguments: { path: latch }, wait_ms: 20_000 });
+    await untilHolds('the client was refused once', async () => (await refusedMetric()) >= 3);
+    writeFileSync(latch, '');
+    const answer = await retried;
+    expect(answer.outcome).to.equal('completed');
+
+    const later = await service.http('POST', '/v1/invoke', { tool: 'fixture/latch', request_id: 'one-past', arguments: { path: latch }, wait_ms: 20_000 }, 'agent');
+    expect(later.status, JSON.stringify(later.body)).to.equal(200);
+    expect(later.body).to.include({ outcome: 'completed' });
+    for (let i = 0; i < BOUND; i++) {
+      const held = await service.http('POST', '/v1/invoke', { tool: 'fixture/latch', request_id: `held-${i}`, arguments: { path: latch }, wait_ms: 20_000 }, 'agent');
+      expect(held.body).to.include({ outcome: 'completed' });
+    }
+  });
+});
