@@ -176,7 +176,7 @@ export class Service {
     this.driver = new OperationDriver(ctx);
     this.requestBound = new RequestBound(
       config.bounds.max_requests_in_flight,
-      { active: () => this.driver.active, known: (requestId) => this.driver.isDriving(requestId) || store.getRequest(requestId) !== undefined },
+      { carried: () => this.driver.carrying, known: (requestId) => this.driver.isDriving(requestId) || store.getRequest(requestId) !== undefined },
       log,
       () => this.metrics.requestRefusedBusy(),
     );

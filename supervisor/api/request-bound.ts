@@ -6,7 +6,8 @@
 // and putting every other caller behind it. Past the bound a new invoke or
 // authorize is refused with service_busy before anything is recorded, so
 // asking again later under the same request id is safe; a request already
-// logged (a retry, a wait for its answer) is carried as ever.
+// logged (a retry, a wait for its answer) is carried as ever, and operations
+// in doubt (asked about again until a report proves them) are not counted.
 import { CustodyError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/log.js';
 import { ThrottledTally } from '../throttled-tally.js';
@@ -15,8 +16,8 @@ import { ThrottledTally } from '../throttled-tally.js';
 const REFUSAL_LOG_INTERVAL_MS = 10_000;
 
 export interface CarriedRequests {
-  /** Requests being carried now. */
-  active(): number;
+  /** Requests being carried toward their answer now (those waiting on a reconciliation left out: driver.ts `carrying`). */
+  carried(): number;
   /** Whether this request is logged already (or being carried). */
   known(requestId: string): boolean;
 }
@@ -42,7 +43,7 @@ export class RequestBound {
 
   /** Refuse a new request while the bound is reached; `requestId` undefined: the caller left the name to the service, so it is new. */
   check(requestId: string | undefined): void {
-    const active = this.#carried.active();
+    const active = this.#carried.carried();
     if (active < this.#bound) return;
     if (requestId !== undefined && this.#carried.known(requestId)) return;
     this.#onRefused();

@@ -39,6 +39,8 @@ function isOneCall(action: Action): action is keyof typeof ONE_CALL_STEPS {
 export class OperationDriver {
   readonly #ctx: OperationContext;
   readonly #running = new Map<string, Promise<RequestRow>>();
+  /** Requests whose drive waits on a reconciliation (executor-steps.ts reconcileOperation: asked again with backoff until a report proves the outcome). */
+  readonly #reconciling = new Set<string>();
 
   constructor(ctx: OperationContext) {
     this.#ctx = ctx;
@@ -47,6 +49,17 @@ export class OperationDriver {
   /** Requests being driven right now. */
   get active(): number {
     return this.#running.size;
+  }
+
+  /**
+   * Requests being driven toward their answer, less those waiting on a
+   * reconciliation: an operation in doubt may be asked about for hours (a
+   * tool that cannot see its resource, an executor's host away), and such
+   * operations must not keep new work out (api/request-bound.ts). They
+   * are few (each fell into doubt) and listed for the operator.
+   */
+  get carrying(): number {
+    return this.#running.size - this.#reconciling.size;
   }
 
   isDriving(requestId: string): boolean {
@@ -123,7 +136,12 @@ export class OperationDriver {
       // A stopping service leaves an open request where it is; answers for ended or parked ones still stand.
       if (ctx.signal.aborted && !FINAL_PHASES.has(row.phase) && row.phase !== 'quarantined') return row;
       if (isOneCall(action)) {
-        row = await ONE_CALL_STEPS[action](ctx, row);
+        if (action === 'reconcile') this.#reconciling.add(requestId);
+        try {
+          row = await ONE_CALL_STEPS[action](ctx, row);
+        } finally {
+          this.#reconciling.delete(requestId);
+        }
         worked = true;
         continue;
       }

@@ -20,9 +20,10 @@ describe('the bound on requests in flight (bounds.max_requests_in_flight)', func
   let latchDir: string;
 
   before(async () => {
-    service = await startService({ config: { executors: [FIXTURE_EXECUTOR], bounds: { max_requests_in_flight: BOUND } } });
-    expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 1000, ttl_ms: 3_600_000 })).status).to.equal(201);
     latchDir = mkdtempSync(path.join(tmpdir(), 'custody-bound-'));
+    // fixture/later reconciles indeterminate until a marker file names its operation (test/fixtures/executor-adapters.ts).
+    service = await startService({ config: { executors: [FIXTURE_EXECUTOR], bounds: { max_requests_in_flight: BOUND } }, env: { CUSTODY_FIXTURE_DIR: latchDir } });
+    expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 1000, ttl_ms: 3_600_000 })).status).to.equal(201);
   });
 
   after(async () => {
@@ -75,6 +76,26 @@ describe('the bound on requests in flight (bounds.max_requests_in_flight)', func
     for (let i = 0; i < BOUND; i++) {
       const held = await service.http('POST', '/v1/invoke', { tool: 'fixture/latch', request_id: `held-${i}`, arguments: { path: latch }, wait_ms: 20_000 }, 'agent');
       expect(held.body).to.include({ outcome: 'completed' });
+    }
+  });
+
+  it('leaves out requests in doubt: operations asked about again and again do not keep new work out', async () => {
+    const doubted: string[] = [];
+    for (let i = 0; i < BOUND; i++) {
+      const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/later', request_id: `doubt-${i}`, arguments: {}, wait_ms: 0 }, 'agent');
+      expect(answer.status, JSON.stringify(answer.body)).to.equal(202);
+      doubted.push(String(answer.body.operation_id));
+    }
+    const reconciling = async () => (await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), `SELECT request_id FROM requests WHERE request_id LIKE 'doubt-%' AND phase = 'reconciling'`)).length;
+    await untilHolds('every one in doubt, its reconciliation asked again', async () => (await reconciling()) === BOUND && logEvents(service, 'reconcile_unanswered').filter((line) => String(line.request_id).startsWith('doubt-')).length >= BOUND);
+    const fresh = await service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'beside-the-doubt', arguments: { ms: 0 }, wait_ms: 20_000 }, 'agent');
+    expect(fresh.status, JSON.stringify(fresh.body)).to.equal(200);
+    expect(fresh.body).to.include({ outcome: 'completed' });
+    expect(await reconciling(), 'still in doubt while the new one ran').to.equal(BOUND);
+    for (const operationId of doubted) writeFileSync(path.join(latchDir, `${operationId}.applied`), '');
+    for (let i = 0; i < BOUND; i++) {
+      const settled = await service.http('POST', '/v1/invoke', { tool: 'fixture/later', request_id: `doubt-${i}`, arguments: {}, wait_ms: 20_000 }, 'agent');
+      expect(settled.body).to.include({ outcome: 'completed' });
     }
   });
 });
