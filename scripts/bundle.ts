@@ -14,7 +14,7 @@
 //   built-ins; each output file makes one with createRequire.
 // better-sqlite3 stays outside: it loads its native addon from its own folder.
 import { build, type Plugin } from 'esbuild';
-import { readFile, rm } from 'node:fs/promises';
+import { copyFile, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { BUNDLE_DIR, DIST_ROOT, PROGRAMS } from '../shared/entry-points.js';
 
@@ -33,6 +33,57 @@ const moduleUrls: Plugin = {
     });
   },
 };
+
+/**
+ * shared/inspector-guard.js stays a file of its own beside the programs, an
+ * external import of each, and that import is moved to the top: with
+ * splitting, esbuild puts an entry's chunk imports before its external ones,
+ * and the guard's SIGUSR1 listener must be installed before any other module
+ * of the program runs (docs/SECURITY.md "Signals"). The guard imports
+ * nothing, so the program's first import evaluates it first. The source
+ * map's line moves with it.
+ */
+const GUARD_FILE = 'inspector-guard.js';
+/** The program's import of the guard, on one line: `import "./inspector-guard.js";` or with named bindings. */
+const GUARD_IMPORT = /^import (?:\{[^}\n]*\} from )?"\.\/inspector-guard\.js";$/;
+
+const guardApart: Plugin = {
+  name: 'inspector-guard-apart',
+  setup(builder) {
+    builder.onResolve({ filter: /(^|\/)inspector-guard\.js$/ }, () => ({ path: `./${GUARD_FILE}`, external: true }));
+  },
+};
+
+/** The modules a bundled program imports, in order (Node's built-ins left out). */
+export function programImports(text: string): string[] {
+  return [...text.matchAll(/^import\s*(?:[^'"]*?from\s*)?["']([^"']+)["'];?/gm)].map((match) => match[1]!).filter((source) => !source.startsWith('node:'));
+}
+
+function moveLine<T>(items: T[], from: number, to: number): void {
+  const [item] = items.splice(from, 1);
+  items.splice(to, 0, item!);
+}
+
+async function guardFirst(outdir: string, programs: readonly string[]): Promise<void> {
+  for (const suffix of ['', '.map']) await copyFile(path.join(DIST_ROOT, 'shared', GUARD_FILE + suffix), path.join(outdir, GUARD_FILE + suffix));
+  for (const name of programs) {
+    const file = path.join(outdir, `${name}.js`);
+    const lines = (await readFile(file, 'utf8')).split('\n');
+    const from = lines.findIndex((line) => GUARD_IMPORT.test(line));
+    // Right after the banner (scripts/bundle.ts `banner`), which imports only node:module.
+    const to = lines.findIndex((line) => line.includes('__custodyCreateRequire(import.meta.url)')) + 1;
+    if (from < 0 || to <= 0) throw new Error(`dist/bundle/${name}.js: no one-line import of ./${GUARD_FILE}, or no banner to put it after (scripts/bundle.ts)`);
+    moveLine(lines, from, to);
+    await writeFile(file, lines.join('\n'));
+    const map = JSON.parse(await readFile(`${file}.map`, 'utf8')) as { mappings: string };
+    const mapped = map.mappings.split(';');
+    moveLine(mapped, from, to);
+    map.mappings = mapped.join(';');
+    await writeFile(`${file}.map`, JSON.stringify(map));
+    const first = programImports(lines.join('\n'))[0];
+    if (first !== `./${GUARD_FILE}`) throw new Error(`dist/bundle/${name}.js imports ${first} before ./${GUARD_FILE}: SIGUSR1 could open the inspector while it loads (scripts/bundle.ts)`);
+  }
+}
 
 /** The first lines of every output file in `outdir` (a folder below dist/). */
 function banner(outdir: string): string {
@@ -53,7 +104,7 @@ function banner(outdir: string): string {
 const TEST_PROGRAMS = { 'wire-child': 'test/fixtures/wire-child.js' } as const;
 const TEST_BUNDLE_DIR = path.join(DIST_ROOT, 'test', 'bundle');
 
-async function bundlePrograms(programs: Readonly<Record<string, string>>, outdir: string): Promise<{ files: number; ms: number }> {
+async function bundlePrograms(programs: Readonly<Record<string, string>>, outdir: string, guarded: boolean): Promise<{ files: number; ms: number }> {
   const started = performance.now();
   await rm(outdir, { recursive: true, force: true });
   const result = await build({
@@ -66,19 +117,20 @@ async function bundlePrograms(programs: Readonly<Record<string, string>>, outdir
     target: 'node20',
     external: ['better-sqlite3'],
     banner: { js: banner(outdir) },
-    plugins: [moduleUrls],
+    plugins: guarded ? [guardApart, moduleUrls] : [moduleUrls],
     sourcemap: 'linked',
     metafile: true,
     logLevel: 'warning',
   });
+  if (guarded) await guardFirst(outdir, Object.keys(programs));
   const files = Object.keys(result.metafile.outputs).filter((file) => file.endsWith('.js')).length;
   return { files, ms: performance.now() - started };
 }
 
-for (const [programs, outdir] of [
-  [PROGRAMS, BUNDLE_DIR],
-  [TEST_PROGRAMS, TEST_BUNDLE_DIR],
+for (const [programs, outdir, guarded] of [
+  [PROGRAMS, BUNDLE_DIR, true],
+  [TEST_PROGRAMS, TEST_BUNDLE_DIR, false],
 ] as const) {
-  const { files, ms } = await bundlePrograms(programs, outdir);
+  const { files, ms } = await bundlePrograms(programs, outdir, guarded);
   process.stderr.write(`bundled ${Object.keys(programs).join(', ')} into ${path.relative(process.cwd(), outdir) || outdir} (${files} files, ${ms.toFixed(0)} ms)\n`);
 }

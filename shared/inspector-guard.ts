@@ -9,19 +9,26 @@
 // process) would open it (docs/SECURITY.md, "Signals").
 //
 // A SIGUSR1 listener keeps Node from opening the inspector (Node 20; Node
-// 22.14 adds --disable-sigusr1). The listener is installed as this module is
-// evaluated, before the rest of the program loads, and only logs: custody
-// writes its log to stderr and has nothing to reopen. To profile or debug a
-// child, put --cpu-prof or --inspect in its argv (kernel.argv,
-// executors[].argv), where the operator chose it.
-import path from 'node:path';
-import { createLogger } from './log.js';
+// 22.14 adds --disable-sigusr1). It is installed as this module is
+// evaluated: the module imports nothing, and the bundles load it before any
+// other code (scripts/bundle.ts keeps it a file of its own, imported first
+// by each program). It only logs, once the program has a log
+// (`logIgnoredSignals`): custody writes its log to stderr and has nothing to
+// reopen. To profile or debug a child, put --cpu-prof or --inspect in its
+// argv (kernel.argv, executors[].argv), where the operator chose it.
 
-const program = path.basename(process.argv[1] ?? 'node', '.js');
+type Warn = (event: string, fields: Record<string, unknown>) => void;
+
+let warn: Warn | null = null;
 
 process.on('SIGUSR1', () => {
-  createLogger({ pid: process.pid, program }).warn('signal_ignored', {
+  warn?.('signal_ignored', {
     signal: 'SIGUSR1',
-    message: 'SIGUSR1 would open Node\'s inspector, through which any local user could run code in this process; custody ignores it. Its log is on stderr and has nothing to reopen; to debug or profile a child, set --inspect or --cpu-prof in its argv.',
+    message: "SIGUSR1 would open Node's inspector, through which any local user could run code in this process; custody ignores it. Its log is on stderr and has nothing to reopen; to debug or profile a child, set --inspect or --cpu-prof in its argv.",
   });
 });
+
+/** Say so in the log each time SIGUSR1 is ignored from now on (before a program has its log, it is ignored silently). */
+export function logIgnoredSignals(log: Warn): void {
+  warn = log;
+}

@@ -176,7 +176,7 @@ export class Service {
     this.driver = new OperationDriver(ctx);
     this.requestBound = new RequestBound(
       config.bounds.max_requests_in_flight,
-      { carried: () => this.driver.carrying, known: (requestId) => this.driver.isDriving(requestId) || store.getRequest(requestId) !== undefined },
+      { driving: () => this.driver.driving, inDoubt: () => this.driver.inDoubt, known: (requestId) => this.driver.isDriving(requestId) || store.getRequest(requestId) !== undefined },
       log,
       () => this.metrics.requestRefusedBusy(),
     );

@@ -227,7 +227,7 @@ export class AdapterHost {
 }
 
 /** Why the host could not be forked: the machine's limits (retried uncounted, shared/child/spawn.ts) or anything else. */
-function hostStartError(error: NodeJS.ErrnoException): CustodyError {
+export function hostStartError(error: NodeJS.ErrnoException): CustodyError {
   if (error.code === 'EAGAIN') return new CustodyError('processes_exhausted', `adapter host cannot start: ${PROCESSES_EXHAUSTED}`, { cause: error });
   if (error.code === 'EMFILE' || error.code === 'ENFILE') {
     return new CustodyError('descriptors_exhausted', `adapter host cannot start: no file descriptors left for its pipes (${error.code}); tried again at the longest restart backoff`, { cause: error });

@@ -10,6 +10,7 @@
 // A bad command line exits 64 before reading anything; a preamble that cannot
 // be read exits 65 before any frame; a setup the child refuses is reported in
 // a `fatal` frame and exits 78 (docs/PROTOCOL.md §10).
+import { logIgnoredSignals } from '../inspector-guard.js';
 import type { Signer } from '../crypto/ed25519.js';
 import { CustodyError, toCustodyError } from '../errors.js';
 import { CHILD_EXIT } from '../exit-codes.js';
@@ -131,6 +132,7 @@ function readPreamble(): Promise<{ preamble: Preamble; rest: Buffer }> {
 /** Run a child program to its end; resolves with the process exit code. */
 export async function runChild(program: ChildProgram): Promise<number> {
   ignoreLostStderr();
+  logIgnoredSignals((event, fields) => createLogger({ role: program.role, pid: process.pid }).warn(event, fields));
   const output = takeFrameOutput();
   const opened = await openSession(program, createLogger({ role: program.role, pid: process.pid }));
   if (typeof opened === 'number') return opened;

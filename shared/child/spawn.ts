@@ -187,7 +187,7 @@ function startProcess(command: string, args: readonly string[], options: SpawnCh
  * that is not there or not executable (its argv in custody.json), or
  * anything else.
  */
-function spawnError(name: string, command: string, error: NodeJS.ErrnoException): CustodyError {
+export function spawnError(name: string, command: string, error: NodeJS.ErrnoException): CustodyError {
   const cannot = `${name}: cannot start ${command}`;
   switch (error.code) {
     case 'EMFILE':
@@ -202,12 +202,15 @@ function spawnError(name: string, command: string, error: NodeJS.ErrnoException)
     case 'EAGAIN':
       return new CustodyError('processes_exhausted', `${cannot}: ${PROCESSES_EXHAUSTED}`, { cause: error });
     case 'ENOENT':
-    case 'EACCES':
-      return new CustodyError(
-        'config_invalid',
-        `${cannot}: ${error.code === 'ENOENT' ? 'no such file' : 'permission denied'} (${error.code}); check the command in its argv in custody.json (kernel.argv or executors[].argv)`,
-        { cause: error },
-      );
+    case 'EACCES': {
+      const why = `${error.code === 'ENOENT' ? 'no such file' : 'permission denied'} (${error.code})`;
+      // Without an argv in custody.json a child runs on the very node that runs custody.
+      const check =
+        command === process.execPath
+          ? `it is the node that runs custody, removed or replaced since the service started (a Node upgrade?): restart the service`
+          : 'check the command in its argv in custody.json (kernel.argv or executors[].argv)';
+      return new CustodyError('config_invalid', `${cannot}: ${why}; ${check}`, { cause: error });
+    }
     default:
       return new CustodyError('peer_exited', `${cannot}: ${error.message}`, { cause: error });
   }

@@ -12,6 +12,7 @@ import { outcomeOf } from '../operations/outcome.js';
 import { recoverRollback } from '../operations/rollback-recovery.js';
 import type { RequestRow } from '../store/supervisor-store.js';
 import type { Service } from '../service.js';
+import type { TokenRole } from './http.js';
 import type { ChildHandle } from '../children/child-handle.js';
 import { type GrantKey, type GrantView, KERNEL_PAGE_MAX, type OperationKey } from '../../shared/protocol/kernel-messages.js';
 import { refuseBeforeReserve } from './precheck.js';
@@ -91,24 +92,38 @@ const STILL_CARRIED: ReadonlySet<string> = new Set(['unreachable', 'unknown']);
  */
 const NOT_CARRIED: ReadonlySet<string> = new Set(['reply_dropped', 'storage_full', 'store_busy', 'request_quarantined']);
 
-export async function invoke(service: Service, body: z.infer<typeof invokeBody>): Answer {
+export async function invoke(service: Service, body: z.infer<typeof invokeBody>, role: TokenRole): Answer {
   const wait = waitFrom(performance.now(), body.wait_ms);
-  // Checked on arrival, before the argument check costs anything, and again once it ended (others were logged meanwhile).
-  service.requestBound.check(body.request_id);
-  await refuseBeforeReserve(service, body.request_id, body.tool, body.arguments);
-  service.requestBound.check(body.request_id);
   const requestId = body.request_id ?? newRequestId();
-  const drive = service.driver.submit({ kind: 'invoke', request_id: requestId, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
+  const { drive } = await carryNew(service, body.request_id, role, () => refuseBeforeReserve(service, body.request_id, body.tool, body.arguments), () =>
+    service.driver.submit({ kind: 'invoke', request_id: requestId, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units }),
+  );
   return answerDrive(service, requestId, drive, wait());
 }
 
-export async function authorize(service: Service, body: z.infer<typeof authorizeBody>): Answer {
+export async function authorize(service: Service, body: z.infer<typeof authorizeBody>, role: TokenRole): Answer {
   const wait = waitFrom(performance.now(), body.wait_ms);
-  service.requestBound.check(body.operation);
-  await refuseBeforeReserve(service, body.operation, body.tool, body.arguments);
-  service.requestBound.check(body.operation);
-  const drive = service.driver.submit({ kind: 'authorize', request_id: body.operation, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
+  const { drive } = await carryNew(service, body.operation, role, () => refuseBeforeReserve(service, body.operation, body.tool, body.arguments), () =>
+    service.driver.submit({ kind: 'authorize', request_id: body.operation, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units }),
+  );
   return answerDrive(service, body.operation, drive, wait());
+}
+
+/**
+ * A new request's place under bounds.max_requests_in_flight, held from its
+ * arrival through the check before the reserve until the driver counts it
+ * (api/request-bound.ts): requests waiting in that check together cannot
+ * pass the bound together.
+ */
+async function carryNew(service: Service, requestId: string | undefined, role: TokenRole, check: () => Promise<void>, submit: () => Promise<RequestRow>): Promise<{ drive: Promise<RequestRow> }> {
+  const release = service.requestBound.admit(requestId, role);
+  try {
+    await check();
+    // submit() counts the request before its first await, so the place passes from one count to the other.
+    return { drive: submit() };
+  } finally {
+    release();
+  }
 }
 
 /**

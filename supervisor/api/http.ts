@@ -10,6 +10,9 @@ import { CustodyError, type ErrorClass, toCustodyError } from '../../shared/erro
 
 export type Access = 'open' | 'agent' | 'control';
 
+/** Which token a request carried, or null for none. */
+export type TokenRole = 'agent' | 'control' | null;
+
 const STATUS: Record<ErrorClass, number> = {
   usage: 400,
   auth: 401,
@@ -96,7 +99,7 @@ export class TokenGate {
    * Which role the request's bearer token holds. Comparing SHA-256 digests
    * keeps the comparison constant-time whatever the presented token's length.
    */
-  roleOf(request: IncomingMessage): 'agent' | 'control' | null {
+  roleOf(request: IncomingMessage): TokenRole {
     const header = request.headers.authorization;
     if (typeof header !== 'string' || !header.startsWith('Bearer ')) return null;
     const presented = digest(header.slice('Bearer '.length).trim());

@@ -19,7 +19,7 @@ import { readTokenFile } from '../tokens.js';
 import { checkOperationName } from '../../shared/protocol/names.js';
 import { identifier } from '../../shared/protocol/common.js';
 import { argumentBytesBound, argumentsDepthBudget, checkArgumentBytes } from '../../shared/protocol/bounds.js';
-import { type Access, type BodyLimits, TokenGate, readJsonBody, sendClientError, sendError, sendJson, sendText } from './http.js';
+import { type Access, type BodyLimits, type TokenRole, TokenGate, readJsonBody, sendClientError, sendError, sendJson, sendText } from './http.js';
 import { boundConnections } from './connections.js';
 import { archiveBody, authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 import { parseTarget } from './target.js';
@@ -40,6 +40,8 @@ interface RouteContext {
   readonly service: Service;
   readonly params: Record<string, string>;
   readonly query: URLSearchParams;
+  /** The token the request carried (checked against the route's access already). */
+  readonly role: TokenRole;
   /** Read, bound, decode and check the body; `names` are members that must be valid names (name_invalid). */
   body<S extends z.ZodType>(schema: S, names?: readonly string[]): Promise<z.infer<S>>;
 }
@@ -77,8 +79,8 @@ function route(method: Method, path: string, access: Access, handle: Route['hand
 const ROUTES: readonly Route[] = [
   route('GET', '/v1/health', 'open', ({ service }) => Promise.resolve({ body: handlers.health(service) })),
   route('GET', '/v1/status', 'agent', ({ service }) => Promise.resolve({ body: handlers.status(service) })),
-  route('POST', '/v1/invoke', 'agent', async (c) => handlers.invoke(c.service, checkArguments(c.service, await c.body(invokeBody, ['request_id'])))),
-  route('POST', '/v1/authorize', 'control', async (c) => handlers.authorize(c.service, checkArguments(c.service, await c.body(authorizeBody, ['operation'])))),
+  route('POST', '/v1/invoke', 'agent', async (c) => handlers.invoke(c.service, checkArguments(c.service, await c.body(invokeBody, ['request_id'])), c.role)),
+  route('POST', '/v1/authorize', 'control', async (c) => handlers.authorize(c.service, checkArguments(c.service, await c.body(authorizeBody, ['operation'])), c.role)),
   route('GET', '/v1/operations', 'agent', (c) => handlers.listOperations(c.service, c.query), ['limit', 'after']),
   route('GET', '/v1/operations/:name', 'agent', (c) => handlers.showOperation(c.service, c.params.name!)),
   route('GET', '/v1/operations/:name/trace', 'agent', (c) => handlers.trace(c.service, c.params.name!)),
@@ -183,6 +185,7 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
       service,
       params,
       query,
+      role: gate.roleOf(request),
       body: async (schema, names = []) => {
         const raw = await readJsonBody(request, limits);
         for (const name of names) {
@@ -206,9 +209,11 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
   // connection that never finished its headers hold its slot under bounds.max_connections for up to 40 s).
   const server = createServer({ requireHostHeader: false, connectionsCheckingInterval: 1_000 }, (request, response) => {
     serve(request, response).catch((error: unknown) => {
-      // The refused request's name in the log, drawn only when one is refused.
-      const id = randomHex(4);
-      log.info('api_refused', { id, method: request.method, path: request.url, ...errorFields(error) });
+      // The refused request's name in the log, drawn only when one is refused. A flood's refusals at the bound on
+      // requests in flight are not a line each: requests_full tallies them (api/request-bound.ts).
+      if (!(error instanceof CustodyError && error.code === 'service_busy')) {
+        log.info('api_refused', { id: randomHex(4), method: request.method, path: request.url, ...errorFields(error) });
+      }
       if (!response.headersSent) sendError(response, error);
       else response.end();
     });

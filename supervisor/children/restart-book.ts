@@ -42,7 +42,7 @@ const REFUSED_FOR_GOOD: ReadonlySet<string> = new Set(['identity_mismatch', 'hel
  * shell. Tried again at the longest backoff, never counted toward its
  * failure.
  */
-const NOT_YET: ReadonlySet<string> = new Set(['store_locked', 'descriptors_exhausted', 'processes_exhausted', 'store_busy']);
+export const NOT_YET: ReadonlySet<string> = new Set(['store_locked', 'descriptors_exhausted', 'processes_exhausted', 'store_busy']);
 
 export class RestartBook {
   restarts = 0;

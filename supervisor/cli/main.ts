@@ -5,7 +5,7 @@
 // service, the stores and the metrics are imported by the commands that run
 // them (start, init, an offline trace, mcp), so an agent calling `custody
 // invoke` does not pay for them at every call (docs/PERFORMANCE.md "CLI start").
-import '../../shared/inspector-guard.js';
+import { logIgnoredSignals } from '../../shared/inspector-guard.js';
 import { Command, CommanderError, Option } from 'commander';
 import { toCustodyError } from '../../shared/errors.js';
 import { resolveStateDir } from '../paths.js';
@@ -18,6 +18,9 @@ import { authorizeCommand, executeCommand, invokeCommand, opsCommand, reportComm
 import { archiveCommand, executorRotateCommand, kernelRotateCommand, recoverRollbackCommand, restartCommand, grantAddCommand, grantListCommand, grantRevokeCommand, receiptExportCommand, receiptVerifyCommand, statusCommand } from './commands/admin.js';
 import { initCommand, startCommand } from './commands/service.js';
 import { stderrSink } from '../../shared/log-sink.js';
+import { createLogger } from '../../shared/log.js';
+
+logIgnoredSignals((event, fields) => createLogger({ pid: process.pid, program: 'custody' }).warn(event, fields));
 
 let exitCode: number = CLI_EXIT.done;
 const setExit = (code: number): void => {

@@ -41,6 +41,8 @@ export class OperationDriver {
   readonly #running = new Map<string, Promise<RequestRow>>();
   /** Requests whose drive waits on a reconciliation (executor-steps.ts reconcileOperation: asked again with backoff until a report proves the outcome). */
   readonly #reconciling = new Set<string>();
+  /** Requests in submit(), between its call and their drive's start. */
+  #logging = 0;
 
   constructor(ctx: OperationContext) {
     this.#ctx = ctx;
@@ -51,15 +53,19 @@ export class OperationDriver {
     return this.#running.size;
   }
 
+  /** Requests being driven right now or being logged to be (submit before its drive starts). */
+  get driving(): number {
+    return this.#running.size + this.#logging;
+  }
+
   /**
-   * Requests being driven toward their answer, less those waiting on a
-   * reconciliation: an operation in doubt may be asked about for hours (a
-   * tool that cannot see its resource, an executor's host away), and such
-   * operations must not keep new work out (api/request-bound.ts). They
-   * are few (each fell into doubt) and listed for the operator.
+   * Of those, the ones waiting on a reconciliation: an operation in doubt may
+   * be asked about for hours (a tool that cannot see its resource, an
+   * executor's host away), and such operations must not keep new work out
+   * (api/request-bound.ts). They are listed for the operator.
    */
-  get carrying(): number {
-    return this.#running.size - this.#reconciling.size;
+  get inDoubt(): number {
+    return this.#reconciling.size;
   }
 
   isDriving(requestId: string): boolean {
@@ -70,17 +76,24 @@ export class OperationDriver {
   async submit(request: SubmitRequest): Promise<RequestRow> {
     // The binding of the very reserve request the kernel will be sent (kernel-steps.ts).
     const binding = bindRequest(reserveRequestOf(request)).request_binding_hash;
-    // Durable before the kernel hears of it (a grouped commit, shared/store/group-commit.ts).
-    const row = await this.#ctx.store.logRequestGrouped({
-      request_id: request.request_id,
-      operation_id: operationIdFor(request.request_id),
-      kind: request.kind,
-      tool: request.tool,
-      subject: request.subject,
-      arguments: JSON.stringify(request.arguments),
-      cost_units: request.cost_units,
-      binding_hash: binding,
-    });
+    // Counted from the call (before any await) until the drive below is in #running: api/request-bound.ts hands its place over.
+    this.#logging++;
+    let row: RequestRow;
+    try {
+      // Durable before the kernel hears of it (a grouped commit, shared/store/group-commit.ts).
+      row = await this.#ctx.store.logRequestGrouped({
+        request_id: request.request_id,
+        operation_id: operationIdFor(request.request_id),
+        kind: request.kind,
+        tool: request.tool,
+        subject: request.subject,
+        arguments: JSON.stringify(request.arguments),
+        cost_units: request.cost_units,
+        binding_hash: binding,
+      });
+    } finally {
+      this.#logging--;
+    }
     if (row.binding_hash !== binding || row.kind !== request.kind) {
       throw new CustodyError('request_conflict', `request id ${request.request_id} was already used for a different ${row.kind} request; choose another id (or leave it out and one is picked), or see the first with custody trace ${request.request_id}`);
     }

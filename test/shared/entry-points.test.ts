@@ -32,7 +32,8 @@ describe('the bundled programs', function () {
   }
 
   it("gives every bundled module its own file's URL: import.meta.url appears only in each file's banner", () => {
-    const files = readdirSync(BUNDLE_DIR).filter((file) => file.endsWith('.js'));
+    // The inspector guard is copied as tsc left it: it imports nothing and has no banner (the test below).
+    const files = readdirSync(BUNDLE_DIR).filter((file) => file.endsWith('.js') && file !== 'inspector-guard.js');
     expect(files.length).to.be.at.least(Object.keys(PROGRAMS).length);
     let rewritten = 0;
     for (const file of files) {
@@ -44,6 +45,19 @@ describe('the bundled programs', function () {
       rewritten += lines.filter((line) => line.includes('__custodyModuleUrl("shared/entry-points.js")')).length;
     }
     expect(rewritten, 'shared/entry-points.js finds dist/ from its own URL').to.be.at.least(1);
+  });
+
+  it('loads the inspector guard before anything else in every program: its first import, a file that imports nothing', () => {
+    // Node's built-ins (the banner's node:module) load no code of ours.
+    const importsOf = (text: string) => [...text.matchAll(/^import\s*(?:[^'"]*?from\s*)?["']([^"']+)["'];?/gm)].map((match) => match[1]!).filter((source) => !source.startsWith('node:'));
+    for (const program of Object.keys(PROGRAMS)) {
+      const imports = importsOf(readFileSync(path.join(BUNDLE_DIR, `${program}.js`), 'utf8'));
+      expect(imports.length, program).to.be.above(1);
+      expect(imports[0], `${program}: SIGUSR1 would open the inspector while the modules before the guard load`).to.equal('./inspector-guard.js');
+    }
+    const guard = readFileSync(path.join(BUNDLE_DIR, 'inspector-guard.js'), 'utf8');
+    expect(importsOf(guard)).to.deep.equal([]);
+    expect(guard).to.include("process.on('SIGUSR1'");
   });
 
   it('refuses to provision from a build without them, and says to run npm run build', async () => {

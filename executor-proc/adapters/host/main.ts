@@ -3,7 +3,8 @@
 // log, so nothing an adapter prints (console, process.stdout, a raw write to
 // fd 1, a subprocess with inherited stdio) can reach the executor's frame
 // channel. It talks to the executor only over Node's IPC channel.
-import '../../../shared/inspector-guard.js';
+import { logIgnoredSignals } from '../../../shared/inspector-guard.js';
+import { createLogger } from '../../../shared/log.js';
 import { CustodyError, toCustodyError } from '../../../shared/errors.js';
 import { CHILD_EXIT } from '../../../shared/exit-codes.js';
 import { HOST_ARGS_FLAG, type HostRequest, hostConfigSchema } from '../host-protocol.js';
@@ -28,6 +29,9 @@ if (!process.send) {
   process.stderr.write('the adapter host runs only as a child of executor-proc (it needs an IPC channel)\n');
   process.exit(CHILD_EXIT.config);
 }
+
+// On stderr, which the executor relays into its log (adapter_output).
+logIgnoredSignals((event, fields) => createLogger({ pid: process.pid, program: 'adapter-host' }).warn(event, fields));
 
 // The executor is gone (exited, or killed with -9): stop at once. An effect
 // cut short here is the case the claim and the fence exist for.
