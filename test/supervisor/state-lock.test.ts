@@ -83,6 +83,11 @@ describe('the state lock across supervisors', function () {
     const db = path.join(service.paths.supervisorDir, 'supervisor.db');
     const phase = async () => (await sqlite(db, "SELECT phase FROM requests WHERE request_id = 'across-the-kill'"))[0]?.phase;
     while ((await phase()) !== 'executing') await sleep(20);
+    // The effect itself running, not only its execute frame sent: claimed in the ledger (the claim comes before the
+    // effect). A frame still unread when the supervisor dies is never acted on, and the executor then leaves at once.
+    const ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
+    const claimed = async () => (await sqlite(ledger, `SELECT operation_id FROM claims WHERE kind = 'claim' AND operation_id = '${String(first.body.operation_id)}'`)).length === 1;
+    while (!(await claimed())) await sleep(20);
     service.process.kill('SIGKILL');
     await new Promise((resolve) => service.process.once('close', resolve));
     expect(await phase(), 'the kill hit the request in flight').to.equal('executing');
