@@ -114,7 +114,9 @@ export class RestartBook {
   /** The process is gone or never came up: restart after a backoff, or fail past the intensity. */
   afterExit(why: string, how: ExitCounting): void {
     if (this.#machine.is('stopping', 'stopped', 'failed')) return;
-    const decision = how.counted ? this.#intensity.next(nowMs()) : { restart: true as const, delayMs: how.delayMs };
+    // On the monotonic clock: a wall clock stepped back (NTP, a VM resumed) would keep restarts counted for as long
+    // as the step, failing a child that crashes a few times in the next hour; one stepped forward would forget them.
+    const decision = how.counted ? this.#intensity.next(performance.now()) : { restart: true as const, delayMs: how.delayMs };
     if (!decision.restart) return this.fail(new CustodyError('child_failed', `${this.#child.spec.name} failed: ${decision.reason} (last: ${why})`));
     this.restarts++;
     this.#machine.moveTo('backoff', `${why}; restart in ${decision.delayMs} ms`);

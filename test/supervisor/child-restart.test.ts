@@ -3,6 +3,8 @@
 // restart.failed_cooldown_s, and a child stopped past its heartbeat is
 // killed, reaped and restarted with its operations reconciled.
 import { expect } from 'chai';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 import { until } from '../helpers/eventually.js';
@@ -39,6 +41,49 @@ async function failExecutor(service: TestService): Promise<number> {
 }
 
 const failFast = (cooldownS: number) => ({ restart: { max_restarts: 0, period_s: 60, backoff_initial_ms: 50, backoff_max_ms: 100, failed_cooldown_s: cooldownS } });
+
+/** kill -9 the running executor and wait for its next process to run. */
+async function crashAndWait(service: TestService): Promise<void> {
+  const before = await until('a running executor', async () => {
+    const row = await executor(service);
+    return row.state === 'running' && row.pid !== null ? row : undefined;
+  });
+  process.kill(before.pid!, 'SIGKILL');
+  await until('the executor restarted', async () => {
+    const row = await executor(service);
+    if (row.state === 'failed') throw new Error(`the executor failed: ${JSON.stringify(row)}`);
+    return row.state === 'running' && row.pid !== null && row.pid !== before.pid ? true : undefined;
+  });
+}
+
+describe('restart intensity and the wall clock', function () {
+  this.timeout(90_000);
+
+  it('counts restarts on the monotonic clock: a wall clock stepped back an hour does not keep old restarts counted and fail the child', async () => {
+    const clockDir = mkdtempSync(path.join(tmpdir(), 'custody-clock-'));
+    const clockFile = path.join(clockDir, 'offset');
+    writeFileSync(clockFile, '0');
+    const service = await startService({
+      config: { restart: { max_restarts: 2, period_s: 2, backoff_initial_ms: 50, backoff_max_ms: 100 } },
+      env: { CUSTODY_TEST_CLOCK_FILE: clockFile },
+    });
+    try {
+      await crashAndWait(service);
+      await crashAndWait(service);
+      // The wall clock steps back an hour (NTP, a VM resumed); the period passes.
+      writeFileSync(clockFile, String(-3_600_000));
+      await new Promise((resolve) => setTimeout(resolve, 2_500));
+      // Two restarts in the period are allowed: on the wall clock the two before the step would still count, and the first of these would fail it.
+      await crashAndWait(service);
+      await crashAndWait(service);
+      expect((await executor(service)).restarts).to.equal(4);
+    } finally {
+      await service.stop();
+      service.cleanup();
+      rmSync(clockDir, { recursive: true, force: true });
+    }
+  });
+});
 
 describe('a failed child comes back', function () {
   this.timeout(90_000);
