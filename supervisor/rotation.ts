@@ -203,12 +203,12 @@ export class KeyRotation {
   }
 
   async #askKernel<K extends MessageKind>(kind: K, body: RequestOf<K>): Promise<ResultOf<K>> {
-    const deadline = Date.now() + this.#deps.timing.hello_timeout_ms * 3;
+    const deadline = performance.now() + this.#deps.timing.hello_timeout_ms * 3;
     for (;;) {
       try {
         return await this.#deps.kernel().request(kind, body, { timeoutMs: this.#deps.timing.kernel_request_ms });
       } catch (error) {
-        if (!isTransportFailure(error) || Date.now() > deadline || this.#deps.signal.aborted) throw error;
+        if (!isTransportFailure(error) || performance.now() > deadline || this.#deps.signal.aborted) throw error;
         await new Promise((resolve) => setTimeout(resolve, 200));
       }
     }

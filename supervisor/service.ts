@@ -331,13 +331,13 @@ export class Service {
     // Stop accepting now; open requests are answered as their drives end.
     const closing = this.#api?.close() ?? Promise.resolve();
     const grace = this.config.timing.shutdown_grace_ms;
-    const deadline = Date.now() + grace;
-    while (this.driver.active > 0 && Date.now() < deadline) await wait(50);
+    const deadline = performance.now() + grace;
+    while (this.driver.active > 0 && performance.now() < deadline) await wait(50);
     this.#abort.abort();
     await withTimeout(closing, 1000, () => undefined);
     this.#api?.closeAll();
     this.requestBound.close();
-    await Promise.all([...this.executors.values()].map((executor) => executor.stop(Math.max(1000, deadline - Date.now()))));
+    await Promise.all([...this.executors.values()].map((executor) => executor.stop(Math.max(1000, deadline - performance.now()))));
     await this.kernel.stop(5000);
     rmSync(this.paths.serviceJson, { force: true });
     this.store.close();
@@ -382,10 +382,10 @@ async function killPredecessorChildren(store: SupervisorStore, log: Logger): Pro
     store.recordIncident({ child: row.name, kind: 'predecessor_killed', code: null, message: `killed ${row.name} pid ${row.pid} left running by a previous supervisor` });
     killGroup(row.pid!, 'SIGKILL');
   }
-  const deadline = Date.now() + 10_000;
+  const deadline = performance.now() + 10_000;
   for (const row of survivors) {
     while (!isGone(row.pid!, row.pid_start_ticks)) {
-      if (Date.now() > deadline) throw new CustodyError('internal', `${row.name} pid ${row.pid} is still running after SIGKILL`);
+      if (performance.now() > deadline) throw new CustodyError('internal', `${row.name} pid ${row.pid} is still running after SIGKILL`);
       await wait(5);
     }
   }

@@ -18,7 +18,7 @@ export class ThrottledTally {
   add(): void {
     this.#count++;
     if (this.#pending) return;
-    const wait = this.#lastReport + this.#intervalMs - Date.now();
+    const wait = this.#lastReport + this.#intervalMs - performance.now();
     if (wait <= 0) this.#flush();
     else this.#pending = setTimeout(() => this.#flush(), wait).unref();
   }
@@ -34,7 +34,7 @@ export class ThrottledTally {
     if (this.#count === 0) return;
     const count = this.#count;
     this.#count = 0;
-    this.#lastReport = Date.now();
+    this.#lastReport = performance.now();
     this.#report(count);
   }
 }

@@ -78,12 +78,12 @@ export class ExecutorPool {
     const candidates = this.candidates(tool);
     if (candidates.length === 0) return undefined;
     const waitMs = this.#waitMs();
-    const deadline = Date.now() + waitMs;
+    const deadline = performance.now() + waitMs;
     for (;;) {
       const chosen = this.choose(tool);
       if (chosen) return chosen;
       if (signal?.aborted) throw new CustodyError('shutting_down', 'the service is stopping');
-      if (Date.now() >= deadline) {
+      if (performance.now() >= deadline) {
         const states = candidates.map((member) => `${member.name} ${member.child.state}`).join(', ');
         throw new CustodyError(
           'executor_unavailable',
@@ -91,7 +91,7 @@ export class ExecutorPool {
             'see custody status, restart one with custody restart NAME, and ask again with the same name',
         );
       }
-      await sleep(Math.min(WAIT_POLL_MS, Math.max(1, deadline - Date.now())));
+      await sleep(Math.min(WAIT_POLL_MS, Math.max(1, deadline - performance.now())));
     }
   }
 

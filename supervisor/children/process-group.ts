@@ -42,9 +42,9 @@ function signalReaches(pgid: number): boolean {
 /** SIGKILL the group and wait until no live member is left; false if one outlived the wait. */
 export async function killGroupAndWait(pgid: number, timeoutMs: number): Promise<boolean> {
   killGroup(pgid, 'SIGKILL');
-  const deadline = Date.now() + timeoutMs;
+  const deadline = performance.now() + timeoutMs;
   while (groupAlive(pgid)) {
-    if (Date.now() > deadline) return false;
+    if (performance.now() > deadline) return false;
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
   return true;
