@@ -4,7 +4,8 @@
 // was lost is the same operation (one journal line), refusals are tool
 // errors with their cause, and a grant that runs out ends the listing.
 import { expect } from 'chai';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -206,5 +207,44 @@ describe('custody mcp with a slow tool', function () {
     expect(answer.structuredContent).to.deep.include({ request_id: requestId, outcome: 'completed', output: { slept: 4000 } });
     const ops = (await service.http('GET', '/v1/operations', undefined, 'agent')).body as { operations: Array<{ tool: string }> };
     expect(ops.operations.filter((op) => op.tool === 'fixture/sleep')).to.have.length(1);
+  });
+});
+
+describe('custody mcp while custody is at its bound on requests in flight', function () {
+  this.timeout(90_000);
+  let service: TestService;
+  let client: Client;
+  let latchDir: string;
+
+  before(async () => {
+    latchDir = mkdtempSync(path.join(tmpdir(), 'custody-mcp-busy-'));
+    service = await startService({ config: { executors: [FIXTURE_EXECUTOR], bounds: { max_requests_in_flight: 1 } } });
+    await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 10, ttl_ms: 3_600_000 });
+    ({ client } = await connectMcp(['--state', service.dir]));
+  });
+
+  after(async () => {
+    await client?.close();
+    await service?.stop();
+    service?.cleanup();
+    rmSync(latchDir, { recursive: true, force: true });
+  });
+
+  it('tells the agent custody is busy and to call again with the same arguments, nothing recorded, and the same call later runs', async () => {
+    const latch = path.join(latchDir, 'go');
+    const held = await service.http('POST', '/v1/invoke', { tool: 'fixture/latch', request_id: 'holds-the-bound', arguments: { path: latch }, wait_ms: 0 }, 'agent');
+    expect(held.status).to.equal(202);
+    // The client behind custody mcp asks again a few times by itself (1.4 s); the latch stays shut longer than that.
+    const busy = (await client.callTool({ name: 'fixture__sleep', arguments: { ms: 0 } })) as CallToolResult;
+    expect(busy.isError).to.equal(true);
+    expect(textOf(busy)).to.match(/custody is busy and did not take fixture\/sleep .* call the tool again in a moment with exactly the same arguments; nothing was recorded/);
+    const { request_id: requestId, code } = busy.structuredContent as { request_id: string; code: string };
+    expect(code).to.equal('service_busy');
+    expect((await service.http('GET', `/v1/operations/${requestId}`, undefined, 'agent')).status, 'nothing recorded').to.equal(404);
+    writeFileSync(latch, '');
+    expect((await service.http('POST', '/v1/invoke', { tool: 'fixture/latch', request_id: 'holds-the-bound', arguments: { path: latch }, wait_ms: 20_000 }, 'agent')).body).to.include({ outcome: 'completed' });
+    const again = (await client.callTool({ name: 'fixture__sleep', arguments: { ms: 0 } })) as CallToolResult;
+    expect(again.isError, textOf(again)).to.not.equal(true);
+    expect(again.structuredContent).to.deep.include({ request_id: requestId, outcome: 'completed' });
   });
 });
