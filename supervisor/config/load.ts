@@ -83,7 +83,8 @@ export function loadConfig(file: string): CustodyConfig {
   }
   let input: unknown;
   try {
-    input = JSON.parse(text);
+    // An editor that saves UTF-8 with a byte order mark (RFC 8259 §8.1 lets a parser ignore it).
+    input = JSON.parse(text.startsWith('\uFEFF') ? text.slice(1) : text);
   } catch (cause) {
     throw new CustodyError('config_invalid', `${file}: not valid JSON: ${(cause as Error).message}`, { cause });
   }

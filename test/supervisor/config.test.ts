@@ -1,5 +1,8 @@
 import { expect } from 'chai';
-import { defaultConfig, parseConfig } from '../../supervisor/config/load.js';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { defaultConfig, loadConfig, parseConfig } from '../../supervisor/config/load.js';
 
 function messageOf(input: unknown): string {
   try {
@@ -105,5 +108,18 @@ describe('custody.json', () => {
   it('names N executors executor-1 … executor-N in the default configuration', () => {
     expect(defaultConfig(3).executors.map((e) => e.name)).to.deep.equal(['executor-1', 'executor-2', 'executor-3']);
     expect(defaultConfig(1).executors.map((e) => e.name)).to.deep.equal(['default']);
+  });
+
+  it('reads a custody.json saved with a byte order mark, and names the file when it is not JSON', () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-config-'));
+    try {
+      const file = path.join(dir, 'custody.json');
+      writeFileSync(file, '\uFEFF' + JSON.stringify({ port: 9999 }));
+      expect(loadConfig(file).port).to.equal(9999);
+      writeFileSync(file, '\uFEFF{"port": 9999,}');
+      expect(() => loadConfig(file)).to.throw(`${file}: not valid JSON`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
