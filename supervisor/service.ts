@@ -75,6 +75,12 @@ export class Service {
   /** Key rotation of the kernel and the executors, and its catch-up at each hello (rotation.ts). */
   readonly rotation: KeyRotation;
   readonly startedAt = nowMs();
+  /** performance.now() at the start: uptimes are measured on the monotonic clock (shared/clock.ts). */
+  readonly #startedMonotonic = performance.now();
+
+  get uptimeMs(): number {
+    return Math.round(performance.now() - this.#startedMonotonic);
+  }
   readonly #lock: DirLock;
   readonly #abort = new AbortController();
   readonly #byIdentity = new Map<string, ChildHandle>();

@@ -23,10 +23,10 @@ import type { authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } f
 type Answer = Promise<{ status?: number; body: unknown }>;
 
 export function health(service: Service) {
-  return { status: service.stopping ? 'stopping' : 'ok', pid: process.pid, uptime_ms: nowMs() - service.startedAt };
+  return { status: service.stopping ? 'stopping' : 'ok', pid: process.pid, uptime_ms: service.uptimeMs };
 }
 
-function childView(service: Service, child: ChildHandle, now: number) {
+function childView(service: Service, child: ChildHandle) {
   const counts = child.spec.role === 'executor' ? service.pool.counts(child.name) : null;
   return {
     name: child.name,
@@ -35,7 +35,7 @@ function childView(service: Service, child: ChildHandle, now: number) {
     pid: child.session?.pid ?? null,
     sid: child.session?.sid ?? null,
     restarts: child.restarts,
-    uptime_ms: child.session && child.startedAt ? now - child.startedAt : null,
+    uptime_ms: child.uptimeMs,
     failure: child.failure?.message ?? null,
     /** A failed executor's automatic retry (restart.failed_cooldown_s), ms since the epoch. */
     next_retry_at: child.nextRetryAt,
@@ -45,10 +45,9 @@ function childView(service: Service, child: ChildHandle, now: number) {
 }
 
 export function status(service: Service) {
-  const now = nowMs();
-  const children = [service.kernel, ...service.executors.values()].map((child) => childView(service, child, now));
+  const children = [service.kernel, ...service.executors.values()].map((child) => childView(service, child));
   return {
-    service: { pid: process.pid, port: service.port, state_dir: service.paths.root, started_at: service.startedAt, uptime_ms: now - service.startedAt, stopping: service.stopping },
+    service: { pid: process.pid, port: service.port, state_dir: service.paths.root, started_at: service.startedAt, uptime_ms: service.uptimeMs, stopping: service.stopping },
     children,
     in_flight: service.driver.active,
   };
@@ -56,7 +55,7 @@ export function status(service: Service) {
 
 export async function restartChild(service: Service, name: string): Answer {
   const child = await service.restartChild(name);
-  return { body: { child: childView(service, child, nowMs()) } };
+  return { body: { child: childView(service, child) } };
 }
 
 /**

@@ -99,6 +99,8 @@ export interface ChildDeps {
 export const DROP_REPLY_EXIT = CHILD_EXIT.dropReply;
 
 export class ChildHandle {
+  /** performance.now() when the running process said hello (uptimeMs). */
+  #runningSince: number | null = null;
   readonly spec: ChildSpec;
   readonly slots: Slots;
   /** The deps, with the log scoped to this child. */
@@ -143,6 +145,11 @@ export class ChildHandle {
 
   get startedAt(): number | null {
     return this.#book.startedAt;
+  }
+
+  /** How long this process has been running, on the monotonic clock (a stepped wall clock cannot make it negative); null when none runs. */
+  get uptimeMs(): number | null {
+    return this.session && this.#runningSince !== null ? Math.round(performance.now() - this.#runningSince) : null;
   }
 
   get failure(): CustodyError | null {
@@ -267,6 +274,7 @@ export class ChildHandle {
   #serve(session: ChildSession): void {
     this.#run = new Run(session, watchHeartbeat(this, session, this.#deps));
     this.#book.startedAt = nowMs();
+    this.#runningSince = performance.now();
     this.#deps.store.openSession(session.sid, this.name, session.pid);
     this.#machine.moveTo('running', `pid ${session.pid}`);
     void session.exited.then((exit) => this.#onExit(session, exit));

@@ -8,7 +8,6 @@ import { toCustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
 import type { OperationKey, OperationView } from '../../shared/protocol/kernel-messages.js';
 import type { ResultOf } from '../../shared/protocol/messages.js';
-import { nowMs } from '../../shared/clock.js';
 import type { Backoff } from './backoff.js';
 import { Periodic } from './periodic.js';
 import { type OperationContext, retryBackoff } from './context.js';
@@ -85,7 +84,8 @@ export class RecoverySweeper {
     }
     for (const op of listing.operations) {
       if (ctx.signal.aborted) return;
-      if (listing.now < (this.#pending.get(op.operation_id)?.due ?? 0)) continue;
+      // Backoffs run on the monotonic clock (shared/clock.ts); the kernel's `now` is for the signed windows only.
+      if (performance.now() < (this.#pending.get(op.operation_id)?.due ?? 0)) continue;
       if (this.#executorFailed(op)) continue;
       const row = ctx.store.getRequestByOperation(op.operation_id);
       if (row && this.#driver.isDriving(row.request_id)) continue;
@@ -101,7 +101,7 @@ export class RecoverySweeper {
         this.#driver.drive(row.request_id, goal).then(
           () => this.#pending.delete(op.operation_id),
           (error: unknown) => {
-            this.#postpone(op.operation_id, listing.now);
+            this.#postpone(op.operation_id);
             ctx.log.warn('sweep_drive_failed', { request_id: row.request_id, ...errorFields(error) });
           },
         );
@@ -137,10 +137,10 @@ export class RecoverySweeper {
     return { operations, now, roundEnded: after === null };
   }
 
-  /** Back off an operation whose last attempt failed, so a refusal is not repeated every sweep. */
-  #postpone(operationId: string, now: number): void {
+  /** Back off an operation whose last attempt failed, so a refusal is not repeated every sweep (`due` on performance.now()). */
+  #postpone(operationId: string): void {
     const pending = this.#pending.get(operationId) ?? { due: 0, backoff: retryBackoff(this.#ctx) };
-    pending.due = now + pending.backoff.nextDelayMs();
+    pending.due = performance.now() + pending.backoff.nextDelayMs();
     this.#pending.set(operationId, pending);
   }
 
@@ -190,7 +190,7 @@ export class RecoverySweeper {
     };
     settle()
       .catch((error: unknown) => {
-        this.#postpone(op.operation_id, nowMs());
+        this.#postpone(op.operation_id);
         ctx.log.warn('orphan_unsettled', { operation_id: op.operation_id, code: toCustodyError(error).code });
       })
       .finally(() => this.#orphans.delete(op.operation_id));
