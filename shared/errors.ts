@@ -247,6 +247,33 @@ function describeStorageFull(value: unknown, message: string): string {
   return storageDescriber ? storageDescriber(message) : `a store could not be written: its filesystem is full (${message}); free space, then ask again with the same name`;
 }
 
-/** What to do when the system refuses a new process (fork EAGAIN); said by the supervisor and by an executor starting its adapter host. */
-export const PROCESSES_EXHAUSTED =
-  'the system refused a new process (EAGAIN): a limit on processes or threads is reached (ulimit -u / LimitNPROC=, a container\'s or cgroup\'s pids.max, kernel.threads-max); tried again at the longest restart backoff until one is free — see what runs (ps -eLf) or raise the limit';
+/**
+ * A process that could not be started for a limit outside it, or null: out
+ * of file descriptors for its pipes (EMFILE, ENFILE) or out of processes
+ * (fork EAGAIN). Said alike by the supervisor starting a child
+ * (shared/child/spawn.ts) and an executor starting its adapter host; both
+ * are tried again at the longest restart backoff, never counted toward the
+ * child failing (supervisor/children/restart-book.ts). `cannot` says what
+ * could not be started.
+ */
+export function limitRefusal(cannot: string, error: NodeJS.ErrnoException): CustodyError | null {
+  switch (error.code) {
+    case 'EMFILE':
+    case 'ENFILE': {
+      const whose = error.code === 'ENFILE' ? 'the system has' : `process ${process.pid} has`;
+      return new CustodyError(
+        'descriptors_exhausted',
+        `${cannot}: ${whose} no file descriptors left for its pipes (${error.code}); tried again at the longest restart backoff until some are free — see what holds them (ls /proc/${process.pid}/fd) or raise the limit (ulimit -n, LimitNOFILE=)`,
+        { cause: error },
+      );
+    }
+    case 'EAGAIN':
+      return new CustodyError(
+        'processes_exhausted',
+        `${cannot}: the system refused a new process (EAGAIN): a limit on processes or threads is reached (ulimit -u / LimitNPROC=, a container's or cgroup's pids.max, kernel.threads-max); tried again at the longest restart backoff until one is free — see what runs (ps -eLf) or raise the limit`,
+        { cause: error },
+      );
+    default:
+      return null;
+  }
+}

@@ -9,7 +9,7 @@
 // so the supervisor's group kill reaches it, and it exits when its IPC
 // channel to the executor closes.
 import { type ChildProcess, fork } from 'node:child_process';
-import { CustodyError, PROCESSES_EXHAUSTED, isErrorCode, toCustodyError } from '../../shared/errors.js';
+import { CustodyError, isErrorCode, limitRefusal, toCustodyError } from '../../shared/errors.js';
 import { installedProgram } from '../../shared/entry-points.js';
 import type { Logger } from '../../shared/log.js';
 import type { AdapterDescriptor } from './contract.js';
@@ -226,13 +226,9 @@ export class AdapterHost {
   }
 }
 
-/** Why the host could not be forked: the machine's limits (retried uncounted, shared/child/spawn.ts) or anything else. */
+/** Why the host could not be forked: the machine's limits (retried uncounted, shared/errors.ts limitRefusal) or anything else. */
 export function hostStartError(error: NodeJS.ErrnoException): CustodyError {
-  if (error.code === 'EAGAIN') return new CustodyError('processes_exhausted', `adapter host cannot start: ${PROCESSES_EXHAUSTED}`, { cause: error });
-  if (error.code === 'EMFILE' || error.code === 'ENFILE') {
-    return new CustodyError('descriptors_exhausted', `adapter host cannot start: no file descriptors left for its pipes (${error.code}); tried again at the longest restart backoff`, { cause: error });
-  }
-  return new CustodyError('config_invalid', `adapter host cannot start: ${error.message}`, { cause: error });
+  return limitRefusal('adapter host cannot start', error) ?? new CustodyError('config_invalid', `adapter host cannot start: ${error.message}`, { cause: error });
 }
 
 function hostFailure(message: string): CustodyError {

@@ -5,7 +5,7 @@
 import { type ChildProcess, type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
-import { CustodyError, PROCESSES_EXHAUSTED } from '../errors.js';
+import { CustodyError, limitRefusal } from '../errors.js';
 import { type Logger, errorFields } from '../log.js';
 import { stderrSink } from '../log-sink.js';
 import type { ChildRole, JsonObject } from '../protocol/common.js';
@@ -182,40 +182,25 @@ function startProcess(command: string, args: readonly string[], options: SpawnCh
 }
 
 /**
- * Why a command could not be started. Out of descriptors for its pipes or
- * out of processes (limits outside the child: retried, uncounted), a command
- * that is not there or not executable (its argv in custody.json), or
- * anything else.
+ * Why a command could not be started: a limit outside the child (retried,
+ * uncounted), a command that is not there or not executable (its argv in
+ * custody.json), or anything else.
  */
 export function spawnError(name: string, command: string, error: NodeJS.ErrnoException): CustodyError {
   const cannot = `${name}: cannot start ${command}`;
-  switch (error.code) {
-    case 'EMFILE':
-    case 'ENFILE': {
-      const whose = error.code === 'ENFILE' ? 'the system has' : `process ${process.pid} has`;
-      return new CustodyError(
-        'descriptors_exhausted',
-        `${cannot}: ${whose} no file descriptors left for its pipes (${error.code}); tried again at the longest restart backoff until some are free — see what holds them (ls /proc/${process.pid}/fd) or raise the limit (ulimit -n, LimitNOFILE=)`,
-        { cause: error },
-      );
-    }
-    case 'EAGAIN':
-      return new CustodyError('processes_exhausted', `${cannot}: ${PROCESSES_EXHAUSTED}`, { cause: error });
-    case 'ENOENT':
-    case 'EACCES': {
-      const why = `${error.code === 'ENOENT' ? 'no such file' : 'permission denied'} (${error.code})`;
-      // Without an argv in custody.json a child runs on the very node that runs custody.
-      const check =
-        command === process.execPath
-          ? `it is the node that runs custody, removed or replaced since the service started (a Node upgrade?): restart the service`
-          : 'check the command in its argv in custody.json (kernel.argv or executors[].argv)';
-      return new CustodyError('config_invalid', `${cannot}: ${why}; ${check}`, { cause: error });
-    }
-    default:
-      return new CustodyError('peer_exited', `${cannot}: ${error.message}`, { cause: error });
+  const limited = limitRefusal(cannot, error);
+  if (limited) return limited;
+  if (error.code === 'ENOENT' || error.code === 'EACCES') {
+    const why = `${error.code === 'ENOENT' ? 'no such file' : 'permission denied'} (${error.code})`;
+    // Without an argv in custody.json a child runs on the very node that runs custody.
+    const check =
+      command === process.execPath
+        ? `it is the node that runs custody, removed or replaced since the service started (a Node upgrade?): restart the service`
+        : 'check the command in its argv in custody.json (kernel.argv or executors[].argv)';
+    return new CustodyError('config_invalid', `${cannot}: ${why}; ${check}`, { cause: error });
   }
+  return new CustodyError('peer_exited', `${cannot}: ${error.message}`, { cause: error });
 }
-
 
 /**
  * The child's stderr is its JSON log, one line at a time; stdin errors are
