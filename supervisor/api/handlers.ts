@@ -93,36 +93,26 @@ const NOT_CARRIED: ReadonlySet<string> = new Set(['reply_dropped', 'storage_full
 
 export async function invoke(service: Service, body: z.infer<typeof invokeBody>, role: TokenRole): Answer {
   const wait = waitFrom(performance.now(), body.wait_ms);
+  // A place under bounds.max_requests_in_flight from arrival through the check before the reserve, until submit()
+  // counts the request (before its first await): requests waiting in that check together cannot pass the bound together.
+  const release = service.requestBound.admit(body.request_id, role);
   const requestId = body.request_id ?? newRequestId();
-  const { drive } = await carryNew(service, body.request_id, role, () => refuseBeforeReserve(service, body.request_id, body.tool, body.arguments), () =>
-    service.driver.submit({ kind: 'invoke', request_id: requestId, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units }),
-  );
-  return answerDrive(service, requestId, drive, wait());
-}
-
-export async function authorize(service: Service, body: z.infer<typeof authorizeBody>, role: TokenRole): Answer {
-  const wait = waitFrom(performance.now(), body.wait_ms);
-  const { drive } = await carryNew(service, body.operation, role, () => refuseBeforeReserve(service, body.operation, body.tool, body.arguments), () =>
-    service.driver.submit({ kind: 'authorize', request_id: body.operation, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units }),
-  );
-  return answerDrive(service, body.operation, drive, wait());
-}
-
-/**
- * A new request's place under bounds.max_requests_in_flight, held from its
- * arrival through the check before the reserve until the driver counts it
- * (api/request-bound.ts): requests waiting in that check together cannot
- * pass the bound together.
- */
-async function carryNew(service: Service, requestId: string | undefined, role: TokenRole, check: () => Promise<void>, submit: () => Promise<RequestRow>): Promise<{ drive: Promise<RequestRow> }> {
-  const release = service.requestBound.admit(requestId, role);
+  let drive: Promise<RequestRow>;
   try {
-    await check();
-    // submit() counts the request before its first await, so the place passes from one count to the other.
-    return { drive: submit() };
+    await refuseBeforeReserve(service, body.request_id, body.tool, body.arguments);
+    drive = service.driver.submit({ kind: 'invoke', request_id: requestId, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
   } finally {
     release();
   }
+  return answerDrive(service, requestId, drive, wait());
+}
+
+/** An authorize is the control token's (its route's access): never held to bounds.max_requests_in_flight. */
+export async function authorize(service: Service, body: z.infer<typeof authorizeBody>): Answer {
+  const wait = waitFrom(performance.now(), body.wait_ms);
+  await refuseBeforeReserve(service, body.operation, body.tool, body.arguments);
+  const drive = service.driver.submit({ kind: 'authorize', request_id: body.operation, tool: body.tool, subject: body.subject, arguments: body.arguments, cost_units: body.cost_units });
+  return answerDrive(service, body.operation, drive, wait());
 }
 
 /**

@@ -99,7 +99,7 @@ export class TokenGate {
    * Which role the request's bearer token holds. Comparing SHA-256 digests
    * keeps the comparison constant-time whatever the presented token's length.
    */
-  roleOf(request: IncomingMessage): TokenRole {
+  #roleOf(request: IncomingMessage): TokenRole {
     const header = request.headers.authorization;
     if (typeof header !== 'string' || !header.startsWith('Bearer ')) return null;
     const presented = digest(header.slice('Bearer '.length).trim());
@@ -108,12 +108,17 @@ export class TokenGate {
     return isControl ? 'control' : isAgent ? 'agent' : null;
   }
 
-  /** Refuse before any handler: no token is `unauthorized`, the agent token on a control route is `forbidden`. */
-  check(request: IncomingMessage, access: Access): void {
-    if (access === 'open') return;
-    const role = this.roleOf(request);
+  /**
+   * Refuse before any handler: no token is `unauthorized`, the agent token on
+   * a control route is `forbidden`. Returns the token's role (null on an
+   * open route, where none is looked at).
+   */
+  check(request: IncomingMessage, access: Access): TokenRole {
+    if (access === 'open') return null;
+    const role = this.#roleOf(request);
     if (role === null) throw new CustodyError('unauthorized', 'a valid bearer token is required (Authorization: Bearer <token>)');
     if (access === 'control' && role !== 'control') throw new CustodyError('forbidden', 'this endpoint needs the control token');
+    return role;
   }
 }
 

@@ -40,7 +40,7 @@ interface RouteContext {
   readonly service: Service;
   readonly params: Record<string, string>;
   readonly query: URLSearchParams;
-  /** The token the request carried (checked against the route's access already). */
+  /** The token the request carried, checked against the route's access (null on an open route). */
   readonly role: TokenRole;
   /** Read, bound, decode and check the body; `names` are members that must be valid names (name_invalid). */
   body<S extends z.ZodType>(schema: S, names?: readonly string[]): Promise<z.infer<S>>;
@@ -80,7 +80,7 @@ const ROUTES: readonly Route[] = [
   route('GET', '/v1/health', 'open', ({ service }) => Promise.resolve({ body: handlers.health(service) })),
   route('GET', '/v1/status', 'agent', ({ service }) => Promise.resolve({ body: handlers.status(service) })),
   route('POST', '/v1/invoke', 'agent', async (c) => handlers.invoke(c.service, checkArguments(c.service, await c.body(invokeBody, ['request_id'])), c.role)),
-  route('POST', '/v1/authorize', 'control', async (c) => handlers.authorize(c.service, checkArguments(c.service, await c.body(authorizeBody, ['operation'])), c.role)),
+  route('POST', '/v1/authorize', 'control', async (c) => handlers.authorize(c.service, checkArguments(c.service, await c.body(authorizeBody, ['operation'])))),
   route('GET', '/v1/operations', 'agent', (c) => handlers.listOperations(c.service, c.query), ['limit', 'after']),
   route('GET', '/v1/operations/:name', 'agent', (c) => handlers.showOperation(c.service, c.params.name!)),
   route('GET', '/v1/operations/:name/trace', 'agent', (c) => handlers.trace(c.service, c.params.name!)),
@@ -176,7 +176,7 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
       throw new CustodyError('not_found', `no endpoint ${JSON.stringify(target.rawPath.slice(0, 200))}`);
     }
     const access = accessOf(match.route, service);
-    gate.check(request, access);
+    const role = gate.check(request, access);
     // 5. Parameters and query, with the children's own schemas (400).
     const params = Object.fromEntries(match.params!.map(([kind, value]) => [kind, checkParam(kind, value)]));
     const query = checkQuery(match.route, target.query);
@@ -185,7 +185,7 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
       service,
       params,
       query,
-      role: gate.roleOf(request),
+      role,
       body: async (schema, names = []) => {
         const raw = await readJsonBody(request, limits);
         for (const name of names) {

@@ -72,9 +72,9 @@ export const boundsSchema = z.strictObject({
   max_connections: z.number().int().min(1).max(1_000_000).default(1024),
   /**
    * Requests the supervisor carries at once (logged and not yet at their
-   * goal). Past it a new invoke or authorize is refused with service_busy
-   * before anything is recorded; a request already logged is always carried
-   * (supervisor/operations/driver.ts). Each waiting request holds ~13 KB of
+   * goal). Past it an agent's new invoke is refused with service_busy
+   * before anything is recorded; a request already logged and the control
+   * token's are always carried (supervisor/api/request-bound.ts). Each waiting request holds ~13 KB of
    * the supervisor's memory, so 4096 keep a flood of calls to ~50 MB and a
    * few seconds of work queued ahead of the next caller.
    */

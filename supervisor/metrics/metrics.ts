@@ -94,7 +94,7 @@ export class ServiceMetrics implements StoreObserver {
       registers,
     });
     this.#dropped = new Counter({ name: 'custody_api_connections_dropped_total', help: 'Connections to the API closed unanswered as soon as they were accepted, because bounds.max_connections were open.', registers });
-    this.#busy = new Counter({ name: 'custody_requests_refused_busy_total', help: 'New invokes and authorizes refused with service_busy, because bounds.max_requests_in_flight requests were being carried.', registers });
+    this.#busy = new Counter({ name: 'custody_requests_refused_busy_total', help: 'New invokes of the agent token refused with service_busy, because bounds.max_requests_in_flight requests were being carried.', registers });
     this.#reconciliations = new Counter({ name: 'custody_reconciliations_total', help: 'Reconciliations that ended, by result (the report status obtained, or quarantined).', labelNames: ['result'], registers });
   }
 
