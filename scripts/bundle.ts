@@ -16,7 +16,7 @@
 import { build, type Plugin } from 'esbuild';
 import { copyFile, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { BUNDLE_DIR, DIST_ROOT, PROGRAMS } from '../shared/entry-points.js';
+import { BUNDLE_DIR, DIST_ROOT, PROGRAMS, programImports } from '../shared/entry-points.js';
 
 const MODULE_URL = '__custodyModuleUrl';
 
@@ -53,11 +53,6 @@ const guardApart: Plugin = {
     builder.onResolve({ filter: /(^|\/)inspector-guard\.js$/ }, () => ({ path: `./${GUARD_FILE}`, external: true }));
   },
 };
-
-/** The modules a bundled program imports, in order (Node's built-ins left out). */
-export function programImports(text: string): string[] {
-  return [...text.matchAll(/^import\s*(?:[^'"]*?from\s*)?["']([^"']+)["'];?/gm)].map((match) => match[1]!).filter((source) => !source.startsWith('node:'));
-}
 
 function moveLine<T>(items: T[], from: number, to: number): void {
   const [item] = items.splice(from, 1);

@@ -41,3 +41,12 @@ export function installedProgram(program: ProgramName): string {
   }
   return file;
 }
+
+/**
+ * The modules a bundled program imports, in the order they load (Node's
+ * built-ins left out): scripts/bundle.ts checks that the inspector guard
+ * comes first (docs/SECURITY.md "Signals").
+ */
+export function programImports(text: string): string[] {
+  return [...text.matchAll(/^import\s*(?:[^'"]*?from\s*)?["']([^"']+)["'];?/gm)].map((match) => match[1]!).filter((source) => !source.startsWith('node:'));
+}

@@ -77,10 +77,6 @@ export class Service {
   readonly startedAt = nowMs();
   /** performance.now() at the start: uptimes are measured on the monotonic clock (shared/clock.ts). */
   readonly #startedMonotonic = performance.now();
-
-  get uptimeMs(): number {
-    return Math.round(performance.now() - this.#startedMonotonic);
-  }
   readonly #lock: DirLock;
   readonly #abort = new AbortController();
   readonly #byIdentity = new Map<string, ChildHandle>();
@@ -188,6 +184,10 @@ export class Service {
     );
     this.sweeper = new RecoverySweeper(ctx, this.driver);
     this.archival = new Archival(ctx, this.executors);
+  }
+
+  get uptimeMs(): number {
+    return Math.round(performance.now() - this.#startedMonotonic);
   }
 
   get port(): number {

@@ -132,9 +132,10 @@ function readPreamble(): Promise<{ preamble: Preamble; rest: Buffer }> {
 /** Run a child program to its end; resolves with the process exit code. */
 export async function runChild(program: ChildProgram): Promise<number> {
   ignoreLostStderr();
-  logIgnoredSignals((event, fields) => createLogger({ role: program.role, pid: process.pid }).warn(event, fields));
+  const log = createLogger({ role: program.role, pid: process.pid });
+  logIgnoredSignals((event, fields) => log.warn(event, fields));
   const output = takeFrameOutput();
-  const opened = await openSession(program, createLogger({ role: program.role, pid: process.pid }));
+  const opened = await openSession(program, log);
   if (typeof opened === 'number') return opened;
   const { name, sid } = opened.preamble;
   // A host waits longer for the hello once it reads store_migrating (docs/PROTOCOL.md §5), so the line never depends on the threshold.

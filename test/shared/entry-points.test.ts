@@ -7,7 +7,7 @@ import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync } f
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { BUNDLE_DIR, DIST_ROOT, PROGRAMS, type ProgramName, programPath } from '../../shared/entry-points.js';
+import { BUNDLE_DIR, DIST_ROOT, PROGRAMS, type ProgramName, programImports, programPath } from '../../shared/entry-points.js';
 import { distPath } from '../helpers/children.js';
 import { FIXTURE_EXECUTOR, type TestService, startService } from '../helpers/service.js';
 
@@ -48,15 +48,13 @@ describe('the bundled programs', function () {
   });
 
   it('loads the inspector guard before anything else in every program: its first import, a file that imports nothing', () => {
-    // Node's built-ins (the banner's node:module) load no code of ours.
-    const importsOf = (text: string) => [...text.matchAll(/^import\s*(?:[^'"]*?from\s*)?["']([^"']+)["'];?/gm)].map((match) => match[1]!).filter((source) => !source.startsWith('node:'));
     for (const program of Object.keys(PROGRAMS)) {
-      const imports = importsOf(readFileSync(path.join(BUNDLE_DIR, `${program}.js`), 'utf8'));
+      const imports = programImports(readFileSync(path.join(BUNDLE_DIR, `${program}.js`), 'utf8'));
       expect(imports.length, program).to.be.above(1);
       expect(imports[0], `${program}: SIGUSR1 would open the inspector while the modules before the guard load`).to.equal('./inspector-guard.js');
     }
     const guard = readFileSync(path.join(BUNDLE_DIR, 'inspector-guard.js'), 'utf8');
-    expect(importsOf(guard)).to.deep.equal([]);
+    expect(programImports(guard)).to.deep.equal([]);
     expect(guard).to.include("process.on('SIGUSR1'");
   });
 
