@@ -37,7 +37,7 @@ const CODES = {
   peer_exited: { class: 'unreachable', summary: 'the peer process exited' },
   descriptors_exhausted: { class: 'unreachable', summary: 'a child could not be started: the supervisor (or the system) has no file descriptors left for its pipes; retried at the longest backoff, never counted toward the child failing' },
   processes_exhausted: { class: 'unreachable', summary: 'a child or an adapter host could not be started: the system refused a new process (a limit on processes or threads); retried at the longest backoff, never counted toward the child failing' },
-  service_busy: { class: 'unreachable', summary: 'the supervisor carries as many requests as bounds.max_requests_in_flight allows; nothing was recorded for this one: ask again in a moment with the same request id' },
+  service_busy: { class: 'unreachable', summary: 'the supervisor carries as many requests or reads as its bounds allow (bounds.max_requests_in_flight, max_reads_in_flight, a child\'s channel); nothing was recorded or done for this one: ask again in a moment with the same request id' },
   duplicate_request: { class: 'protocol', summary: 'a request id is already pending on this channel' },
   too_many_in_flight: { class: 'refused', summary: 'the bound on requests in flight is reached' },
   // artifacts and keys

@@ -36,6 +36,7 @@ import { authorizationBody } from '../shared/protocol/artifacts.js';
 import type { ChildSession } from '../shared/child/spawn.js';
 import { optimizeSooner } from '../shared/tiering.js';
 import { RequestBound } from './api/request-bound.js';
+import { ReadBound } from './api/read-bound.js';
 
 export interface ServiceOptions {
   readonly stateDir: string;
@@ -69,6 +70,8 @@ export class Service {
   readonly driver: OperationDriver;
   /** bounds.max_requests_in_flight, checked before a new request is logged (api/request-bound.ts). */
   readonly requestBound: RequestBound;
+  /** bounds.max_reads_in_flight, held by a read that asks a child until it is answered (api/read-bound.ts). */
+  readonly readBound: ReadBound;
   readonly sweeper: RecoverySweeper;
   /** Archival passes: on demand (custody archive) and every timing.archive_interval_ms. */
   readonly archival: Archival;
@@ -182,6 +185,7 @@ export class Service {
       log,
       () => this.metrics.requestRefusedBusy(),
     );
+    this.readBound = new ReadBound(config.bounds.max_reads_in_flight, log, () => this.metrics.readRefusedBusy());
     this.sweeper = new RecoverySweeper(ctx, this.driver);
     this.archival = new Archival(ctx, this.executors);
   }
@@ -343,6 +347,7 @@ export class Service {
     await withTimeout(closing, 1000, () => undefined);
     this.#api?.closeAll();
     this.requestBound.close();
+    this.readBound.close();
     await Promise.all([...this.executors.values()].map((executor) => executor.stop(Math.max(1000, deadline - performance.now()))));
     await this.kernel.stop(5000);
     rmSync(this.paths.serviceJson, { force: true });

@@ -30,6 +30,15 @@ export type MessageKind = keyof typeof MESSAGES;
 export type RequestOf<K extends MessageKind> = z.infer<(typeof MESSAGES)[K]['request']>;
 export type ResultOf<K extends MessageKind> = z.infer<(typeof MESSAGES)[K]['result']>;
 
+/**
+ * Control messages are taken whatever the bound on requests in flight, on
+ * both ends of a channel (docs/PROTOCOL.md §3): a ping must reach a child
+ * that a flood of reads keeps at its bound, or the heartbeat goes blind; and
+ * effects in flight wait for `head.witnessed`, so bounding it by them could
+ * starve them (docs/ROLLBACK.md).
+ */
+export const CONTROL_KINDS: ReadonlySet<MessageKind> = new Set<MessageKind>(['ping', 'cancel', 'shutdown', 'head.witnessed']);
+
 export function isMessageKind(kind: string): kind is MessageKind {
   return Object.hasOwn(MESSAGES, kind);
 }

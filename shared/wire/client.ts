@@ -8,6 +8,7 @@ import type { Logger } from '../log.js';
 import { withTimeout } from '../timeout.js';
 import type { ChildRole } from '../protocol/common.js';
 import {
+  CONTROL_KINDS,
   ERROR_KIND,
   FATAL_KIND,
   HEAD_KIND,
@@ -122,8 +123,7 @@ export class ClientChannel {
     if (!checked.success) {
       return Promise.reject(new CustodyError('schema_violation', `outgoing ${kind}: ${describeIssues(checked.error)}`));
     }
-    // head.witnessed is what effects in flight wait for: never refused for their number (docs/ROLLBACK.md).
-    if (this.#pending.size >= this.#maxInFlight && kind !== 'head.witnessed') {
+    if (this.#pending.size >= this.#maxInFlight && !CONTROL_KINDS.has(kind)) {
       return Promise.reject(new CustodyError('too_many_in_flight', `${this.#maxInFlight} requests already in flight to this ${this.#peerRole}`));
     }
     const id = options.id ?? `q${++this.#nextId}`;

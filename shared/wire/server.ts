@@ -7,6 +7,7 @@ import { CustodyError, toCustodyError } from '../errors.js';
 import { type Logger, errorFields } from '../log.js';
 import type { ChildRole } from '../protocol/common.js';
 import {
+  CONTROL_KINDS,
   ERROR_KIND,
   HELLO_KIND,
   type HelloBody,
@@ -18,13 +19,6 @@ import {
 import { type ChannelState, FrameChannel, type FrameChannelOptions } from './channel.js';
 import type { Frame } from './frame-codec.js';
 import { describeIssues } from './session.js';
-
-/**
- * Control messages are answered even when the bound on requests in flight is
- * reached. `head.witnessed` is one: effects in flight wait for it, so bounding
- * it by them could starve them (docs/ROLLBACK.md).
- */
-const CONTROL_KINDS: ReadonlySet<string> = new Set(['ping', 'cancel', 'shutdown', 'head.witnessed']);
 
 export interface RequestContext {
   /** The request's frame id. */

@@ -27,7 +27,17 @@ export interface CarriedRequests {
   known(requestId: string): boolean;
 }
 
-const NOTHING_HELD = (): void => undefined;
+export const NOTHING_HELD = (): void => undefined;
+
+/** A place's release: gives it back the first time it is called, and does nothing after. */
+export function releaseOnce(giveBack: () => void): () => void {
+  let held = true;
+  return () => {
+    if (!held) return;
+    held = false;
+    giveBack();
+  };
+}
 
 export class RequestBound {
   readonly #bound: number;
@@ -75,12 +85,7 @@ export class RequestBound {
       );
     }
     this.#admitting++;
-    let held = true;
-    return () => {
-      if (!held) return;
-      held = false;
-      this.#admitting--;
-    };
+    return releaseOnce(() => this.#admitting--);
   }
 
   close(): void {

@@ -27,6 +27,7 @@ import { PAGE_KEY } from './answers.js';
 import * as handlers from './handlers.js';
 import { listTools } from './tools.js';
 import { openApiDocument } from './openapi.js';
+import { ThrottledTally } from '../throttled-tally.js';
 
 export interface ApiServer {
   readonly port: number;
@@ -63,6 +64,8 @@ interface Route {
   readonly handle: (context: RouteContext) => Promise<RouteAnswer>;
   /** A route whose `open` access becomes `agent` when the configuration says so (GET /metrics: metrics.require_token). */
   readonly tokenWhen?: (service: Service) => boolean;
+  /** A read that asks the kernel or an executor: it holds a place under bounds.max_reads_in_flight (api/read-bound.ts). */
+  readonly asksChild?: true;
 }
 
 /** JSON, or (GET /metrics) text in a content type of its own. */
@@ -76,15 +79,20 @@ function route(method: Method, path: string, access: Access, handle: Route['hand
   return { method, segments: path.slice(1).split('/'), access, query, handle };
 }
 
+/** A read that asks a child: bounded by bounds.max_reads_in_flight. */
+function askingChild(read: Route): Route {
+  return { ...read, asksChild: true };
+}
+
 const ROUTES: readonly Route[] = [
   route('GET', '/v1/health', 'open', ({ service }) => Promise.resolve({ body: handlers.health(service) })),
   route('GET', '/v1/status', 'agent', ({ service }) => Promise.resolve({ body: handlers.status(service) })),
   route('POST', '/v1/invoke', 'agent', async (c) => handlers.invoke(c.service, checkArguments(c.service, await c.body(invokeBody, ['request_id'])), c.role)),
   route('POST', '/v1/authorize', 'control', async (c) => handlers.authorize(c.service, checkArguments(c.service, await c.body(authorizeBody, ['operation'])))),
-  route('GET', '/v1/operations', 'agent', (c) => handlers.listOperations(c.service, c.query), ['limit', 'after']),
-  route('GET', '/v1/operations/:name', 'agent', (c) => handlers.showOperation(c.service, c.params.name!)),
-  route('GET', '/v1/operations/:name/trace', 'agent', (c) => handlers.trace(c.service, c.params.name!)),
-  route('GET', '/v1/operations/:name/artifacts', 'agent', (c) => handlers.artifacts(c.service, c.params.name!)),
+  askingChild(route('GET', '/v1/operations', 'agent', (c) => handlers.listOperations(c.service, c.query), ['limit', 'after'])),
+  askingChild(route('GET', '/v1/operations/:name', 'agent', (c) => handlers.showOperation(c.service, c.params.name!))),
+  askingChild(route('GET', '/v1/operations/:name/trace', 'agent', (c) => handlers.trace(c.service, c.params.name!))),
+  askingChild(route('GET', '/v1/operations/:name/artifacts', 'agent', (c) => handlers.artifacts(c.service, c.params.name!))),
   route('POST', '/v1/operations/:name/execute', 'control', async (c) => handlers.execute(c.service, c.params.name!, await c.body(executeBody))),
   route('POST', '/v1/operations/:name/report', 'control', async (c) => handlers.step(c.service, c.params.name!, 'report', await c.body(stepBody))),
   route('POST', '/v1/operations/:name/reconcile', 'control', async (c) => handlers.step(c.service, c.params.name!, 'reconcile', await c.body(stepBody))),
@@ -94,11 +102,11 @@ const ROUTES: readonly Route[] = [
   route('POST', '/v1/archive', 'control', async (c) => (await c.body(archiveBody), handlers.archive(c.service))),
   route('POST', '/v1/children/:name/restart', 'control', (c) => handlers.restartChild(c.service, c.params.name!)),
   route('GET', '/v1/openapi.json', 'agent', () => Promise.resolve({ body: openApiDocument() })),
-  route('GET', '/v1/tools', 'agent', (c) => listTools(c.service, c.query), ['subject']),
+  askingChild(route('GET', '/v1/tools', 'agent', (c) => listTools(c.service, c.query), ['subject'])),
   route('POST', '/v1/executors/:name/recover-rollback', 'control', (c) => handlers.recoverRollbackOf(c.service, c.params.name!)),
   route('POST', '/v1/executors/:name/rotate', 'control', (c) => handlers.rotateExecutorKey(c.service, c.params.name!)),
   route('POST', '/v1/kernel/rotate', 'control', (c) => handlers.rotateKernelKey(c.service)),
-  route('GET', '/v1/keys', 'agent', (c) => handlers.listKeys(c.service)),
+  askingChild(route('GET', '/v1/keys', 'agent', (c) => handlers.listKeys(c.service))),
   route('GET', '/v1/incidents', 'agent', (c) => Promise.resolve({ body: handlers.incidents(c.service, c.query) }), ['limit']),
   // Open on 127.0.0.1 unless metrics.require_token (then the agent token); the Prometheus text format.
   { ...route('GET', '/metrics', 'open', async (c) => ({ text: await c.service.metrics.scrape(), contentType: c.service.metrics.contentType })), tokenWhen: (service) => service.config.metrics.require_token },
@@ -198,7 +206,13 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
         return parsed.data;
       },
     };
-    const answer = await match.route.handle(context);
+    const release = match.route.asksChild ? service.readBound.admit(role) : undefined;
+    let answer: RouteAnswer;
+    try {
+      answer = await match.route.handle(context);
+    } finally {
+      release?.();
+    }
     if ('text' in answer) sendText(response, 200, answer.contentType, answer.text);
     else sendJson(response, answer.status ?? 200, answer.body);
   };
@@ -207,13 +221,22 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
   // for a missing Host would be a body without {code, message}.
   // The two receive timeouts below are checked every connectionsCheckingInterval (Node's default, 30 s, let a
   // connection that never finished its headers hold its slot under bounds.max_connections for up to 40 s).
+  // A child's channel at its own bound refuses a request unsent or unhandled (shared/wire/client.ts, server.ts):
+  // nothing was done, so the caller is told service_busy (503, ask again), once a run in a throttled line.
+  const channelFull = new ThrottledTally(10_000, (refused) =>
+    log.warn('channel_full', { refused, message: `${refused} requests answered service_busy since the last line because a child's channel carried its bound of requests (bounds.kernel_max_in_flight, an executor's max_in_flight)` }),
+  );
   const server = createServer({ requireHostHeader: false, connectionsCheckingInterval: 1_000 }, (request, response) => {
-    serve(request, response).catch((error: unknown) => {
-      // The refused request's name in the log, drawn only when one is refused. A flood's refusals at the bound on
-      // requests in flight are not a line each: requests_full tallies them (api/request-bound.ts).
+    serve(request, response).catch((caught: unknown) => {
+      const error = caught instanceof CustodyError && caught.code === 'too_many_in_flight' ? (channelFull.add(), new CustodyError('service_busy', `${caught.message}; nothing was done for this request: ask again in a moment`)) : caught;
+      // The refused request's name in the log, drawn only when one is refused. A flood's refusals at a bound on
+      // requests or reads in flight are not a line each: requests_full, reads_full and channel_full tally them.
       if (!(error instanceof CustodyError && error.code === 'service_busy')) {
         log.info('api_refused', { id: randomHex(4), method: request.method, path: request.url, ...errorFields(error) });
       }
+      // Busy: the connection is closed after the answer, so a client pipelining a flood on it loses the rest of its
+      // queue and must connect again (bounds.max_connections) instead of costing the event loop a refusal per request.
+      if (!response.headersSent && error instanceof CustodyError && error.code === 'service_busy') response.shouldKeepAlive = false;
       if (!response.headersSent) sendError(response, error);
       else response.end();
     });
@@ -250,9 +273,9 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
     port: bound,
     close: () =>
       new Promise<void>((resolve) => {
-        server.close(() => resolve());
+        server.close(() => (channelFull.close(), resolve()));
         server.closeIdleConnections();
       }),
-    closeAll: () => server.closeAllConnections(),
+    closeAll: () => (channelFull.close(), server.closeAllConnections()),
   };
 }

@@ -428,7 +428,7 @@ export class CustodyClient {
         throw new CustodyError('outcome_unknown', `the connection to custody broke after ${method} ${path} was sent (${why}); it may still complete${again}`, { cause });
       }
       const answer = parseAnswer(response.text);
-      // Refused at the service's bound on requests in flight before anything was recorded: the same body again, later.
+      // Refused at the service's bound on requests or reads in flight before anything was recorded: the same body again, later.
       if (response.status === 503 && answer.code === 'service_busy' && attempt < this.#retries) {
         await sleep(this.#retryDelayMs * 2 ** attempt);
         continue;

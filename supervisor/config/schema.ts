@@ -79,6 +79,14 @@ export const boundsSchema = z.strictObject({
    * few seconds of work queued ahead of the next caller.
    */
   max_requests_in_flight: z.number().int().min(1).max(1_000_000).default(4096),
+  /**
+   * Reads of the agent token that ask the kernel or an executor (GET of
+   * operations, tools, keys) answered at once. Past it a read is refused
+   * with service_busy, so reads cannot fill a child's channel and keep the
+   * invokes out (supervisor/api/read-bound.ts). Below the kernel's channel
+   * bound (kernel_max_in_flight, 256) by default, leaving it to the invokes.
+   */
+  max_reads_in_flight: z.number().int().min(1).max(4096).default(64),
   /** Requests the kernel channel carries at once. */
   kernel_max_in_flight: z.number().int().min(1).max(4096).default(256),
   /**

@@ -57,6 +57,9 @@ export class ServiceMetrics implements StoreObserver {
   readonly #reconciliations: Counter<'result'>;
   readonly #dropped: Counter;
   readonly #busy: Counter;
+  readonly #readsBusy: Counter;
+  /** The scrape under way: callers that arrive meanwhile share it (one `stats` request per child at a time). */
+  #scraping: Promise<string> | null = null;
   /** Restarts each child had when last seen, and why the next one happens. */
   readonly #restartsSeen = new Map<string, number>();
   readonly #restartReason = new Map<string, string>();
@@ -95,6 +98,7 @@ export class ServiceMetrics implements StoreObserver {
     });
     this.#dropped = new Counter({ name: 'custody_api_connections_dropped_total', help: 'Connections to the API closed unanswered as soon as they were accepted, because bounds.max_connections were open.', registers });
     this.#busy = new Counter({ name: 'custody_requests_refused_busy_total', help: 'New invokes of the agent token refused with service_busy, because bounds.max_requests_in_flight requests were being carried.', registers });
+    this.#readsBusy = new Counter({ name: 'custody_reads_refused_busy_total', help: 'Reads of the agent token refused with service_busy, because bounds.max_reads_in_flight reads were waiting on the kernel or an executor.', registers });
     this.#reconciliations = new Counter({ name: 'custody_reconciliations_total', help: 'Reconciliations that ended, by result (the report status obtained, or quarantined).', labelNames: ['result'], registers });
   }
 
@@ -102,8 +106,21 @@ export class ServiceMetrics implements StoreObserver {
     return this.registry.contentType;
   }
 
-  /** Ask the children for their figures, then render every metric. */
-  async scrape(): Promise<string> {
+  /**
+   * Ask the children for their figures, then render every metric. GET
+   * /metrics needs no token by default, so a local flood of scrapes must not
+   * become a flood of `stats` requests on the children's channels (they
+   * would crowd out the invokes' frames): a scrape asked while one is under
+   * way gets that one's text.
+   */
+  scrape(): Promise<string> {
+    this.#scraping ??= this.#scrapeOnce().finally(() => {
+      this.#scraping = null;
+    });
+    return this.#scraping;
+  }
+
+  async #scrapeOnce(): Promise<string> {
     await Promise.all(this.#sources.children().map((child) => this.#collectChild(child)));
     return this.registry.metrics();
   }
@@ -143,6 +160,11 @@ export class ServiceMetrics implements StoreObserver {
   /** A new request refused past bounds.max_requests_in_flight (supervisor/api/request-bound.ts). */
   requestRefusedBusy(): void {
     this.#busy.inc();
+  }
+
+  /** A read refused past bounds.max_reads_in_flight (supervisor/api/read-bound.ts). */
+  readRefusedBusy(): void {
+    this.#readsBusy.inc();
   }
 
   // ---------------------------------------------------------------- children

@@ -56,6 +56,11 @@ describe('custody.json', () => {
     expect(messageOf({ bounds: { max_requests_in_flight: 1_000_001 } })).to.match(/bounds\.max_requests_in_flight.*got 1000001/);
     expect(parseConfig({ bounds: { max_requests_in_flight: 1 } }).bounds.max_requests_in_flight).to.equal(1);
     expect(messageOf({ bounds: { max_requests_in_flight: 0 } })).to.match(/bounds\.max_requests_in_flight.*got 0/);
+    expect(parseConfig({}).bounds.max_reads_in_flight).to.equal(64);
+    expect(parseConfig({ bounds: { max_reads_in_flight: 4096 } }).bounds.max_reads_in_flight).to.equal(4096);
+    expect(messageOf({ bounds: { max_reads_in_flight: 4097 } })).to.match(/bounds\.max_reads_in_flight.*got 4097/);
+    expect(parseConfig({ bounds: { max_reads_in_flight: 1 } }).bounds.max_reads_in_flight).to.equal(1);
+    expect(messageOf({ bounds: { max_reads_in_flight: 0 } })).to.match(/bounds\.max_reads_in_flight.*got 0/);
     expect(parseConfig({}).timing).to.include({ api_headers_timeout_ms: 10_000, api_request_timeout_ms: 30_000 });
     expect(parseConfig({ timing: { api_headers_timeout_ms: 1_000, api_request_timeout_ms: 1_000 } }).timing.api_headers_timeout_ms).to.equal(1_000);
     expect(messageOf({ timing: { api_headers_timeout_ms: 999 } })).to.match(/timing\.api_headers_timeout_ms.*got 999/);

@@ -32,6 +32,16 @@ describe('the bound on requests in flight', () => {
     expect(await Promise.all(sent)).to.deep.equal([{ n: 1 }, { n: 2 }, { n: 3 }]);
   });
 
+  it('on the supervisor end: a ping at the bound is still sent and answered, so a flood of reads cannot blind the heartbeat', async () => {
+    const { client, server, release } = await pair(2, 100);
+    const sent = [1, 2].map((n) => client.request('echo', { n }));
+    expect(await codeOfAnswer(client.request('echo', { n: 3 }))).to.equal('too_many_in_flight');
+    expect((await client.request('ping', {}, { timeoutMs: 5_000 })).now).to.be.a('number');
+    expect(server.inFlight, 'the two echoes are still held').to.equal(2);
+    release();
+    expect(await Promise.all(sent)).to.deep.equal([{ n: 1 }, { n: 2 }]);
+  });
+
   it('on the child end: the bound-th request is handled, one more is answered too_many_in_flight, a ping still answered', async () => {
     const { client, release } = await pair(100, 2);
     const handled = [1, 2].map((n) => client.request('echo', { n }));

@@ -60,4 +60,23 @@ describe('supervisor/metrics: ServiceMetrics', () => {
     expect(valueOf(families, 'custody_commit_batch_size_count', { store: 'kernel' })).to.equal(7);
     expect(valueOf(families, 'custody_commit_batch_size_bucket', { store: 'kernel', le: '1' })).to.equal(5);
   });
+
+  it('shares one collection among scrapes asked while it is under way, and asks again for the next one', async () => {
+    let asked = 0;
+    let answer: (stats: StatsResult) => void = () => undefined;
+    const slow: StatsSource = { name: 'kernel', role: 'kernel', sid: 's9', stats: () => (asked++, new Promise<StatsResult>((resolve) => (answer = resolve))) };
+    const shared = new ServiceMetrics({ inFlight: () => 0, children: () => [slow], log: createLogger({}, { level: 'error', write: () => undefined }) });
+    const flood = Array.from({ length: 50 }, () => shared.scrape());
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(asked, 'fifty scrapes under way, one stats request').to.equal(1);
+    answer({ holds: [{ state: 'reserved', count: 7 }], commit_batches: [] });
+    const texts = await Promise.all(flood);
+    expect(new Set(texts).size).to.equal(1);
+    expect(valueOf(parsePrometheusText(texts[0]!), 'custody_kernel_holds', { state: 'reserved' })).to.equal(7);
+    const next = shared.scrape();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(asked, 'a scrape after the last one ended asks again').to.equal(2);
+    answer({ holds: [{ state: 'reserved', count: 8 }], commit_batches: [] });
+    expect(valueOf(parsePrometheusText(await next), 'custody_kernel_holds', { state: 'reserved' })).to.equal(8);
+  });
 });
