@@ -142,7 +142,7 @@ export interface CustodyClientOptions {
   readonly token: string;
   /** Further attempts after a transport failure of an idempotent call (default 3). */
   readonly retries?: number;
-  /** Pause before the first retry, doubled for each further one (default 200 ms). */
+  /** Pause before the first retry, doubled for each further one (default 200 ms); each pause is drawn between half of it and all of it (retryPause). */
   readonly retryDelayMs?: number;
   /**
    * How long a call waits for the service's answer (default 30 s), beyond the
@@ -243,6 +243,17 @@ function parseAnswer(text: string): Record<string, unknown> {
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * The pause before retry `attempt` (0 first): `delayMs` doubled per attempt,
+ * drawn between half of that and all of it. Clients refused together
+ * (service_busy, a restart) would otherwise all ask again at the same
+ * instant, and be refused together again.
+ */
+export function retryPause(delayMs: number, attempt: number, random: () => number = Math.random): number {
+  const full = delayMs * 2 ** attempt;
+  return full / 2 + (full / 2) * random();
+}
 const segment = (name: string) => encodeURIComponent(name);
 
 export class CustodyClient {
@@ -415,7 +426,7 @@ export class CustodyClient {
         const code = (cause as { code?: unknown }).code;
         const notSent = method === 'GET' || (typeof code === 'string' && NOT_SENT.has(code));
         if ((options.idempotent || notSent) && attempt < this.#retries) {
-          await sleep(this.#retryDelayMs * 2 ** attempt);
+          await sleep(retryPause(this.#retryDelayMs, attempt));
           continue;
         }
         const why = typeof code === 'string' ? code : (cause as Error).message;
@@ -430,7 +441,7 @@ export class CustodyClient {
       const answer = parseAnswer(response.text);
       // Refused at the service's bound on requests or reads in flight before anything was recorded: the same body again, later.
       if (response.status === 503 && answer.code === 'service_busy' && attempt < this.#retries) {
-        await sleep(this.#retryDelayMs * 2 ** attempt);
+        await sleep(retryPause(this.#retryDelayMs, attempt));
         continue;
       }
       if (response.status >= 400) {

@@ -8,7 +8,7 @@ import { execFile } from 'node:child_process';
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
 import { type Socket, connect } from 'node:net';
 import { promisify } from 'node:util';
-import { CustodyClient, CustodyError } from '../../../supervisor/client/index.js';
+import { CustodyClient, CustodyError, retryPause } from '../../../supervisor/client/index.js';
 
 interface Seen {
   readonly method: string;
@@ -211,5 +211,16 @@ describe('CustodyClient transport', () => {
     await new Promise((resolve) => closed.close(resolve));
     const down = await new CustodyClient({ url: `http://127.0.0.1:${port}`, token: 'x', retries: 1, retryDelayMs: 1 }).invoke({ tool: 'a/b' }).catch((e: unknown) => e);
     expect((down as CustodyError).code).to.equal('service_unavailable');
+  });
+});
+
+describe('the pause before a retry', () => {
+  it('doubles per attempt and is drawn between half of it and all of it, so clients refused together spread out', () => {
+    expect([0, 1, 2].map((attempt) => retryPause(200, attempt, () => 0))).to.deep.equal([100, 200, 400]);
+    expect([0, 1, 2].map((attempt) => retryPause(200, attempt, () => 1))).to.deep.equal([200, 400, 800]);
+    const pauses = Array.from({ length: 200 }, () => retryPause(200, 0));
+    expect(Math.min(...pauses)).to.be.at.least(100);
+    expect(Math.max(...pauses)).to.be.at.most(200);
+    expect(new Set(pauses.map((pause) => Math.floor(pause / 10))).size, 'spread over the range, not one instant').to.be.above(5);
   });
 });
