@@ -44,6 +44,8 @@ export const outcomeAnswer = z.strictObject({
   request_id: identifier,
   operation_id: hex32,
   tool: toolName,
+  /** When the service first logged the request, ms since the epoch: earlier than a call means the call named a request made before it, and nothing ran again. */
+  created_at: timestampMs,
   phase: z.enum(REQUEST_PHASES),
   final: z.boolean(),
   outcome: z.string().nullable(),

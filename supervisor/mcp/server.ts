@@ -76,16 +76,30 @@ function receiptOf(answer: DriveAnswer): { id: string; digest: string; decision:
   return { id: body.receipt_id, digest: artifactDigest(answer.receipt), decision: body.decision };
 }
 
-/** What an agent is told: the output and receipt of a completed call; an error with the cause otherwise. */
-export function resultOf(tool: string, requestId: string, answer: DriveAnswer): CallToolResult {
+/** How much earlier than a call its request must have been logged for the call to be told it repeated an earlier one (clock jitter between two processes of one machine). */
+const REPEAT_MARGIN_MS = 1_000;
+
+/**
+ * What an agent is told: the output and receipt of a completed call; an error
+ * with the cause otherwise. `calledAt` (ms since the epoch) is when this call
+ * began: a request logged before it was made by an earlier call with the same
+ * tool, arguments and key, and the agent is told so, since nothing ran again
+ * (an agent that meant to run it twice learns to pass a new key).
+ */
+export function resultOf(tool: string, requestId: string, answer: DriveAnswer, calledAt = Number.POSITIVE_INFINITY): CallToolResult {
   const receipt = receiptOf(answer);
-  const structured = { request_id: requestId, operation_id: answer.operation_id, outcome: answer.outcome, phase: answer.phase, reason: answer.reason, receipt, output: answer.output ?? null };
+  const repeated = answer.created_at < calledAt - REPEAT_MARGIN_MS;
+  const structured = { request_id: requestId, operation_id: answer.operation_id, outcome: answer.outcome, phase: answer.phase, reason: answer.reason, receipt, output: answer.output ?? null, first_called_at: new Date(answer.created_at).toISOString(), repeated };
   if (answer.final && answer.outcome === 'completed') {
     const text = typeof answer.output === 'string' ? answer.output : JSON.stringify(answer.output ?? null);
+    const again = repeated
+      ? [{ type: 'text' as const, text: `custody: this call repeats one first made at ${structured.first_called_at} with the same tool and arguments; this is that call's answer and nothing ran again. To run the same arguments again on purpose, call with a new ${REQUEST_KEY_ARGUMENT}.` }]
+      : [];
     return {
       content: [
         { type: 'text', text },
         { type: 'text', text: `custody: completed as ${requestId}; receipt ${receipt?.id ?? 'none'} (sha256 ${receipt?.digest ?? '-'})` },
+        ...again,
       ],
       structuredContent: structured,
     };
@@ -147,10 +161,11 @@ export function createMcpServer(options: McpOptions): McpServer {
     const key = typeof argKey === 'string' ? argKey : typeof metaKey === 'string' ? metaKey : null;
     const requestId = requestIdFor(tool, given, key);
     log.info('mcp_call', { tool, request_id: requestId });
+    const calledAt = Date.now();
     try {
       await options.ready?.();
       const answer = await options.client().invoke({ tool, arguments: given, request_id: requestId, wait_ms: options.waitMs ?? 50_000 });
-      return resultOf(tool, requestId, answer);
+      return resultOf(tool, requestId, answer, calledAt);
     } catch (error) {
       const failure = toCustodyError(error);
       log.info('mcp_call_failed', { tool, request_id: requestId, ...errorFields(failure) });

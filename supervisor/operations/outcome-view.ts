@@ -10,6 +10,12 @@ export interface OperationOutcome {
   readonly request_id: string;
   readonly operation_id: string;
   readonly tool: string;
+  /**
+   * When the service first logged this request (ms since the epoch, its wall
+   * clock). A call that names a request logged before the call began was
+   * answered with that request's outcome: nothing ran again for it.
+   */
+  readonly created_at: number;
   readonly phase: RequestPhase;
   /** Whether the service has carried the request as far as it goes. */
   readonly final: boolean;

@@ -48,6 +48,7 @@ export function outcomeOf(row: RequestRow): OperationOutcome {
     request_id: row.request_id,
     operation_id: row.operation_id,
     tool: row.tool,
+    created_at: row.created_at,
     phase: row.phase,
     final: FINAL_PHASES.has(row.phase),
     outcome: row.outcome,

@@ -24,7 +24,7 @@ function reportStatus(o: OperationOutcome): string | null {
  * `again` is the command that asks about this operation again (shown while it
  * is not complete), or the whole next step when it is not just asking again.
  */
-function describeOutcome(o: OperationOutcome, again: string | { readonly next: string }): string {
+function describeOutcome(o: OperationOutcome, again: string | { readonly next: string }, notes: readonly string[] = []): string {
   const lines: string[] = [];
   const cause = causeOf(o);
   if (o.outcome === 'completed') lines.push(`Completed: ${o.request_id}`);
@@ -42,7 +42,7 @@ function describeOutcome(o: OperationOutcome, again: string | { readonly next: s
     const next = typeof again === 'string' ? `custody carries it on — ask again: ${again}, or see custody trace ${o.request_id}` : again.next;
     lines.push(`Not complete: ${o.request_id} is ${o.phase}${o.reason ? ` (last: ${o.reason}${cause ? `: ${cause}` : ''})` : ''}; ${next}`);
   }
-  lines.push(`  operation ${o.operation_id}`);
+  lines.push(`  operation ${o.operation_id}`, ...notes.map((note) => `  ${note}`));
   if (o.output !== null && o.output !== undefined) lines.push('', formatOutput(o.output));
   return lines.join('\n');
 }
@@ -61,6 +61,7 @@ export async function invokeCommand(client: ServiceClient, out: Output, tool: st
   // on the way the operator can ask about this request again (and never
   // starts a second one by retrying).
   const id = requestId ?? newRequestId();
+  const calledAt = Date.now();
   let answer;
   try {
     answer = await out.progress(`invoking ${tool} as ${id}`, client.post('/v1/invoke', { tool, arguments: args, request_id: id, ...waitField(waitMs) }, outcomeAnswer));
@@ -70,7 +71,9 @@ export async function invokeCommand(client: ServiceClient, out: Output, tool: st
     throw failure;
   }
   const outcome = answer.body;
-  out.result(outcome, () => describeOutcome(outcome, `custody invoke ${tool} … --request-id ${id}`));
+  // A --request-id logged before this call: its answer is that request's, and nothing ran again (1 s for the two processes' clocks).
+  const notes = outcome.created_at < calledAt - 1_000 ? [`first asked at ${new Date(outcome.created_at).toISOString()}: this is that request's answer, and nothing ran again (a new --request-id runs it anew)`] : [];
+  out.result(outcome, () => describeOutcome(outcome, `custody invoke ${tool} … --request-id ${id}`, notes));
   return exitCodeForOutcome(outcome, 'complete');
 }
 

@@ -117,7 +117,10 @@ describe('custody mcp', function () {
     expect(retried.isError, textOf(retried)).to.not.equal(true);
     expect((retried.structuredContent as { request_id: string }).request_id).to.equal(requestId);
     const again = (await client.callTool({ name: TOOL, arguments: args })) as CallToolResult;
-    expect(again.structuredContent).to.deep.equal(retried.structuredContent);
+    // The same answer; whether the call is told it repeated an earlier one depends on how long after the first it came (below).
+    const { repeated: _retried, ...retriedAnswer } = retried.structuredContent as Record<string, unknown>;
+    const { repeated: _again, ...againAnswer } = again.structuredContent as Record<string, unknown>;
+    expect(againAnswer).to.deep.equal(retriedAnswer);
     expect(journalLines(service).filter((l) => l.note === 'retried note')).to.have.length(1);
   });
 
@@ -165,6 +168,28 @@ describe('custody mcp', function () {
     } finally {
       await wrong.close();
     }
+  });
+
+  it('tells an agent that repeats a completed call that nothing ran again, and how to run it again on purpose', async () => {
+    // The default grant is spent by the test before: a grant of this test's own.
+    expect((await service.http('POST', '/v1/grants', { tool: 'review-notes/append', max_invocations: 5, ttl_ms: 3_600_000 })).status).to.equal(201);
+    const args = { note: 'said twice' };
+    const first = (await client.callTool({ name: TOOL, arguments: args })) as CallToolResult;
+    expect(first.structuredContent).to.include({ outcome: 'completed', repeated: false });
+    expect(textOf(first)).to.not.contain('repeats');
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    const second = (await client.callTool({ name: TOOL, arguments: args })) as CallToolResult;
+    expect(second.isError, textOf(second)).to.not.equal(true);
+    const structured = second.structuredContent as { repeated: boolean; first_called_at: string; request_id: string };
+    expect(structured.repeated).to.equal(true);
+    expect(structured.request_id).to.equal((first.structuredContent as { request_id: string }).request_id);
+    expect(structured.first_called_at).to.equal((first.structuredContent as { first_called_at: string }).first_called_at);
+    expect(textOf(second)).to.contain(`this call repeats one first made at ${structured.first_called_at}`).and.to.contain('nothing ran again').and.to.contain('new custody_request_id');
+    expect(journalLines(service).filter((l) => l.note === 'said twice')).to.have.length(1);
+    // With a new key the same arguments run again, and that call is not a repeat.
+    const anew = (await client.callTool({ name: TOOL, arguments: { ...args, custody_request_id: 'on-purpose-2' } })) as CallToolResult;
+    expect(anew.structuredContent).to.include({ outcome: 'completed', repeated: false });
+    expect(journalLines(service).filter((l) => l.note === 'said twice')).to.have.length(2);
   });
 });
 
