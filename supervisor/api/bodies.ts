@@ -2,8 +2,9 @@
 import { z } from 'zod';
 import { identifier, jsonObject, toolName, toolPattern } from '../../shared/protocol/common.js';
 import { operationName } from '../../shared/protocol/names.js';
+import { MAX_WAIT_MS } from './wait.js';
 
-const wait = z.number().int().min(0).max(3_600_000).optional();
+const wait = z.number().int().min(0).max(MAX_WAIT_MS).optional();
 
 export const invokeBody = z.strictObject({
   tool: toolName,

@@ -4,3 +4,6 @@
 // that long, plus its answerTimeoutMs, before it gives a call up
 // (supervisor/client/index.ts).
 export const DEFAULT_WAIT_MS = 120_000;
+
+/** The longest wait a call may ask for (`wait_ms`, `--wait`): an hour; past it the call is refused before anything is sent. */
+export const MAX_WAIT_MS = 3_600_000;

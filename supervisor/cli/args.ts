@@ -8,6 +8,7 @@ import { checkOperationName } from '../../shared/protocol/names.js';
 import { decodeUtf8OrRefuse } from '../../shared/text/utf8.js';
 import { loadConfig } from '../config/load.js';
 import { MAX_ANSWER_TIMEOUT_MS } from '../client/index.js';
+import { MAX_WAIT_MS } from '../api/wait.js';
 import { statePaths } from '../paths.js';
 
 /** One `--arg`: a value given inline, or a file to read once the bound is known. */
@@ -97,6 +98,14 @@ export function parseDuration(value: string): number {
 export function parseAnswerTimeout(value: string): number {
   const ms = parseDuration(value);
   if (ms > MAX_ANSWER_TIMEOUT_MS) throw new CustodyError('usage', `--answer-timeout is at most 1d (${MAX_ANSWER_TIMEOUT_MS} ms), got ${JSON.stringify(value)}`);
+  return ms;
+}
+
+/** `--wait`: 0 (answer with the state so far at once) or a duration, at most the service's bound of an hour on one call's wait. */
+export function parseWait(value: string): number {
+  if (value.trim() === '0') return 0;
+  const ms = parseDuration(value);
+  if (ms > MAX_WAIT_MS) throw new CustodyError('usage', `--wait is at most 1h (${MAX_WAIT_MS} ms), the longest one call may wait; got ${JSON.stringify(value)}: the service carries an operation on past the wait, so ask again with the same name`);
   return ms;
 }
 

@@ -12,7 +12,7 @@ import { newRequestId } from '../../shared/request-id.js';
 import { statePaths } from '../paths.js';
 import { readTokenFile } from '../tokens.js';
 import type { OperationOutcome } from '../operations/outcome-view.js';
-import { DEFAULT_WAIT_MS } from '../api/wait.js';
+import { DEFAULT_WAIT_MS, MAX_WAIT_MS } from '../api/wait.js';
 
 export { CustodyError, isCustodyError, classOf, type ErrorCode, type ErrorClass } from '../../shared/errors.js';
 
@@ -230,7 +230,8 @@ class AnswerTimeout extends Error {
 function askedWaitMs(method: string, body: unknown): number {
   if (method !== 'POST') return 0;
   const wait = (body as { wait_ms?: unknown } | undefined)?.wait_ms;
-  return typeof wait === 'number' && Number.isSafeInteger(wait) && wait >= 0 ? wait : DEFAULT_WAIT_MS;
+  // A wait past the service's bound is refused by it at once (bad_request); the client's own deadline need not be longer.
+  return typeof wait === 'number' && Number.isSafeInteger(wait) && wait >= 0 ? Math.min(wait, MAX_WAIT_MS) : DEFAULT_WAIT_MS;
 }
 
 function parseAnswer(text: string): Record<string, unknown> {

@@ -5,6 +5,7 @@
 // operator would meet them (the grant cases last: they use up the grant).
 import { expect } from 'chai';
 import { type CliResult, type TestService, custody, startService } from '../../helpers/service.js';
+import { untilHolds } from '../../helpers/eventually.js';
 import { until } from '../../helpers/eventually.js';
 
 interface Case {
@@ -206,5 +207,30 @@ describe('CLI against a stopped service', function () {
     const zero = await service.cli(['status', '--answer-timeout', '0']);
     expect(zero.code).to.equal(2);
     expect(zero.stderr).to.match(/duration 0 is out of range/);
+  });
+
+  it('takes a --wait from 0 to an hour and refuses one past it before sending (exit 2), with no timer warning', async () => {
+    for (const bound of ['1h', '3600000ms']) {
+      const result = await service.cli(['invoke', 'nosuch/tool', '--wait', bound]);
+      // Taken as a wait: the service is asked, and refuses the tool (no grant covers it), not the wait.
+      expect(result.stderr, bound).to.not.contain('--wait');
+      expect(result.code, `${bound}: ${result.stderr}`).to.equal(3);
+    }
+    // 0: answered at once with the state so far.
+    const zero = await service.cli(['invoke', 'nosuch/tool', '--wait', '0']);
+    expect(zero.code, zero.stderr).to.equal(4);
+    expect(zero.stdout).to.match(/^Not complete: /);
+    // It goes on in the service: counted below only once it has ended.
+    const zeroId = /^Not complete: (\S+) /.exec(zero.stdout)![1]!;
+    await untilHolds('the request sent with --wait 0 ended', async () => ((await service.http('GET', `/v1/operations/${zeroId}`)).body as { request?: { final?: boolean } }).request?.final === true, 20_000);
+    const logged = async () => ((await service.http('GET', '/v1/operations?limit=100')).body as { operations: unknown[] }).operations.length;
+    const before = await logged();
+    for (const past of ['3600001ms', '2h', '99999d']) {
+      const result = await service.cli(['invoke', 'review-notes/append', '--arg', 'note=never sent', '--wait', past]);
+      expect(result.code, `${past}: ${result.stderr}`).to.equal(2);
+      expect(result.stderr).to.contain(`--wait is at most 1h (3600000 ms), the longest one call may wait; got "${past}"`);
+      expect(result.stderr).to.not.contain('TimeoutOverflowWarning');
+    }
+    expect(await logged(), 'nothing was sent for the refused waits').to.equal(before);
   });
 });

@@ -71,6 +71,22 @@ describe('CustodyClient transport', () => {
     expect(answer.http_status).to.equal(200);
   });
 
+  it('waits no longer than the service\'s bound on one call\'s wait, whatever wait_ms it is given (no timer overflow)', async () => {
+    const fake = await flakyServer(0, () => ({ status: 400, body: { code: 'bad_request', message: 'wait_ms: Too big' } }));
+    servers.push(fake.server);
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning.name);
+    process.on('warning', onWarning);
+    try {
+      const refused = await new CustodyClient({ url: fake.url, token: 'x', retries: 0 }).invoke({ tool: 'review-notes/append', wait_ms: 9_000_000_000_000 }).catch((e: unknown) => e);
+      expect((refused as CustodyError).code).to.equal('bad_request');
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(warnings).to.not.include('TimeoutOverflowWarning');
+  });
+
   it('says the outcome is unknown, naming the request, when every attempt broke after sending', async () => {
     const fake = await flakyServer(10, () => ({ status: 500, body: {} }));
     servers.push(fake.server);
