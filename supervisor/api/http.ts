@@ -137,6 +137,11 @@ export interface BodyLimits {
  * object with the same member name twice (compared after unescaping).
  */
 export async function readJsonBody(request: IncomingMessage, limits: BodyLimits): Promise<Record<string, unknown>> {
+  // A compressed body would otherwise be read as text and refused as invalid UTF-8, which says nothing of the cause.
+  const coding = request.headers['content-encoding']?.trim().toLowerCase();
+  if (coding !== undefined && coding !== '' && coding !== 'identity') {
+    throw new CustodyError('encoding_invalid', `Content-Encoding ${JSON.stringify(coding.slice(0, 40))} is not accepted: send the body as plain UTF-8 JSON, without Content-Encoding`);
+  }
   const limit = limits.maxBytes;
   const declared = Number(request.headers['content-length'] ?? '0');
   if (declared > limit) throw new CustodyError('body_too_large', `request body of ${declared} bytes exceeds ${limit} bytes (bounds.max_body_bytes)`);

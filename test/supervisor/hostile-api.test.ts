@@ -7,6 +7,7 @@
 import { expect } from 'chai';
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
+import { gzipSync } from 'node:zlib';
 import { isErrorCode } from '../../shared/errors.js';
 import { FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 import { rawHttp } from '../helpers/raw-http.js';
@@ -210,6 +211,20 @@ describe('hostile input at the control API', function () {
       expect(error.message).to.contain(`byte offset ${prefix.length}`);
       expect(await requestCount()).to.equal(rows);
       expect((await service.http('GET', '/v1/operations/bad-bytes', undefined, 'agent')).status).to.equal(404);
+    });
+
+    it('refuses a compressed body (Content-Encoding gzip) with 400 encoding_invalid naming the header; nothing is stored; identity is read', async () => {
+      const rows = await requestCount();
+      const json = JSON.stringify({ tool: 'review-notes/append', request_id: 'gzipped', arguments: { note: 'z' } });
+      const answer = await rawHttp(service.port, { method: 'POST', target: '/v1/invoke', token: agent, headers: { 'content-encoding': 'gzip' }, body: gzipSync(json) });
+      expect(answer.status, answer.text).to.equal(400);
+      expect(errorOf(answer.text)).to.deep.equal({ code: 'encoding_invalid', message: 'Content-Encoding "gzip" is not accepted: send the body as plain UTF-8 JSON, without Content-Encoding' });
+      // The same header on plain bytes is refused too: the body is never read as something it says it is not.
+      expect((await rawHttp(service.port, { method: 'POST', target: '/v1/invoke', token: agent, headers: { 'content-encoding': 'gzip' }, body: Buffer.from(json) })).status).to.equal(400);
+      expect(await requestCount()).to.equal(rows);
+      const identity = await rawHttp(service.port, { method: 'POST', target: '/v1/invoke', token: agent, headers: { 'content-encoding': 'identity' }, body: Buffer.from(JSON.stringify({ tool: 'nosuch/tool', arguments: {} })) });
+      expect(identity.status, identity.text).to.equal(200);
+      expect(JSON.parse(identity.text)).to.include({ tool: 'nosuch/tool', outcome: 'denied' });
     });
 
     // JSON.parse would keep the last "tool" (fixture/refuse, which the grant covers) and the last note;
