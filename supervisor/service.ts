@@ -35,6 +35,7 @@ import { readEnvelope } from '../shared/artifacts/artifact.js';
 import { authorizationBody } from '../shared/protocol/artifacts.js';
 import type { ChildSession } from '../shared/child/spawn.js';
 import { optimizeSooner } from '../shared/tiering.js';
+import { watchStoreWals } from '../shared/store/sqlite-store.js';
 import { RequestBound } from './api/request-bound.js';
 import { ReadBound } from './api/read-bound.js';
 
@@ -82,6 +83,8 @@ export class Service {
   readonly #startedMonotonic = performance.now();
   readonly #lock: DirLock;
   readonly #abort = new AbortController();
+  /** Stops the watch on supervisor.db's write-ahead log (shared/store/wal-watch.ts). */
+  #stopWalWatch: () => void = () => undefined;
   readonly #byIdentity = new Map<string, ChildHandle>();
   #api: ApiServer | null = null;
   readonly #lifecycle = new Machine(SERVICE_MACHINE, 'booting', (from, to, reason) => this.log.info('service_state', { from, to, reason }));
@@ -293,6 +296,7 @@ export class Service {
     this.sweeper.start();
     void this.sweeper.sweep();
     this.archival.start();
+    this.#stopWalWatch = watchStoreWals(this.log.child({ component: 'store' }));
     // Written aside and renamed, so a client never reads a half-written file.
     const temporary = `${this.paths.serviceJson}.${process.pid}.tmp`;
     rmSync(temporary, { force: true });
@@ -338,6 +342,7 @@ export class Service {
     this.log.info('service_stopping', { reason, in_flight: this.driver.active });
     this.sweeper.stop();
     this.archival.stop();
+    this.#stopWalWatch();
     // Stop accepting now; open requests are answered as their drives end.
     const closing = this.#api?.close() ?? Promise.resolve();
     const grace = this.config.timing.shutdown_grace_ms;

@@ -17,6 +17,7 @@ import { CHILD_EXIT } from '../exit-codes.js';
 import { type Logger, createLogger, errorFields } from '../log.js';
 import { stderrSink } from '../log-sink.js';
 import { announceMigrationsTo } from '../store/migrations.js';
+import { watchStoreWals } from '../store/sqlite-store.js';
 import type { ChildRole } from '../protocol/common.js';
 import { FATAL_KIND, HEAD_KIND, type MessageKind } from '../protocol/messages.js';
 import type { Preamble } from '../protocol/preamble.js';
@@ -142,6 +143,8 @@ export async function runChild(program: ChildProgram): Promise<number> {
   announceMigrationsTo(createLogger({ role: program.role, pid: process.pid, name, sid }, { level: 'debug' }));
   const service = await setUpService(program, opened, output);
   if (typeof service === 'number') return service;
+  // Its stores' write-ahead logs, held from being copied back by an operator's reader (shared/store/wal-watch.ts).
+  watchStoreWals(createLogger({ role: program.role, pid: process.pid, name, sid, component: 'store' }));
   return new Serving(program.role, opened, service, output).finished;
 }
 

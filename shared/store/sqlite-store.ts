@@ -9,6 +9,8 @@ import Database from 'better-sqlite3';
 import { CustodyError, registerBusyDescriber, registerStorageDescriber } from '../errors.js';
 import { applyMigrations, validateMigrations, type Migration } from './migrations.js';
 import { checkPrivateFile, checkPrivateFileIfPresent, ensurePrivateDir, isPathPresent, syncDirectory, type FileIdentity } from './private-fs.js';
+import type { Logger } from '../log.js';
+import { WalWatch, type WatchedStore, mib, sizeOf } from './wal-watch.js';
 
 export type { FileIdentity } from './private-fs.js';
 export type { Migration } from './migrations.js';
@@ -37,6 +39,15 @@ const TEMP_STORE_MEMORY = 2;
 const SIDECAR_SUFFIXES = ['-wal', '-shm', '-journal'] as const;
 
 const SYNCHRONOUS_FULL = 2;
+
+/**
+ * What a store's -wal file is cut back to once a checkpoint has copied it
+ * all back (PRAGMA journal_size_limit). Normal operation keeps the log near
+ * SQLite's autocheckpoint size (~4 MB) and never reaches it; a log that grew
+ * while a reader held an old snapshot open (wal-watch.ts) would otherwise
+ * keep its largest size on disk for good.
+ */
+export const WAL_KEEP_BYTES = 16 * 1024 * 1024;
 
 /**
  * Create a new store and bring it to the latest schema. Refuses if anything of
@@ -211,13 +222,15 @@ function applyPragmas(spec: StoreSpec, file: string, db: Database.Database): voi
   // go to memory too: a read whose sort could grow with history sorts keys
   // only (ops.list) or sorts in JavaScript what it returns anyway.
   db.pragma(`temp_store = ${TEMP_STORE_MEMORY}`);
+  db.pragma(`journal_size_limit = ${WAL_KEEP_BYTES}`);
   const synchronous = db.pragma('synchronous', { simple: true });
   const foreignKeys = db.pragma('foreign_keys', { simple: true });
   const tempStore = db.pragma('temp_store', { simple: true });
-  if (synchronous !== SYNCHRONOUS_FULL || foreignKeys !== 1 || tempStore !== TEMP_STORE_MEMORY) {
+  const walKeep = db.pragma('journal_size_limit', { simple: true });
+  if (synchronous !== SYNCHRONOUS_FULL || foreignKeys !== 1 || tempStore !== TEMP_STORE_MEMORY || walKeep !== WAL_KEEP_BYTES) {
     throw new CustodyError(
       'internal',
-      `${spec.label} store ${file}: pragmas did not take (synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)}, temp_store=${String(tempStore)})`,
+      `${spec.label} store ${file}: pragmas did not take (synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)}, temp_store=${String(tempStore)}, journal_size_limit=${String(walKeep)})`,
     );
   }
 }
@@ -232,16 +245,18 @@ const OPEN_STORES = new Set<{ readonly label: string; readonly file: string; rea
 /** "<label> store <file name>" of each store this process has opened: a process opens one to three. */
 const OPENED_STORES = new Set<string>();
 
+/** The stores this process has open now, for the WAL watch. */
+function openStoreFiles(): WatchedStore[] {
+  return [...OPEN_STORES].filter((store) => store.db.open).map(({ label, file }) => ({ label, file }));
+}
+
+/** Watch the -wal of every store this process opens (wal-watch.ts), reporting to `log`; returns the function that stops it. */
+export function watchStoreWals(log: Logger): () => void {
+  return new WalWatch(log, openStoreFiles).start();
+}
+
 /** Room a store asks for at least: one WAL's worth to checkpoint into, and never less than 1 MiB. */
 const MIN_ROOM_BYTES = 1024 * 1024;
-
-function sizeOf(file: string): number {
-  try {
-    return fs.statSync(file).size;
-  } catch {
-    return 0;
-  }
-}
 
 function freeBytes(file: string): number | null {
   try {
@@ -251,8 +266,6 @@ function freeBytes(file: string): number | null {
     return null;
   }
 }
-
-const mib = (bytes: number) => `${(bytes / (1024 * 1024)).toFixed(1)} MiB`;
 
 /**
  * SQLITE_FULL does not say which database it came from: name every open
