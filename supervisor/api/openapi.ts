@@ -100,7 +100,7 @@ const ERROR_STATUSES: Record<number, string> = {
   413: 'request body too large',
   500: 'internal error (the message says only that; see the service log)',
   502: 'a process broke the wire rules',
-  503: 'a process or the service cannot be reached, it is shutting down, or (service_busy, connection closed after it) it is at a bound on requests or reads in flight (bounds.max_requests_in_flight, max_reads_in_flight) and recorded nothing of this one',
+  503: 'a process or the service cannot be reached, it is shutting down, or (service_busy) it is at a bound on requests or reads in flight (bounds.max_requests_in_flight, max_reads_in_flight, a child\'s channel) and recorded nothing of this one',
 };
 
 /**

@@ -112,6 +112,34 @@ const ROUTES: readonly Route[] = [
   { ...route('GET', '/metrics', 'open', async (c) => ({ text: await c.service.metrics.scrape(), contentType: c.service.metrics.contentType })), tokenWhen: (service) => service.config.metrics.require_token },
 ];
 
+/**
+ * A read that asks a child, under bounds.max_reads_in_flight. A child's
+ * channel that refuses it at its own bound (too_many_in_flight: unsent, or
+ * answered before anything was handled) did nothing a read could have done,
+ * so the caller is told service_busy, 503, and asks again. Only here: on a
+ * route that acts, the same refusal may come after something was done.
+ */
+async function readOfChild(service: Service, read: () => Promise<RouteAnswer>, role: TokenRole, channelFull: ThrottledTally, onRefused: () => void): Promise<RouteAnswer> {
+  let release: () => void;
+  try {
+    release = service.readBound.admit(role);
+  } catch (error) {
+    onRefused();
+    throw error;
+  }
+  try {
+    return await read();
+  } catch (error) {
+    // A read the child did not answer in time (handlers.ts CHILD_READ_TIMEOUT_MS): nothing to be unsure of, ask again.
+    if (error instanceof CustodyError && error.code === 'deadline_exceeded') throw new CustodyError('service_unavailable', `${error.message}: the read was given up; ask again in a moment`);
+    if (!(error instanceof CustodyError && error.code === 'too_many_in_flight')) throw error;
+    channelFull.add();
+    throw new CustodyError('service_busy', `${error.message}; nothing was read: ask again in a moment`);
+  } finally {
+    release();
+  }
+}
+
 /** The parameters of a route whose segments match the path, or null. */
 function matchPath(routeSegments: readonly string[], segments: readonly string[]): Array<[Param, string]> | null {
   if (routeSegments.length !== segments.length) return null;
@@ -161,7 +189,34 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
   const limits: BodyLimits = { maxBytes: service.config.bounds.max_body_bytes, maxDepth: argumentsDepthBudget(service.config.bounds.max_depth) + 1 };
   const log = service.log.child({ component: 'api' });
 
+  /**
+   * Connections that had a read refused at bounds.max_reads_in_flight. A
+   * client pipelining a flood of reads would otherwise cost the event loop
+   * a refusal for every request it queued, and slowed every invoke beside
+   * it (16 such connections: invokes at p50 5.2 s). The refusal is the
+   * connection's last answer; Node has already handed the requests parsed
+   * after it to the router (it does so at once, one chunk at a time), and
+   * those are refused here before anything runs: their answers are
+   * dropped with the connection, so none of them (an invoke included) may
+   * act. The refusal is decided synchronously, before the parser goes on.
+   */
+  const refusedConnections = new WeakSet<object>();
+  const refuseConnection = (request: IncomingMessage, response: ServerResponse) => {
+    refusedConnections.add(request.socket);
+    response.shouldKeepAlive = false;
+  };
+
+  // A read refused by a child's channel at its own bound: tallied, once a run in a throttled line (readOfChild).
+  const channelFull = new ThrottledTally(10_000, (refused) =>
+    log.warn('channel_full', { refused, message: `${refused} reads answered service_busy since the last line because a child's channel carried its bound of requests (bounds.kernel_max_in_flight, an executor's max_in_flight)` }),
+  );
+
   const serve = async (request: IncomingMessage, response: ServerResponse) => {
+    // 0. A connection that had a read refused at the bound takes nothing more (refuseConnection).
+    if (refusedConnections.has(request.socket)) {
+      response.shouldKeepAlive = false;
+      throw new CustodyError('service_busy', 'an earlier request on this connection was refused at a bound on reads in flight, so this one was not run: connect again and ask again in a moment');
+    }
     // 1. The target, byte by byte (400): it tells nothing about the endpoints.
     const target = parseTarget(request.url ?? '');
     // 2. A method the API never serves (405), whatever the path.
@@ -206,13 +261,7 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
         return parsed.data;
       },
     };
-    const release = match.route.asksChild ? service.readBound.admit(role) : undefined;
-    let answer: RouteAnswer;
-    try {
-      answer = await match.route.handle(context);
-    } finally {
-      release?.();
-    }
+    const answer = match.route.asksChild ? await readOfChild(service, () => match.route.handle(context), role, channelFull, () => refuseConnection(request, response)) : await match.route.handle(context);
     if ('text' in answer) sendText(response, 200, answer.contentType, answer.text);
     else sendJson(response, answer.status ?? 200, answer.body);
   };
@@ -221,22 +270,13 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
   // for a missing Host would be a body without {code, message}.
   // The two receive timeouts below are checked every connectionsCheckingInterval (Node's default, 30 s, let a
   // connection that never finished its headers hold its slot under bounds.max_connections for up to 40 s).
-  // A child's channel at its own bound refuses a request unsent or unhandled (shared/wire/client.ts, server.ts):
-  // nothing was done, so the caller is told service_busy (503, ask again), once a run in a throttled line.
-  const channelFull = new ThrottledTally(10_000, (refused) =>
-    log.warn('channel_full', { refused, message: `${refused} requests answered service_busy since the last line because a child's channel carried its bound of requests (bounds.kernel_max_in_flight, an executor's max_in_flight)` }),
-  );
   const server = createServer({ requireHostHeader: false, connectionsCheckingInterval: 1_000 }, (request, response) => {
-    serve(request, response).catch((caught: unknown) => {
-      const error = caught instanceof CustodyError && caught.code === 'too_many_in_flight' ? (channelFull.add(), new CustodyError('service_busy', `${caught.message}; nothing was done for this request: ask again in a moment`)) : caught;
+    serve(request, response).catch((error: unknown) => {
       // The refused request's name in the log, drawn only when one is refused. A flood's refusals at a bound on
       // requests or reads in flight are not a line each: requests_full, reads_full and channel_full tally them.
       if (!(error instanceof CustodyError && error.code === 'service_busy')) {
         log.info('api_refused', { id: randomHex(4), method: request.method, path: request.url, ...errorFields(error) });
       }
-      // Busy: the connection is closed after the answer, so a client pipelining a flood on it loses the rest of its
-      // queue and must connect again (bounds.max_connections) instead of costing the event loop a refusal per request.
-      if (!response.headersSent && error instanceof CustodyError && error.code === 'service_busy') response.shouldKeepAlive = false;
       if (!response.headersSent) sendError(response, error);
       else response.end();
     });

@@ -101,9 +101,14 @@ export function parseAnswerTimeout(value: string): number {
   return ms;
 }
 
-/** `--wait`: 0 (answer with the state so far at once) or a duration, at most the service's bound of an hour on one call's wait. */
+/** `--wait`: 0 (answer with the state so far at once: `0`, `0s`, …) or a duration, at most the service's bound of an hour on one call's wait. */
 export function parseWait(value: string): number {
-  if (value.trim() === '0') return 0;
+  if (/^0+(ms|s|m|h|d)?$/.test(value.trim())) return 0;
+  return parseWaitAtLeast1ms(value);
+}
+
+/** `custody mcp --wait`: as --wait, without 0 (every call would answer "not known yet" at once). */
+export function parseWaitAtLeast1ms(value: string): number {
   const ms = parseDuration(value);
   if (ms > MAX_WAIT_MS) throw new CustodyError('usage', `--wait is at most 1h (${MAX_WAIT_MS} ms), the longest one call may wait; got ${JSON.stringify(value)}: the service carries an operation on past the wait, so ask again with the same name`);
   return ms;

@@ -9,7 +9,7 @@ import { logIgnoredSignals } from '../../shared/inspector-guard.js';
 import { Command, CommanderError, Option } from 'commander';
 import { toCustodyError } from '../../shared/errors.js';
 import { resolveStateDir } from '../paths.js';
-import { type ArgSource, argumentBoundFor, collectArg, parseAnswerTimeout, parseCount, parseDuration, parseName, parsePort, parseWait, resolveArguments } from './args.js';
+import { type ArgSource, argumentBoundFor, collectArg, parseAnswerTimeout, parseCount, parseDuration, parseName, parsePort, parseWait, parseWaitAtLeast1ms, resolveArguments } from './args.js';
 import { connect } from './client.js';
 import { CLI_EXIT } from '../../shared/exit-codes.js';
 import { exitCodeForError } from './exit-codes.js';
@@ -214,7 +214,7 @@ program
   .description('serve the Model Context Protocol on stdio for an agent host, with the agent token: grants\' tools as MCP tools, each call one governed invoke')
   .option('--url <url>', 'service address, e.g. http://127.0.0.1:7410 (with --token-file; default: from --state)')
   .option('--token-file <file>', 'the agent token file (mode 0600); the control token is refused')
-  .addOption(new Option('--wait <duration>', 'how long one call waits for its end before answering "not known yet" (at most 1h)').argParser(parseWait))
+  .addOption(new Option('--wait <duration>', 'how long one call waits for its end before answering "not known yet" (at most 1h)').argParser(parseWaitAtLeast1ms))
   // Imported when used: the MCP SDK is not loaded by every other command.
   .action(async (options: { url?: string; tokenFile?: string; wait?: number }) => {
     const { mcpCommand } = await import('../mcp/command.js');

@@ -82,11 +82,13 @@ export const boundsSchema = z.strictObject({
   /**
    * Reads of the agent token that ask the kernel or an executor (GET of
    * operations, tools, keys) answered at once. Past it a read is refused
-   * with service_busy, so reads cannot fill a child's channel and keep the
-   * invokes out (supervisor/api/read-bound.ts). Below the kernel's channel
-   * bound (kernel_max_in_flight, 256) by default, leaving it to the invokes.
+   * with service_busy (supervisor/api/read-bound.ts). The default, 32, is an
+   * eighth of the kernel's channel (kernel_max_in_flight, 256) and half of
+   * an executor's (max_in_flight, 64), so reads leave the invokes most of
+   * each; an execute an executor's full channel refuses waits and is sent
+   * again, never lost.
    */
-  max_reads_in_flight: z.number().int().min(1).max(4096).default(64),
+  max_reads_in_flight: z.number().int().min(1).max(4096).default(32),
   /** Requests the kernel channel carries at once. */
   kernel_max_in_flight: z.number().int().min(1).max(4096).default(256),
   /**

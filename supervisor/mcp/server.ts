@@ -88,8 +88,10 @@ const REPEAT_MARGIN_MS = 1_000;
  */
 export function resultOf(tool: string, requestId: string, answer: DriveAnswer, calledAt = Number.POSITIVE_INFINITY): CallToolResult {
   const receipt = receiptOf(answer);
-  const repeated = answer.created_at < calledAt - REPEAT_MARGIN_MS;
-  const structured = { request_id: requestId, operation_id: answer.operation_id, outcome: answer.outcome, phase: answer.phase, reason: answer.reason, receipt, output: answer.output ?? null, first_called_at: new Date(answer.created_at).toISOString(), repeated };
+  // A service older than this build answers no created_at: then nothing is said of a repeat.
+  const createdAt = Number.isSafeInteger(answer.created_at) ? answer.created_at : null;
+  const repeated = createdAt !== null && createdAt < calledAt - REPEAT_MARGIN_MS;
+  const structured = { request_id: requestId, operation_id: answer.operation_id, outcome: answer.outcome, phase: answer.phase, reason: answer.reason, receipt, output: answer.output ?? null, first_called_at: createdAt === null ? null : new Date(createdAt).toISOString(), repeated };
   if (answer.final && answer.outcome === 'completed') {
     const text = typeof answer.output === 'string' ? answer.output : JSON.stringify(answer.output ?? null);
     const again = repeated

@@ -56,7 +56,7 @@ describe('custody.json', () => {
     expect(messageOf({ bounds: { max_requests_in_flight: 1_000_001 } })).to.match(/bounds\.max_requests_in_flight.*got 1000001/);
     expect(parseConfig({ bounds: { max_requests_in_flight: 1 } }).bounds.max_requests_in_flight).to.equal(1);
     expect(messageOf({ bounds: { max_requests_in_flight: 0 } })).to.match(/bounds\.max_requests_in_flight.*got 0/);
-    expect(parseConfig({}).bounds.max_reads_in_flight).to.equal(64);
+    expect(parseConfig({}).bounds.max_reads_in_flight).to.equal(32);
     expect(parseConfig({ bounds: { max_reads_in_flight: 4096 } }).bounds.max_reads_in_flight).to.equal(4096);
     expect(messageOf({ bounds: { max_reads_in_flight: 4097 } })).to.match(/bounds\.max_reads_in_flight.*got 4097/);
     expect(parseConfig({ bounds: { max_reads_in_flight: 1 } }).bounds.max_reads_in_flight).to.equal(1);
