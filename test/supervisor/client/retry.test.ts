@@ -52,7 +52,7 @@ async function flakyServer(breaks: number, answer: (seen: Seen) => { status: num
   return { url: `http://127.0.0.1:${address.port}`, seen, server };
 }
 
-const outcome = (requestId: string) => ({ request_id: requestId, operation_id: '0'.repeat(64), tool: 'review-notes/append', phase: 'settled', final: true, outcome: 'completed', reason: 'ok', output: null, receipt: null, report: null, authorization: null, executor: 'default' });
+const outcome = (requestId: string) => ({ request_id: requestId, operation_id: '0'.repeat(64), tool: 'review-notes/append', created_at: 1_700_000_000_000, phase: 'settled', final: true, outcome: 'completed', reason: 'ok', cause: null, output: null, receipt: null, report: null, authorization: null, executor: 'default' });
 
 describe('CustodyClient transport', () => {
   const servers: Server[] = [];
