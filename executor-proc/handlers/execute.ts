@@ -11,6 +11,7 @@
 //   4 run the adapter with no transaction open;
 //   5 sign and retain the report in a second transaction (grouped likewise),
 //     then answer once it is durable.
+import { nowMs } from '../../shared/clock.js';
 import { crashPoint } from '../../shared/fault.js';
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
@@ -168,11 +169,20 @@ function windowNotOpen(verified: VerifiedAuthorization, now: number): CustodyErr
   );
 }
 
+/** How far behind the high-water mark the clock must be for a refusal to say that the mark, not the clock, closed the window. */
+const CLOCK_BEHIND_MARK_NOTE_MS = 60_000;
+
 function windowClosed(verified: VerifiedAuthorization, now: number): CustodyError {
   const { not_before: notBefore, expires_at: expiresAt } = verified.artifact.body;
+  // A clock that ran ahead and was corrected leaves the mark ahead of it: say so, or every refusal reads as a mystery.
+  const behind = now - nowMs();
+  const why =
+    behind > CLOCK_BEHIND_MARK_NOTE_MS
+      ? ` — this executor's clock is ${Math.round(behind / 1000)} s behind the latest time it has answered by (it ran ahead and was set back), and windows are judged at that time until the clock passes it (docs/RELIABILITY.md, fault model)`
+      : '';
   return new CustodyError(
     'outside_window',
-    `operation ${verified.subject.operationId}: now (${now}, never earlier than the clock high-water mark) is past its window [${notBefore}, ${expiresAt}), which closed at ${expiresAt}; nothing was claimed and it never can be — reconcile it (never_claimed)`,
+    `operation ${verified.subject.operationId}: now (${now}, never earlier than the clock high-water mark) is past its window [${notBefore}, ${expiresAt}), which closed at ${expiresAt}; nothing was claimed and it never can be — reconcile it (never_claimed)${why}`,
   );
 }
 

@@ -101,6 +101,21 @@ describe('executor-proc races', function () {
     expect(notesFor(home, auth.operationId)).to.have.length(0);
   });
 
+  it('a clock that ran an hour ahead and was set back refuses fresh windows until it passes the mark, and says why', async () => {
+    const executor = await startExecutor(home);
+    setClockOffset(home, 3_600_000);
+    const during = authorize(executor, { notBefore: Date.now() + 3_600_000 - 1_000, expiresAt: Date.now() + 3_600_000 + 60_000 });
+    expect((await executor.channel.request('execute', executeBody(during))).status).to.equal('completed');
+    setClockOffset(home, 0);
+    // Issued at the true time, open for a minute: closed by the mark the hour ahead left, and the refusal says so.
+    const fresh = authorize(executor, { notBefore: Date.now() - 1_000, expiresAt: Date.now() + 60_000 });
+    const refused = await refusalOf(executor.channel.request('execute', executeBody(fresh)));
+    await stopExecutor(executor);
+    expect(refused.code).to.equal('outside_window');
+    expect(refused.message).to.match(/this executor's clock is 3[56]\d\d s behind the latest time it has answered by \(it ran ahead and was set back\)/);
+    expect(sqlite(home.ledgerFile, `SELECT count(*) AS n FROM claims WHERE operation_id = '${fresh.operationId}'`).rows[0]?.n).to.equal(0);
+  });
+
   it('a window not open yet answers window_not_open with the mark stored, and the same execute claims once it opens', async () => {
     const executor = await startExecutor(home);
     const opensAt = Date.now() + 60_000;
