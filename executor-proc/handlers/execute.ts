@@ -175,9 +175,10 @@ const CLOCK_BEHIND_MARK_NOTE_MS = 60_000;
 function windowClosed(verified: VerifiedAuthorization, now: number): CustodyError {
   const { not_before: notBefore, expires_at: expiresAt } = verified.artifact.body;
   // A clock that ran ahead and was corrected leaves the mark ahead of it: say so, or every refusal reads as a mystery.
-  const behind = now - nowMs();
+  const clock = nowMs();
+  const behind = now - clock;
   const why =
-    behind > CLOCK_BEHIND_MARK_NOTE_MS
+    behind > CLOCK_BEHIND_MARK_NOTE_MS && clock < expiresAt
       ? ` — this executor's clock is ${Math.round(behind / 1000)} s behind the latest time it has answered by (it ran ahead and was set back), and windows are judged at that time until the clock passes it (docs/RELIABILITY.md, fault model)`
       : '';
   return new CustodyError(

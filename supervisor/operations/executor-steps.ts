@@ -120,7 +120,8 @@ async function afterExecuteFailure(ctx: OperationContext, executor: ChildHandle,
       throw new CustodyError('reply_dropped', `${executor.name} retained the report of ${row.request_id} and exited ${CHILD_EXIT.dropReply} without replying (drill)`);
     }
   }
-  ctx.log.info('execute_unanswered', { request_id: row.request_id, code: f.failure.code });
+  // The executor's words too: an outside_window refusal says when a clock set back behind its mark closed the window.
+  ctx.log.info('execute_unanswered', { request_id: row.request_id, code: f.failure.code, message: f.failure.message });
   return ctx.store.movePhaseGrouped(row.request_id, 'reconciling', { reason: f.failure.code });
 }
 
