@@ -162,14 +162,8 @@ async function kernelPages<Item, Key>(
   return { items, next_after: next };
 }
 
-/**
- * How long a read waits for the kernel's answer: a read holds a place under
- * bounds.max_reads_in_flight (api/read-bound.ts) until it is answered, so
- * one the kernel never answers (while it still answers pings) must not hold
- * it for good. Past it the caller is told service_unavailable and asks again.
- */
-export const CHILD_READ_TIMEOUT_MS = 30_000;
-const READ = { timeoutMs: CHILD_READ_TIMEOUT_MS } as const;
+/** A read's wait for the kernel (timing.child_read_timeout_ms): it holds a place under bounds.max_reads_in_flight until answered. */
+const readOf = (service: Service) => ({ timeoutMs: service.config.timing.child_read_timeout_ms });
 
 /** A query's `limit`: `fallback` when absent or 0, at most `most` (LISTING_LIMITS: GET /v1/operations, /v1/grants, /v1/incidents). */
 export function limitOf(query: URLSearchParams, { fallback, most }: { readonly fallback: number; readonly most: number }): number {
@@ -180,7 +174,7 @@ export async function listOperations(service: Service, query: URLSearchParams): 
   const after = query.has('after') ? parseOperationPageKey(query.get('after')!) : null;
   const { items: operations, next_after } = await kernelPages(
     async (from: OperationKey | null, limit) => {
-      const page = await service.kernel.request('ops.list', { states: null, limit, after: from }, READ);
+      const page = await service.kernel.request('ops.list', { states: null, limit, after: from }, readOf(service));
       return { items: page.operations, next_after: page.next_after };
     },
     after,
@@ -197,7 +191,7 @@ export async function listOperations(service: Service, query: URLSearchParams): 
     if (known.has(row.operation_id)) continue;
     // One the kernel recorded is on its own page of the listing (one it records between
     // the listing and this lookup shows on the next listing's first page).
-    if ((await service.kernel.request('operation.get', { operation_id: row.operation_id, request_id: null }, READ)).operation) continue;
+    if ((await service.kernel.request('operation.get', { operation_id: row.operation_id, request_id: null }, readOf(service))).operation) continue;
     listed.push({ name: row.request_id, operation_id: row.operation_id, tool: row.tool, state: null, phase: row.phase, updated_at: row.updated_at, flag: 'quarantined' });
   }
   return { body: { operations: listed, next_after: next_after === null ? null : pageKeyText(next_after) } };
@@ -205,7 +199,7 @@ export async function listOperations(service: Service, query: URLSearchParams): 
 
 export async function showOperation(service: Service, name: string): Answer {
   const row = service.store.getRequest(name);
-  const kernel = await service.kernel.request('operation.get', { operation_id: operationIdFor(name), request_id: null }, READ);
+  const kernel = await service.kernel.request('operation.get', { operation_id: operationIdFor(name), request_id: null }, readOf(service));
   if (!row && !kernel.operation) throw new CustodyError('operation_unknown', `no operation named ${name}`);
   return { body: { request: row ? outcomeOf(row) : null, kernel: kernel.operation, receipts: kernel.receipts } };
 }
@@ -214,7 +208,7 @@ export async function showOperation(service: Service, name: string): Answer {
 export async function trace(service: Service, name: string): Answer {
   const operationId = operationIdFor(name);
   const row = service.store.getRequest(name);
-  const kernel = await service.kernel.request('operation.get', { operation_id: operationId, request_id: null }, READ);
+  const kernel = await service.kernel.request('operation.get', { operation_id: operationId, request_id: null }, readOf(service));
   if (!row && !kernel.operation) throw new CustodyError('operation_unknown', `no operation named ${name}`);
   const events: Array<{ at: number; store: string; event: string; detail: string }> = [];
   if (row) {
@@ -257,7 +251,7 @@ export async function trace(service: Service, name: string): Answer {
 /** Every retained artifact of an operation, as exact bytes, for `custody receipt export`. */
 export async function artifacts(service: Service, name: string): Answer {
   const row = service.store.getRequest(name);
-  const kernel = await service.kernel.request('operation.get', { operation_id: operationIdFor(name), request_id: null }, READ);
+  const kernel = await service.kernel.request('operation.get', { operation_id: operationIdFor(name), request_id: null }, readOf(service));
   if (!row && !kernel.operation) throw new CustodyError('operation_unknown', `no operation named ${name}`);
   const files: Array<{ file: string; kind: string; text: string }> = [];
   kernel.receipts.forEach((text, index) => {
@@ -294,7 +288,7 @@ export async function kernelGrants(service: Service, live: boolean): Promise<Gra
 /** How kernelPages asks for a page of grants. */
 function grantPages(service: Service, live: boolean) {
   return async (after: GrantKey | null, limit: number) => {
-    const page = await service.kernel.request('grant.list', { live, limit, after }, READ);
+    const page = await service.kernel.request('grant.list', { live, limit, after }, readOf(service));
     return { items: page.grants, next_after: page.next_after };
   };
 }
@@ -347,10 +341,10 @@ export async function rotateKernelKey(service: Service): Answer {
 
 /** Every key epoch of the kernel and each executor, from the kernel's records (its epochs and its executor pins). */
 export async function listKeys(service: Service): Answer {
-  let keys = await service.kernel.request('keys.list', { after_epoch: 0 }, READ);
+  let keys = await service.kernel.request('keys.list', { after_epoch: 0 }, readOf(service));
   const kernel = [...keys.kernel];
   while (keys.kernel.length > 0 && kernel.at(-1)!.key_epoch < keys.kernel_epoch) {
-    keys = await service.kernel.request('keys.list', { after_epoch: kernel.at(-1)!.key_epoch }, READ);
+    keys = await service.kernel.request('keys.list', { after_epoch: kernel.at(-1)!.key_epoch }, readOf(service));
     kernel.push(...keys.kernel);
   }
   const nameOf = new Map([...service.executors.keys()].map((name) => [service.store.getPin(name)?.identity_id, name]));

@@ -3,10 +3,10 @@
 // executor over its channel, whose bound on requests in flight
 // (bounds.kernel_max_in_flight, an executor's max_in_flight) the invokes
 // need too. Unbounded, an agent pipelining thousands of GET /v1/operations
-// on a few connections kept the kernel's channel full: every invoke's
-// reserve was refused and retried behind them (an invoke took ~370 ms), and
-// every read past it was answered 409 and logged on a line of its own (65 MB
-// of log a minute). Reads of the agent token that ask a child hold a place
+// on a few connections kept the kernel's channel full: the invokes' reserves
+// were refused and retried behind them (3 of 30 invokes had not started
+// after 30 s), and every read past it was answered 409 and logged on a line
+// of its own (65 MB of log a minute). Reads of the agent token that ask a child hold a place
 // here until answered; past the bound a read is refused with service_busy at
 // once, counted, and tallied in one throttled log line. The control token's
 // reads are never refused here (the operator is not shut out by an agent).
@@ -35,11 +35,6 @@ export class ReadBound {
         message: `${bound} reads were waiting on the kernel or an executor (bounds.max_reads_in_flight): ${refused} more refused with service_busy since the last line; callers ask again later`,
       }),
     );
-  }
-
-  /** Reads holding a place now. */
-  get held(): number {
-    return this.#held;
   }
 
   /** Take a place for a read, or refuse it (service_busy). The place is held until the returned function is called. */

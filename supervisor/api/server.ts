@@ -130,7 +130,7 @@ async function readOfChild(service: Service, read: () => Promise<RouteAnswer>, r
   try {
     return await read();
   } catch (error) {
-    // A read the child did not answer in time (handlers.ts CHILD_READ_TIMEOUT_MS): nothing to be unsure of, ask again.
+    // A read the child did not answer in time (timing.child_read_timeout_ms): nothing to be unsure of, ask again.
     if (error instanceof CustodyError && error.code === 'deadline_exceeded') throw new CustodyError('service_unavailable', `${error.message}: the read was given up; ask again in a moment`);
     if (!(error instanceof CustodyError && error.code === 'too_many_in_flight')) throw error;
     channelFull.add();

@@ -153,6 +153,13 @@ export const timingSchema = z.strictObject({
    */
   api_headers_timeout_ms: z.number().int().min(1_000).max(600_000).default(10_000),
   api_request_timeout_ms: z.number().int().min(1_000).max(3_600_000).default(30_000),
+  /**
+   * How long a read that asks a child (GET of operations, tools, keys) waits
+   * for its answer. It holds a place under bounds.max_reads_in_flight until
+   * answered, so one the kernel never answers must not hold it for good;
+   * past it the caller is told 503 service_unavailable and asks again.
+   */
+  child_read_timeout_ms: millis(600_000).default(30_000),
 });
 
 export const metricsSchema = z.strictObject({

@@ -23,6 +23,7 @@ import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { type Logger, errorFields } from '../../shared/log.js';
 import type { CustodyClient, DriveAnswer } from '../client/index.js';
 import { causeOf } from '../operations/causes.js';
+import { askedBefore } from '../operations/outcome.js';
 import { mcpNameOf, toolOfMcpName } from './names.js';
 
 /** The argument an agent may add to any tool to name a call (stripped before the adapter sees the arguments). */
@@ -76,9 +77,6 @@ function receiptOf(answer: DriveAnswer): { id: string; digest: string; decision:
   return { id: body.receipt_id, digest: artifactDigest(answer.receipt), decision: body.decision };
 }
 
-/** How much earlier than a call its request must have been logged for the call to be told it repeated an earlier one (clock jitter between two processes of one machine). */
-const REPEAT_MARGIN_MS = 1_000;
-
 /**
  * What an agent is told: the output and receipt of a completed call; an error
  * with the cause otherwise. `calledAt` (ms since the epoch) is when this call
@@ -89,9 +87,9 @@ const REPEAT_MARGIN_MS = 1_000;
 export function resultOf(tool: string, requestId: string, answer: DriveAnswer, calledAt = Number.POSITIVE_INFINITY): CallToolResult {
   const receipt = receiptOf(answer);
   // A service older than this build answers no created_at: then nothing is said of a repeat.
-  const createdAt = Number.isSafeInteger(answer.created_at) ? answer.created_at : null;
-  const repeated = createdAt !== null && createdAt < calledAt - REPEAT_MARGIN_MS;
-  const structured = { request_id: requestId, operation_id: answer.operation_id, outcome: answer.outcome, phase: answer.phase, reason: answer.reason, receipt, output: answer.output ?? null, first_called_at: createdAt === null ? null : new Date(createdAt).toISOString(), repeated };
+  const repeated = askedBefore(answer.created_at, calledAt);
+  const firstCalledAt = Number.isSafeInteger(answer.created_at) ? new Date(answer.created_at).toISOString() : null;
+  const structured = { request_id: requestId, operation_id: answer.operation_id, outcome: answer.outcome, phase: answer.phase, reason: answer.reason, receipt, output: answer.output ?? null, first_called_at: firstCalledAt, repeated };
   if (answer.final && answer.outcome === 'completed') {
     const text = typeof answer.output === 'string' ? answer.output : JSON.stringify(answer.output ?? null);
     const again = repeated

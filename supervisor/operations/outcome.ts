@@ -61,3 +61,16 @@ export function outcomeOf(row: RequestRow): OperationOutcome {
     executor: row.executor,
   };
 }
+
+/** How much earlier than a call its request must have been logged to count as made before it (the clocks of two processes of one machine). */
+const FIRST_ASKED_MARGIN_MS = 1_000;
+
+/**
+ * Whether a request logged at `createdAt` was made before a call that began
+ * at `calledAt` (both ms since the epoch): then the call was answered with
+ * that request's outcome, and nothing ran again for it. False when the
+ * service said nothing of when (a service older than this build).
+ */
+export function askedBefore(createdAt: number | undefined, calledAt: number): boolean {
+  return Number.isSafeInteger(createdAt) && createdAt! < calledAt - FIRST_ASKED_MARGIN_MS;
+}

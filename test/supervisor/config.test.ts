@@ -61,6 +61,11 @@ describe('custody.json', () => {
     expect(messageOf({ bounds: { max_reads_in_flight: 4097 } })).to.match(/bounds\.max_reads_in_flight.*got 4097/);
     expect(parseConfig({ bounds: { max_reads_in_flight: 1 } }).bounds.max_reads_in_flight).to.equal(1);
     expect(messageOf({ bounds: { max_reads_in_flight: 0 } })).to.match(/bounds\.max_reads_in_flight.*got 0/);
+    expect(parseConfig({}).timing.child_read_timeout_ms).to.equal(30_000);
+    expect(parseConfig({ timing: { child_read_timeout_ms: 1 } }).timing.child_read_timeout_ms).to.equal(1);
+    expect(messageOf({ timing: { child_read_timeout_ms: 0 } })).to.match(/timing\.child_read_timeout_ms.*got 0/);
+    expect(parseConfig({ timing: { child_read_timeout_ms: 600_000 } }).timing.child_read_timeout_ms).to.equal(600_000);
+    expect(messageOf({ timing: { child_read_timeout_ms: 600_001 } })).to.match(/timing\.child_read_timeout_ms.*got 600001/);
     expect(parseConfig({}).timing).to.include({ api_headers_timeout_ms: 10_000, api_request_timeout_ms: 30_000 });
     expect(parseConfig({ timing: { api_headers_timeout_ms: 1_000, api_request_timeout_ms: 1_000 } }).timing.api_headers_timeout_ms).to.equal(1_000);
     expect(messageOf({ timing: { api_headers_timeout_ms: 999 } })).to.match(/timing\.api_headers_timeout_ms.*got 999/);

@@ -152,6 +152,37 @@ describe('the bound on reads in flight (bounds.max_reads_in_flight)', function (
     });
   });
 
+  describe('a read the kernel does not answer (timing.child_read_timeout_ms)', () => {
+    let service: TestService;
+    before(async () => {
+      service = await startService({ config: { bounds: { max_reads_in_flight: 1 }, timing: { child_read_timeout_ms: 1_000, heartbeat_interval_ms: 30_000, heartbeat_timeout_ms: 60_000 } } });
+    });
+    after(async () => {
+      await service?.stop();
+      service?.cleanup();
+    });
+
+    it('is given up after the timeout with 503 service_unavailable, and its place is free again', async () => {
+      const pid = await kernelPid(service);
+      process.kill(pid, 'SIGSTOP');
+      let given: { status: number; body: Record<string, unknown> };
+      let waited: number;
+      try {
+        const started = performance.now();
+        given = await agentGet(service, '/v1/operations/never-answered');
+        waited = performance.now() - started;
+      } finally {
+        process.kill(pid, 'SIGCONT');
+      }
+      expect(given.status, JSON.stringify(given.body)).to.equal(503);
+      expect(given.body.code).to.equal('service_unavailable');
+      expect(String(given.body.message)).to.contain('had no answer within 1000 ms').and.to.contain('the read was given up');
+      expect(waited).to.be.within(900, 4_000);
+      // The one place (max_reads_in_flight 1) was given back: the next read is taken and answered.
+      expect((await agentGet(service, '/v1/operations/after-the-timeout')).status).to.equal(404);
+    });
+  });
+
   describe('a flood of pipelined reads', () => {
     let service: TestService;
     before(async () => {

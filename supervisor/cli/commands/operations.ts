@@ -6,7 +6,7 @@ import { isCustodyError, toCustodyError } from '../../../shared/errors.js';
 import { newRequestId } from '../../../shared/request-id.js';
 import { checkOperationName } from '../../../shared/protocol/names.js';
 import { causeOf } from '../../operations/causes.js';
-import type { OperationOutcome } from '../../operations/outcome.js';
+import { type OperationOutcome, askedBefore } from '../../operations/outcome.js';
 import type { ServiceClient } from '../client.js';
 import type { OfflineTrace } from '../offline-trace.js';
 import { operationsAnswer, outcomeAnswer, traceAnswer } from '../../api/answers.js';
@@ -71,8 +71,8 @@ export async function invokeCommand(client: ServiceClient, out: Output, tool: st
     throw failure;
   }
   const outcome = answer.body;
-  // A --request-id logged before this call: its answer is that request's, and nothing ran again (1 s for the two processes' clocks).
-  const notes = outcome.created_at < calledAt - 1_000 ? [`first asked at ${new Date(outcome.created_at).toISOString()}: this is that request's answer, and nothing ran again (a new --request-id runs it anew)`] : [];
+  // A --request-id logged before this call: its answer is that request's, and nothing ran again.
+  const notes = askedBefore(outcome.created_at, calledAt) ? [`first asked at ${new Date(outcome.created_at).toISOString()}: this is that request's answer, and nothing ran again (a new --request-id runs it anew)`] : [];
   out.result(outcome, () => describeOutcome(outcome, `custody invoke ${tool} … --request-id ${id}`, notes));
   return exitCodeForOutcome(outcome, 'complete');
 }
