@@ -20,6 +20,17 @@ async function kernelPid(service: TestService): Promise<number> {
   return children.find((child) => child.name === 'kernel')!.pid;
 }
 
+/** Run `body` with the service's kernel stopped (SIGSTOP), so every read that asks it waits; continued whatever happens. */
+async function whileKernelStopped<T>(service: TestService, body: () => Promise<T>): Promise<T> {
+  const pid = await kernelPid(service);
+  process.kill(pid, 'SIGSTOP');
+  try {
+    return await body();
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+}
+
 /** Every other GET that asks a child: each must hold a place under the bound. */
 const READS_OF_CHILDREN = ['/v1/operations', '/v1/operations/x/trace', '/v1/operations/x/artifacts', '/v1/tools', '/v1/keys'];
 
@@ -50,12 +61,10 @@ describe('the bound on reads in flight (bounds.max_reads_in_flight)', function (
     });
 
     it('takes the bound\'s worth of reads while the kernel holds them, refuses one more at once with service_busy on every route that asks a child, never refuses the operator, and takes reads again once they are answered', async () => {
-      const pid = await kernelPid(service);
-      process.kill(pid, 'SIGSTOP');
       type Answer = Promise<{ status: number; body: Record<string, unknown> }>;
       // The reads held by the stopped kernel: the bound's worth of the agent's, then the operator's.
       const held: Answer[] = [];
-      try {
+      await whileKernelStopped(service, async () => {
         held.push(...Array.from({ length: BOUND }, (_, i) => service.http('GET', `/v1/operations/held-${i}`, undefined, 'agent')));
         // Each held read is waiting on the kernel before the next is sent past the bound.
         await new Promise((resolve) => setTimeout(resolve, 1_000));
@@ -91,9 +100,7 @@ describe('the bound on reads in flight (bounds.max_reads_in_flight)', function (
         held.push(operator);
         const first = await Promise.race([operator.then((answer) => answer.status), new Promise((resolve) => setTimeout(() => resolve('waiting'), 500))]);
         expect(first).to.equal('waiting');
-      } finally {
-        process.kill(pid, 'SIGCONT');
-      }
+      });
       // Answered by the kernel once it runs: these operations do not exist.
       for (const answer of await Promise.all(held)) expect(answer.status, JSON.stringify(answer.body)).to.equal(404);
       expect((await service.http('GET', '/v1/operations/after', undefined, 'agent')).status).to.equal(404);
@@ -127,20 +134,16 @@ describe('the bound on reads in flight (bounds.max_reads_in_flight)', function (
     });
 
     it('is answered 503 service_busy saying nothing was read, never 409, and tallied in channel_full', async () => {
-      const pid = await kernelPid(service);
-      process.kill(pid, 'SIGSTOP');
       const held: Array<Promise<{ status: number; body: Record<string, unknown> }>> = [];
       let refused: { status: number; body: Record<string, unknown> } | undefined;
-      try {
+      await whileKernelStopped(service, async () => {
         for (let i = 0; i < 30 && refused === undefined; i++) {
           const read = service.http('GET', `/v1/operations/fill-${i}`, undefined, 'agent');
           const quick = await Promise.race([read, new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 300))]);
           if (quick === undefined) held.push(read);
           else refused = quick;
         }
-      } finally {
-        process.kill(pid, 'SIGCONT');
-      }
+      });
       expect(refused, 'a read past the channel\'s bound').to.not.equal(undefined);
       expect(held.length, 'the channel\'s bound of reads held first').to.be.within(2, 10);
       expect(refused!.status).to.equal(503);
@@ -163,17 +166,9 @@ describe('the bound on reads in flight (bounds.max_reads_in_flight)', function (
     });
 
     it('is given up after the timeout with 503 service_unavailable, and its place is free again', async () => {
-      const pid = await kernelPid(service);
-      process.kill(pid, 'SIGSTOP');
-      let given: { status: number; body: Record<string, unknown> };
-      let waited: number;
-      try {
-        const started = performance.now();
-        given = await agentGet(service, '/v1/operations/never-answered');
-        waited = performance.now() - started;
-      } finally {
-        process.kill(pid, 'SIGCONT');
-      }
+      const started = performance.now();
+      const given = await whileKernelStopped(service, () => agentGet(service, '/v1/operations/never-answered'));
+      const waited = performance.now() - started;
       expect(given.status, JSON.stringify(given.body)).to.equal(503);
       expect(given.body.code).to.equal('service_unavailable');
       expect(String(given.body.message)).to.contain('had no answer within 1000 ms').and.to.contain('the read was given up');
