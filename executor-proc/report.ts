@@ -47,9 +47,10 @@ export function omittedOutput(output: JsonValue): JsonValue {
 }
 
 /**
- * An output too large for a report would leave an effect that happened with
- * no report that can say so, and a report too large for the session's frames
- * could never be delivered: either way the output is replaced by
+ * An output too large (or nested too deep) for a report would leave an
+ * effect that happened with no report that can say so, and a report too
+ * large for the session's frames could never be delivered: either way the
+ * output is replaced by
  * `omittedOutput`. `maxBytes` bounds the whole signed report
  * (`reportMaxBytes`); `onOmitted` hears of each replacement.
  */
@@ -90,13 +91,17 @@ export function reportSigner(
   };
 }
 
-/** The signed report, or null when its text is longer than `maxBytes`: measured, since the frame carries the text. */
+/**
+ * The signed report, or null when its text is longer than `maxBytes`
+ * (measured, since the frame carries the text) or nests deeper than an
+ * artifact may: either way the output is what gets replaced.
+ */
 function signWithin(maxBytes: number, signer: Signer, body: ArtifactBody<'report'>): SignedArtifact<'report'> | null {
   let report: SignedArtifact<'report'>;
   try {
     report = signArtifact('report', body, signer);
   } catch (error) {
-    if (isCustodyError(error, 'artifact_too_large')) return null;
+    if (isCustodyError(error, 'artifact_too_large') || isCustodyError(error, 'artifact_too_deep')) return null;
     throw error;
   }
   return Buffer.byteLength(report.text, 'utf8') <= maxBytes ? report : null;

@@ -228,6 +228,15 @@ function integerText(node: Record<string, unknown>): string {
   return 'integer';
 }
 
+/** A string's length bounds, in characters (code points): an empty string where the schema asks for one is outside it. */
+function stringText(node: Record<string, unknown>): string {
+  const min = typeof node.minLength === 'number' && node.minLength > 0 ? node.minLength : undefined;
+  const max = typeof node.maxLength === 'number' ? node.maxLength : undefined;
+  if (min !== undefined && max !== undefined) return `string of ${min}–${max}`;
+  if (min !== undefined) return `string of ≥ ${min}`;
+  return max !== undefined ? `string ≤ ${max}` : 'string';
+}
+
 function summarize(node: Record<string, unknown>): string {
   if (Array.isArray(node.anyOf)) return (node.anyOf as Record<string, unknown>[]).map(summarize).join(' \\| ');
   if (node.const !== undefined) return JSON.stringify(node.const);
@@ -239,7 +248,7 @@ function summarize(node: Record<string, unknown>): string {
         if (hex) return `hex${hex[1]}`;
         return patternName(node.pattern) ?? `string matching \`${node.pattern}\``;
       }
-      return typeof node.maxLength === 'number' ? `string ≤ ${node.maxLength}` : 'string';
+      return stringText(node);
     case 'integer':
       return integerText(node);
     case 'boolean':
@@ -335,7 +344,7 @@ const EXECUTOR_SETTING_DOCS: Record<string, SettingDoc> = {
   key_epoch: { fallback: code(1), meaning: 'provision: the key epoch to record; serve: if given, must equal the ledger\'s' },
   claim_capacity: { fallback: code(EXECUTOR_DEFAULTS.claimCapacity), meaning: 'provision: claims the ledger holds, fixed for its life; serve: if given, must equal the ledger\'s' },
   refusal_reserve: { fallback: `min(${EXECUTOR_DEFAULTS.refusalReserve}, max(1, ⌊claim_capacity / 8⌋))`, meaning: 'provision: the part of the capacity only refusals may use; must be below `claim_capacity`; serve: if given, must equal the ledger\'s' },
-  max_in_flight: { fallback: code(EXECUTOR_DEFAULTS.maxInFlight), meaning: 'requests handled at once; past it a request is answered `too_many_in_flight` (ping, cancel and shutdown are always taken)' },
+  max_in_flight: { fallback: code(EXECUTOR_DEFAULTS.maxInFlight), meaning: 'requests handled at once; past it a request is answered `too_many_in_flight` (ping, cancel, shutdown and head.witnessed are always taken)' },
   reconcile_per_tool: { fallback: code(EXECUTOR_DEFAULTS.reconcilePerTool), meaning: 'adapter reconciliations per tool within `reconcile_window_ms` (`reconcile_budget_exhausted` past it)' },
   reconcile_per_session: { fallback: code(EXECUTOR_DEFAULTS.reconcilePerSession), meaning: 'adapter reconciliations per session within `reconcile_window_ms`' },
   reconcile_window_ms: { fallback: code(EXECUTOR_DEFAULTS.reconcileWindowMs), meaning: 'the sliding window the two reconciliation bounds count in' },

@@ -43,6 +43,7 @@ const CODES = {
   // artifacts and keys
   artifact_malformed: { class: 'refused', summary: 'a signed artifact does not match its schema' },
   artifact_too_large: { class: 'refused', summary: 'a signed artifact exceeds its size cap' },
+  artifact_too_deep: { class: 'refused', summary: 'a signed artifact nests deeper than 24 levels (its output included); none is signed' },
   artifact_noncanonical: { class: 'refused', summary: 'a signed artifact is not in canonical (RFC 8785) form' },
   signature_invalid: { class: 'refused', summary: 'a signature does not verify under the strict policy' },
   signer_untrusted: { class: 'refused', summary: 'an artifact is signed by a key that is not pinned' },

@@ -26,7 +26,7 @@ import {
   type Envelope,
   envelope as envelopeSchema,
 } from '../protocol/artifacts.js';
-import { decodeJsonObject } from '../wire/decode.js';
+import { decodeJsonObject, scanJson } from '../wire/decode.js';
 import { describeIssues } from '../wire/session.js';
 
 export interface SignedArtifact<K extends ArtifactKind> {
@@ -64,6 +64,21 @@ function checkSize(kind: ArtifactKind, bytes: number): void {
   if (bytes > cap) throw new CustodyError('artifact_too_large', `${kind} of ${bytes} bytes exceeds its cap of ${cap} bytes`);
 }
 
+/**
+ * Every verifier refuses an artifact nesting deeper than ARTIFACT_MAX_DEPTH
+ * (docs/PROTOCOL.md §7.2), so none is signed: a report whose output nests
+ * too deep would be refused by the kernel at every settle, leaving an effect
+ * that happened with no report that can say so. The executor replaces such
+ * an output like one too large (executor-proc/report.ts). The text's
+ * structural characters are ASCII, so the string scans as its UTF-8 bytes do.
+ */
+function checkDepth(kind: ArtifactKind, text: string): void {
+  const { depth } = scanJson(text, ARTIFACT_MAX_DEPTH, false);
+  if (depth > ARTIFACT_MAX_DEPTH) {
+    throw new CustodyError('artifact_too_deep', `${kind} nests deeper than ${ARTIFACT_MAX_DEPTH} levels`);
+  }
+}
+
 /*
  * RFC 8785 orders the envelope's members body, schema, signature, signer,
  * and the signature and the signer are hex, which JSON never escapes. So the
@@ -93,6 +108,7 @@ export function signArtifact<K extends ArtifactKind>(kind: K, body: ArtifactBody
   const envelope: Envelope = { schema, signer: signer.publicKeyHex, body: checked, signature };
   const text = head + signatureTail(signature, signer.publicKeyHex);
   checkSize(kind, Buffer.byteLength(text, 'utf8'));
+  checkDepth(kind, text);
   return { kind, text, envelope, body: checked, digest: artifactDigest(text) };
 }
 
@@ -121,7 +137,9 @@ export function readEnvelope(text: string | Buffer): { kind: ArtifactKind; envel
   try {
     object = decodeJsonObject(bytes, ARTIFACT_MAX_DEPTH, 'artifact');
   } catch (error) {
-    throw new CustodyError('artifact_malformed', toCustodyError(error).message, { cause: error });
+    const failure = toCustodyError(error);
+    const code = failure.code === 'frame_too_deep' ? 'artifact_too_deep' : 'artifact_malformed';
+    throw new CustodyError(code, failure.message, { cause: error });
   }
   const parsed = envelopeSchema.safeParse(object);
   if (!parsed.success) throw new CustodyError('artifact_malformed', `artifact envelope: ${describeIssues(parsed.error)}`);

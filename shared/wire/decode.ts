@@ -86,13 +86,32 @@ class Names {
  * body the API reads (supervisor/api/http.ts). Without `members`, the
  * depth alone (measureDepth).
  */
-export function scanJson(text: string, limit: number, members = true): { depth: number; duplicate: string | undefined } {
+export interface JsonScan {
+  readonly depth: number;
+  /** The first member name seen twice in one object. */
+  readonly duplicate: string | undefined;
+  /** Whether a member is named `__proto__` (RESERVED_MEMBER). */
+  readonly reserved: boolean;
+}
+
+/**
+ * JSON.parse keeps a member named `__proto__` as an own property, but most
+ * of what reads the object next does not: zod's records drop it, a spread
+ * or an assignment sets the prototype instead. Arguments carrying one would
+ * be digested, signed and executed without it, other arguments than the
+ * caller sent, so every reader refuses it like a duplicate (docs/PROTOCOL.md
+ * §3, rule 6).
+ */
+export const RESERVED_MEMBER = '__proto__';
+
+export function scanJson(text: string, limit: number, members = true): JsonScan {
   // One entry per open container: the names seen so far for an object, null for an array.
   const open: Array<Names | null> = [];
   let depth = 0;
   let deepest = 0;
   let expectKey = false;
   let duplicate: string | undefined;
+  let reserved = false;
   // Names stop being read once a repeat is found, or once one cannot be
   // unescaped: the text is then malformed, JSON.parse refuses it, and a
   // line of a million bad names must not cost a million thrown errors.
@@ -115,6 +134,7 @@ export function scanJson(text: string, limit: number, members = true): { depth: 
               reading = false;
             }
           }
+          if (name === RESERVED_MEMBER) reserved = true;
           if (name !== undefined && !names.add(name)) {
             duplicate = name;
             reading = false;
@@ -129,7 +149,7 @@ export function scanJson(text: string, limit: number, members = true): { depth: 
       depth++;
       if (depth > deepest) {
         deepest = depth;
-        if (deepest > limit) return { depth: deepest, duplicate };
+        if (deepest > limit) return { depth: deepest, duplicate, reserved };
       }
     } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
       open.pop();
@@ -139,7 +159,7 @@ export function scanJson(text: string, limit: number, members = true): { depth: 
       expectKey = open[open.length - 1] != null;
     }
   }
-  return { depth: deepest, duplicate };
+  return { depth: deepest, duplicate, reserved };
 }
 
 export function decodeUtf8Strict(bytes: Uint8Array, what: string): string {
@@ -153,7 +173,7 @@ export function decodeUtf8Strict(bytes: Uint8Array, what: string): string {
 /** Decode one line as a JSON object under the nesting bound. */
 export function decodeJsonObject(bytes: Uint8Array, maxDepth: number, what = 'frame'): Record<string, unknown> {
   const text = decodeUtf8Strict(bytes, what);
-  const { depth, duplicate } = scanJson(text, maxDepth);
+  const { depth, duplicate, reserved } = scanJson(text, maxDepth);
   if (depth > maxDepth) {
     throw new CustodyError('frame_too_deep', `${what} nests deeper than ${maxDepth} levels`);
   }
@@ -169,5 +189,6 @@ export function decodeJsonObject(bytes: Uint8Array, maxDepth: number, what = 'fr
   if (duplicate !== undefined) {
     throw new CustodyError('frame_malformed', `${what} has the member ${JSON.stringify(duplicate)} twice in one object`);
   }
+  if (reserved) throw new CustodyError('frame_malformed', `${what} has a member named ${RESERVED_MEMBER}, which no object may have`);
   return value as Record<string, unknown>;
 }

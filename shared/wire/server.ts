@@ -129,9 +129,10 @@ export class ServerChannel {
     try {
       this.#core.send(RESULT_KIND, id, checked.data);
     } catch (error) {
-      // A result too large for a frame still gets an answer, an error one.
+      // A result too large or too deep for a frame still gets an answer, an
+      // error one (docs/PROTOCOL.md §5): the requester must not wait for good.
       const failure = toCustodyError(error, 'channel_closed');
-      if (failure.code === 'frame_too_large') this.#answerError(id, failure);
+      if (failure.code === 'frame_too_large' || failure.code === 'frame_too_deep') this.#answerError(id, failure);
       else this.#log.warn('answer_not_sent', { id, kind, ...errorFields(error) });
     }
   }

@@ -5,7 +5,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { decodeUtf8OrRefuse } from '../../shared/text/utf8.js';
-import { scanJson } from '../../shared/wire/decode.js';
+import { RESERVED_MEMBER, scanJson } from '../../shared/wire/decode.js';
 import { CustodyError, type ErrorClass, toCustodyError } from '../../shared/errors.js';
 
 export type Access = 'open' | 'agent' | 'control';
@@ -159,7 +159,7 @@ export async function readJsonBody(request: IncomingMessage, limits: BodyLimits)
   const bytes = Buffer.concat(chunks);
   const text = decodeUtf8OrRefuse(bytes, 'request body');
   // The wire's own scanner (docs/PROTOCOL.md §3, rule 6): the depth before JSON.parse, and a member twice in one object.
-  const { depth, duplicate } = scanJson(text, limits.maxDepth);
+  const { depth, duplicate, reserved } = scanJson(text, limits.maxDepth);
   if (depth > limits.maxDepth) {
     throw new CustodyError(
       'body_too_deep',
@@ -177,6 +177,10 @@ export async function readJsonBody(request: IncomingMessage, limits: BodyLimits)
   // another tool or other arguments in the same bytes, so the API refuses them as every frame reader does.
   if (duplicate !== undefined) {
     throw new CustodyError('bad_request', `request body has the member ${JSON.stringify(duplicate)} twice in one object; send each member once`);
+  }
+  // Arguments with it would be checked, signed and run without it (shared/wire/decode.ts RESERVED_MEMBER).
+  if (reserved) {
+    throw new CustodyError('bad_request', `request body has a member named ${RESERVED_MEMBER}, which custody cannot carry unchanged (JavaScript drops it); rename that member`);
   }
   return value as Record<string, unknown>;
 }

@@ -6,6 +6,7 @@ import { CustodyError } from '../../shared/errors.js';
 import { argumentBytesBound } from '../../shared/protocol/bounds.js';
 import { checkOperationName } from '../../shared/protocol/names.js';
 import { decodeUtf8OrRefuse } from '../../shared/text/utf8.js';
+import { RESERVED_MEMBER } from '../../shared/wire/decode.js';
 import { loadConfig } from '../config/load.js';
 import { MAX_ANSWER_TIMEOUT_MS } from '../client/index.js';
 import { MAX_WAIT_MS } from '../api/wait.js';
@@ -21,6 +22,7 @@ export function collectArg(value: string, previous: Record<string, ArgSource> = 
   const key = value.slice(0, at);
   const raw = value.slice(at + 1);
   if (Object.hasOwn(previous, key)) throw new CustodyError('usage', `--arg ${key} is given twice`);
+  if (key === RESERVED_MEMBER) throw new CustodyError('usage', `--arg ${key}: the service refuses an argument named ${RESERVED_MEMBER} (JavaScript drops it); name it otherwise`);
   return { ...previous, [key]: raw.startsWith('@') ? { file: raw.slice(1) } : { value: raw } };
 }
 

@@ -7,7 +7,7 @@ import { decodeArtifact } from '../../shared/artifacts/artifact.js';
 import { canonicalDigest } from '../../shared/canonical/digest.js';
 import { canonicalBytes } from '../../shared/canonical/jcs.js';
 import { Signer } from '../../shared/crypto/ed25519.js';
-import { ARTIFACT_MAX_BYTES } from '../../shared/protocol/artifacts.js';
+import { ARTIFACT_MAX_BYTES, ARTIFACT_MAX_DEPTH } from '../../shared/protocol/artifacts.js';
 import { sealFrame } from '../../shared/wire/frame-codec.js';
 import type { LedgerConfig } from '../../executor-proc/ledger/stores.js';
 import type { OperationRecord } from '../../executor-proc/ledger/records.js';
@@ -80,6 +80,22 @@ describe('executor-proc report bound', function () {
       const reconciled = await executor.channel.request('reconcile_operation', { authorization: auth.text, expected: auth.expected });
       expect(reconciled).to.deep.equal({ ...result, replayed: true });
       expect((await executor.channel.request('claims.get', { operation_id: auth.operationId })).claim?.report).to.equal(result.report);
+      expect(executor.channel.state).to.equal('open');
+    });
+
+    it('keeps an output whose report nests at the artifact depth bound (24) verbatim, and omits one a level deeper, so the kernel can verify every report signed', async () => {
+      const deepOutput = async (levels: number) => {
+        const auth = authorize(executor, { tool: 'fixture/deep', args: { levels } });
+        const result = await executor.channel.request('execute', executeBody(auth));
+        expect(result.status).to.equal('completed');
+        return bodyOf(executor, result.report).output as Record<string, unknown>;
+      };
+      // The report's envelope and its body are two levels; the output the rest.
+      const atBound = await deepOutput(ARTIFACT_MAX_DEPTH - 2);
+      expect(atBound).to.have.property('d');
+      expect(atBound).not.to.have.property('custody_output_omitted');
+      const past = await deepOutput(ARTIFACT_MAX_DEPTH - 1);
+      expect(past).to.have.property('custody_output_omitted');
       expect(executor.channel.state).to.equal('open');
     });
 

@@ -228,11 +228,15 @@ describe('hostile input at the control API', function () {
     });
 
     // JSON.parse would keep the last "tool" (fixture/refuse, which the grant covers) and the last note;
-    // a reader keeping the first would see review-notes/append. Neither may run.
+    // a reader keeping the first would see review-notes/append. Neither may run. And JSON.parse keeps a member
+    // named __proto__ that zod's records drop, so the arguments digested, signed and run would be other than
+    // those sent: before that rule, these two ran without it and were answered 200.
     for (const row of [
-      { what: 'the tool twice', body: '{"tool":"review-notes/append","tool":"fixture/refuse","request_id":"dup-tool","arguments":{}}', member: 'tool', id: 'dup-tool' },
-      { what: 'an argument twice', body: '{"tool":"review-notes/append","request_id":"dup-note","arguments":{"note":"first","note":"second"}}', member: 'note', id: 'dup-note' },
-      { what: 'a member twice once unescaped', body: '{"tool":"review-notes/append","request_id":"dup-escaped","arguments":{"note":"first","\\u006eote":"second"}}', member: 'note', id: 'dup-escaped' },
+      { what: 'the tool twice', body: '{"tool":"review-notes/append","tool":"fixture/refuse","request_id":"dup-tool","arguments":{}}', says: 'member "tool" twice', id: 'dup-tool' },
+      { what: 'an argument twice', body: '{"tool":"review-notes/append","request_id":"dup-note","arguments":{"note":"first","note":"second"}}', says: 'member "note" twice', id: 'dup-note' },
+      { what: 'a member twice once unescaped', body: '{"tool":"review-notes/append","request_id":"dup-escaped","arguments":{"note":"first","\\u006eote":"second"}}', says: 'member "note" twice', id: 'dup-escaped' },
+      { what: 'an argument named __proto__', body: '{"tool":"review-notes/append","request_id":"proto-arg","arguments":{"note":"x","__proto__":{"note":"y"}}}', says: 'member named __proto__', id: 'proto-arg' },
+      { what: 'a nested member named __proto__, escaped', body: '{"tool":"review-notes/append","request_id":"proto-nested","arguments":{"note":"x","meta":[{"\\u005f_proto__":1}]}}', says: 'member named __proto__', id: 'proto-nested' },
     ]) {
       it(`refuses a body with ${row.what} with 400 bad_request naming it; nothing is stored`, async () => {
         const rows = await requestCount();
@@ -240,7 +244,7 @@ describe('hostile input at the control API', function () {
         expect(answer.status, answer.text).to.equal(400);
         const error = errorOf(answer.text);
         expect(error.code).to.equal('bad_request');
-        expect(error.message).to.contain(`member "${row.member}" twice`);
+        expect(error.message).to.contain(row.says);
         expect(await requestCount()).to.equal(rows);
         expect((await service.http('GET', `/v1/operations/${row.id}`, undefined, 'agent')).status).to.equal(404);
       });

@@ -56,6 +56,12 @@ describe('hostile input at the CLI', function () {
     });
   });
 
+  it('refuses --arg __proto__=… with exit 2 (usage) before reaching for the service: the object the CLI builds would drop it', async () => {
+    const result = await cli(['invoke', 'review-notes/append', '--arg', 'note=x', '--arg', '__proto__=y']);
+    expect(result.code, result.stderr).to.equal(2);
+    expect(result.stderr).to.contain('[usage]').and.to.contain('__proto__');
+  });
+
   describe('@FILE arguments (reproduction 5)', () => {
     it('refuses a binary file with exit 2 (encoding_invalid), naming the byte offset', async () => {
       const file = path.join(scratch, 'binary.dat');

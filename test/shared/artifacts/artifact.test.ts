@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { canonicalize } from '../../../shared/canonical/jcs.js';
 import { BACKENDS, Signer, generateSeed, verifyStrict } from '../../../shared/crypto/ed25519.js';
 import { decodeArtifact, readEnvelope, signArtifact } from '../../../shared/artifacts/artifact.js';
-import { ARTIFACT_MAX_BYTES, type CapabilityBody, type ReportBody } from '../../../shared/protocol/artifacts.js';
+import { ARTIFACT_MAX_BYTES, ARTIFACT_MAX_DEPTH, type CapabilityBody, type ReportBody } from '../../../shared/protocol/artifacts.js';
 import { codeOf } from '../../helpers/codes.js';
 
 const kernel = Signer.fromSeed(generateSeed());
@@ -107,6 +107,16 @@ describe('signed artifacts', () => {
     expect(codeOf(() => signArtifact('report', report('x'.repeat(cap - base + 1)), kernel))).to.equal('artifact_too_large');
     const forged = atCap.text.replace('"output":"', '"output":"x');
     expect(codeOf(() => decodeArtifact('report', forged, trusted))).to.equal('artifact_too_large');
+  });
+
+  it('sign and verify a report nesting exactly the depth bound, and refuse one a level deeper on both sides', () => {
+    const nested = (levels: number): unknown => (levels === 0 ? 'leaf' : [nested(levels - 1)]);
+    // The envelope and its body are two levels; each array one more.
+    const atBound = signArtifact('report', report(nested(ARTIFACT_MAX_DEPTH - 2)), kernel);
+    expect(decodeArtifact('report', atBound.text, trusted).body.output).to.deep.equal(nested(ARTIFACT_MAX_DEPTH - 2));
+    expect(codeOf(() => signArtifact('report', report(nested(ARTIFACT_MAX_DEPTH - 1)), kernel))).to.equal('artifact_too_deep');
+    const forged = atBound.text.replace('"output":[', '"output":[[').replace('"leaf"]', '"leaf"]]');
+    expect(codeOf(() => decodeArtifact('report', forged, trusted))).to.equal('artifact_too_deep');
   });
 
   // signArtifact builds its texts from one canonical body and decodeArtifact cuts the signed bytes out of the text

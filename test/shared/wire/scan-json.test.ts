@@ -7,6 +7,7 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import { decodeJsonObject, measureDepth, scanJson } from '../../../shared/wire/decode.js';
+import { codeOf } from '../../helpers/codes.js';
 import { codeUnits, plainDepth } from '../../helpers/plain-depth.js';
 
 /** The first member name repeated in one object, one character at a time (valid JSON assumed). */
@@ -107,6 +108,18 @@ describe('scanJson', () => {
     expect(scanJson('{"a":"[[[\\"]]]{{","b":[1]}', 32).depth).to.equal(2);
   });
 
+  it('finds a member named __proto__ at any depth, escaped or not, and never a value or a longer name', () => {
+    for (const text of ['{"__proto__":1}', '{"a":{"b":[{"__proto__":null}]}}', '{"\\u005f_proto__":{}}', '{"a":1,"__proto__":{"x":1}}']) {
+      expect(scanJson(text, 32).reserved, text).to.equal(true);
+      expect(codeOf(() => decodeJsonObject(Buffer.from(text), 32))).to.equal('frame_malformed');
+    }
+    for (const text of ['{"a":"__proto__"}', '{"__proto__x":1}', '{"_proto__":1}', '["__proto__"]', '{"a":["__proto__",{"b":"__proto__"}]}']) {
+      expect(scanJson(text, 32).reserved, text).to.equal(false);
+    }
+    // What it guards against: JSON.parse keeps the member, zod's records drop it.
+    expect(Object.keys(JSON.parse('{"__proto__":1,"a":2}') as object)).to.deep.equal(['__proto__', 'a']);
+  });
+
   it('finds a repeat past the small list of names, and in a later object once one object grew past it', () => {
     const names = Array.from({ length: 20 }, (_, i) => `"n${i}":${i}`);
     expect(scanJson(`{${names.join(',')},"n0":0}`, 32).duplicate).to.equal('n0');
@@ -143,7 +156,7 @@ describe('scanJson', () => {
       return parse(...args) as unknown;
     }) as typeof JSON.parse;
     try {
-      expect(scanJson(text, 32)).to.deep.equal({ depth: 1, duplicate: undefined });
+      expect(scanJson(text, 32)).to.deep.equal({ depth: 1, duplicate: undefined, reserved: false });
     } finally {
       JSON.parse = parse;
     }
