@@ -96,7 +96,8 @@ interface ContextInputs {
 /** What every handler works with: the ledger over the open stores, its head witness, the host, the bounds. */
 function executorContext(state: ExecutorState, host: AdapterHost, { settings, reportMaxBytes, log, options, isOpen }: ContextInputs): ExecutorContext {
   const ledger = new Ledger(state.stores, state.lock, (error) => {
-    log.error('store_replaced', errorFields(error));
+    // store_replaced, or store_rolled_back for a ledger.db rewritten under this process.
+    log.error(error.code, errorFields(error));
     // After the refusal has been answered: the next process opens what the path names.
     setTimeout(() => options.exit(CHILD_EXIT.software), 50);
   });

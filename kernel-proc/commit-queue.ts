@@ -44,6 +44,8 @@ export interface CommitQueueOptions {
   readonly clock: () => number;
   /** Throws when this process may no longer write (the store lock was lost). */
   readonly assertWritable: () => void;
+  /** First inside every batch's transaction: throws when the store went back under this process (docs/ROLLBACK.md); the batch then writes nothing. */
+  readonly assertNotRolledBack?: () => void;
   /** Runs first in every batch, in its own savepoint; a failure is logged and the batch goes on. */
   readonly beforeEachBatch?: Unit<void>;
   /** Inside the batch's transaction, once, when it changed any row: raise the store head (docs/ROLLBACK.md). */
@@ -91,7 +93,7 @@ export class CommitQueue {
   }
 
   #flush(batch: Queued[]): void {
-    const { db, clock, assertWritable, beforeEachBatch, advanceHead, headAdvanced, log } = this.#options;
+    const { db, clock, assertWritable, assertNotRolledBack, beforeEachBatch, advanceHead, headAdvanced, log } = this.#options;
     let advanced = false;
     const now = clock();
     // What the committed units asked for once they are durable, in their order: log lines, crash cutpoints.
@@ -112,6 +114,7 @@ export class CommitQueue {
     try {
       assertWritable();
       db.transaction(() => {
+        assertNotRolledBack?.();
         const before = this.#totalChanges.get()!.n;
         if (beforeEachBatch) {
           const swept = runSavepoint(beforeEachBatch);

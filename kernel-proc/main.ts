@@ -27,7 +27,8 @@ const code = await runChild({
       log,
       maxFrameBytes: limits.maxFrameBytes,
       onStoreReplaced: (error) => {
-        log.error('store_replaced', errorFields(error));
+        // store_replaced, or store_rolled_back for a kernel.db rewritten under this process.
+        log.error(error.code, errorFields(error));
         setTimeout(() => process.exit(CHILD_EXIT.software), 50);
       },
     }),

@@ -5,7 +5,7 @@ import { canonicalBytes } from '../shared/canonical/jcs.js';
 import { statSync } from 'node:fs';
 import type { ChildIdentity, ChildPeer, ChildService } from '../shared/child/runtime.js';
 import { nowMs } from '../shared/clock.js';
-import { CustodyError } from '../shared/errors.js';
+import { CustodyError, toCustodyError } from '../shared/errors.js';
 import { errorFields } from '../shared/log.js';
 import { KERNEL_MESSAGES } from '../shared/protocol/kernel-messages.js';
 import type { MessageKind, ResultOf } from '../shared/protocol/messages.js';
@@ -65,6 +65,7 @@ export class KernelService implements ChildService {
         lock.assertHeld();
         this.#assertSameFile();
       },
+      assertNotRolledBack: () => this.#assertNotRolledBack(),
       beforeEachBatch: (context) => void sweepExpired(kernel, context),
       advanceHead: () => kernel.store.raiseHead(),
       headAdvanced: () => void this.#peer?.sendHead(kernel.store.head()),
@@ -110,6 +111,18 @@ export class KernelService implements ChildService {
       this.#onReplaced(this.#replaced);
     }
     throw this.#replaced;
+  }
+
+  /** The same for a kernel.db whose head went back under this process (kernel-store.ts assertNotRolledBack). */
+  #assertNotRolledBack(): void {
+    if (this.#replaced) throw this.#replaced;
+    try {
+      this.#kernel.store.assertNotRolledBack();
+    } catch (error) {
+      this.#replaced = toCustodyError(error);
+      this.#onReplaced(this.#replaced);
+      throw this.#replaced;
+    }
   }
 
   handle(kind: MessageKind, body: unknown): Promise<unknown> {

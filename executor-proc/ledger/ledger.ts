@@ -100,6 +100,8 @@ export class Ledger {
   readonly #file: ExecutorStores['ledgerFile'];
   readonly #onReplaced: OnReplaced;
   #replaced: CustodyError | null = null;
+  /** The highest head this process has read after a commit (#advanceHead). */
+  #seen = 0;
   /** Told the new head after a report or a refusal commits (docs/ROLLBACK.md); claims are witnessed by their caller. */
   onAdvanced: (head: number, event: 'report' | 'refusal') => void = () => undefined;
 
@@ -182,14 +184,41 @@ export class Ledger {
     return row.hwm_ms;
   }
 
-  /** The head (docs/ROLLBACK.md): how many claims, refusals and reports this ledger has ever recorded. */
+  /** The head (docs/ROLLBACK.md): how many claims, refusals and reports this ledger has ever recorded. Read after a commit. */
   head(): number {
+    const seq = this.#headNow();
+    this.#seen = Math.max(this.#seen, seq);
+    return seq;
+  }
+
+  #headNow(): number {
     const row = this.#readHead.get();
     if (!row) throw new CustodyError('store_corrupt', 'ledger head row is missing');
     return row.seq;
   }
 
+  /**
+   * Inside the transaction of every claim, report and refusal, before it is
+   * written: the head may not be below one this process has already read
+   * (after a commit, or at its hello). A ledger rewritten in place while the
+   * executor runs (`cat old > ledger.db`: same inode, so the path check
+   * passes) would otherwise find no claim for an operation it ran, sign
+   * `never_claimed` for it, or claim and run it again; no hello comes to
+   * compare the head with the witness until the process is replaced.
+   */
   #advanceHead(): void {
+    const seq = this.#headNow();
+    if (seq < this.#seen) {
+      if (!this.#replaced) {
+        this.#replaced = new CustodyError(
+          'store_rolled_back',
+          `ledger ${this.#file.path} now holds head ${seq}, below the head ${this.#seen} this executor already read: it was restored from an older copy or rewritten while the executor ran. ` +
+            'Nothing was written; the executor restarts, and its hello is refused until the newest copy is back or `custody recover-rollback` is run (docs/ROLLBACK.md)',
+        );
+        this.#onReplaced(this.#replaced);
+      }
+      throw this.#replaced;
+    }
     this.#raiseHead.run();
   }
 
@@ -392,7 +421,7 @@ export class Ledger {
     return this.#db
       .transaction((): number => {
         this.#db.prepare('UPDATE head SET seq = ? WHERE id = 1 AND seq < ?').run(to, to);
-        return this.head();
+        return this.#headNow();
       })
       .immediate();
   }

@@ -44,6 +44,8 @@ export class KernelStore {
   readonly #recordIdentity: Database.Statement<[StoredIdentity]>;
   readonly #readHead: Database.Statement<[], { seq: number }>;
   readonly #raiseHead: Database.Statement<[]>;
+  /** The highest head this process has read outside a batch or committed (assertNotRolledBack). */
+  #seen = 0;
   /** kernel.db's path and the file it named when opened: every write batch checks the path still names it. */
   readonly file: { readonly path: string; readonly dev: number; readonly ino: number };
 
@@ -111,14 +113,38 @@ export class KernelStore {
     this.db.prepare('INSERT INTO kernel_epochs (epoch, public_key, statement, created_at) VALUES (@epoch, @public_key, @statement, @created_at)').run(row);
   }
 
-  /** The head (docs/ROLLBACK.md): how many write batches this store has committed. */
+  /** The head (docs/ROLLBACK.md): how many write batches this store has committed. Read outside a batch, it is committed. */
   head(): number {
+    const seq = this.#headNow();
+    this.#seen = Math.max(this.#seen, seq);
+    return seq;
+  }
+
+  #headNow(): number {
     const row = this.#readHead.get();
     if (!row) throw new CustodyError('store_corrupt', 'kernel store head row is missing');
     return row.seq;
   }
 
-  /** Inside a write batch that changed something. */
+  /**
+   * First thing inside every write batch: the head may not be below one this
+   * process has already read or committed. A kernel.db rewritten in place
+   * while the kernel runs (`cat old > kernel.db`, `sqlite3 kernel.db
+   * ".restore old"`: same inode, so the path check passes) would otherwise
+   * decide again what it forgot; no hello comes to compare the head with the
+   * witness until the process is replaced (docs/ROLLBACK.md).
+   */
+  assertNotRolledBack(): void {
+    const seq = this.#headNow();
+    if (seq >= this.#seen) return;
+    throw new CustodyError(
+      'store_rolled_back',
+      `kernel store ${this.file.path} now holds head ${seq}, below the head ${this.#seen} this kernel already read or committed: it was restored from an older copy or rewritten while the kernel ran. ` +
+        'No decision was written; the kernel restarts, and its hello is refused until the newest copy of kernel.db is back (docs/ROLLBACK.md)',
+    );
+  }
+
+  /** Inside a write batch that changed something; the batch commits it, so the process has seen it. */
   raiseHead(): void {
     this.#raiseHead.run();
   }

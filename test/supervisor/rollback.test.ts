@@ -3,9 +3,10 @@
 // ledger renamed while the service runs. Each is refused before anything is
 // signed that contradicts what happened.
 import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
 import { copyFileSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { eventually } from '../helpers/eventually.js';
+import { eventually, untilHolds } from '../helpers/eventually.js';
 import { type TestService, sqlite, startService } from '../helpers/service.js';
 
 function journal(service: TestService): string[] {
@@ -162,5 +163,33 @@ describe('store rollback through the service', function () {
     expect(second.code).to.not.equal(0);
     expect(journal(service), 'nothing ran after the rename').to.have.length(1);
     await eventually(() => service.stderr.some((line) => line.includes('store_replaced')), 10_000, 'store_replaced logged');
+  });
+
+  it('decides nothing on a kernel.db restored in place while the service runs (sqlite3 .restore): the kernel refuses the batch, exits, and its hello is refused', async () => {
+    const service = await startService();
+    services.push(service);
+    const kernelDb = path.join(service.paths.kernelDir, 'kernel.db');
+    expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=one'])).code).to.equal(0);
+    const backup = path.join(path.dirname(service.dir), 'kernel.backup');
+    expect((await sqlite(kernelDb, `.backup '${backup}'`)).length).to.equal(0);
+    expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=two', '--request-id', 'two'])).code).to.equal(0);
+    const before = (await sqlite(kernelDb, 'SELECT seq FROM head'))[0]?.seq as number;
+    // The same inode: the path check passes; the head read inside the next batch is below what this kernel committed.
+    execFileSync('sqlite3', [kernelDb, `.restore '${backup}'`]);
+    const restored = (await sqlite(kernelDb, 'SELECT seq FROM head'))[0]?.seq as number;
+    expect(restored).to.be.below(before);
+    const three = await service.cli(['invoke', 'review-notes/append', '--arg', 'note=three', '--request-id', 'three', '--wait', '5s']);
+    expect(three.code, three.stdout + three.stderr).to.not.equal(0);
+    await eventually(() => service.stderr.some((line) => line.includes('"event":"store_rolled_back"') && line.includes('"role":"kernel"')), 10_000, 'the kernel logs store_rolled_back');
+    // Nothing was decided on the restored store, and nothing ran.
+    expect(await sqlite(kernelDb, "SELECT count(*) AS n FROM operations WHERE request_id = 'three'")).to.deep.equal([{ n: 0 }]);
+    expect((await sqlite(kernelDb, 'SELECT seq FROM head'))[0]?.seq).to.equal(restored);
+    expect(journal(service)).to.have.length(2);
+    // The replacement kernel presents the restored head in its hello, below the witness: refused.
+    const supervisorDb = path.join(service.paths.supervisorDir, 'supervisor.db');
+    await untilHolds('an incident for the kernel', async () => {
+      const incidents = await sqlite(supervisorDb, "SELECT message FROM incidents WHERE code = 'store_rolled_back' AND child = 'kernel'");
+      return incidents.some((incident) => String(incident.message).includes(`presents head ${restored}, below the head ${before}`));
+    }, 15_000);
   });
 });
