@@ -260,8 +260,16 @@ export class ChildHandle {
     try {
       const abort = (this.#spawnAbort = new AbortController());
       const session = await spawnChild(spawnOptionsFor(this, this.#deps, (reason, state) => this.#onChannelEnd(reason, state), abort.signal));
-      await checkHead(this.spec, this.#deps.witness, session, recovery, this.#deps.log);
-      await this.#afterHello(session);
+      // The way back sends authorizations the kernel signed, perhaps with a key rotated since the backup: the
+      // restored ledger learns the rotated keys first, or it could verify none of them (signer_untrusted).
+      let caughtUp = false;
+      const recover: RollbackRecovery | null = recovery && (async (refused, witnessed) => {
+        await this.#afterHello(refused);
+        caughtUp = true;
+        return recovery(refused, witnessed);
+      });
+      await checkHead(this.spec, this.#deps.witness, session, recover, this.#deps.log);
+      if (!caughtUp) await this.#afterHello(session);
       return session;
     } catch (error) {
       const reason = toCustodyError(error, 'peer_exited');

@@ -117,6 +117,35 @@ describe('store rollback through the service', function () {
     });
   });
 
+  it('takes the way back for a ledger restored from before a kernel key rotation: the ledger learns the new key first, then records the operation the new key authorized', async () => {
+    const service = await startService({ config: { timing: { recovery_sweep_ms: 600_000 } } });
+    services.push(service);
+    expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=one'])).code).to.equal(0);
+    const ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
+    const backup = path.join(path.dirname(service.dir), 'ledger.before-rotation');
+    expect((await sqlite(ledger, `.backup '${backup}'`)).length).to.equal(0);
+    const rotated = await service.cli(['kernel', 'rotate']);
+    expect(rotated.code, rotated.stderr).to.equal(0);
+    expect((await service.cli(['authorize', 'review-notes/append', '--arg', 'note=two', '--operation', 'op-r'])).code).to.equal(0);
+    expect((await service.cli(['execute', 'op-r', '--drop-reply'])).code).to.equal(75);
+    expect(journal(service)).to.have.length(2);
+    expect(await service.stop()).to.equal(0);
+    writeFileSync(ledger, readFileSync(backup));
+    rmSync(`${ledger}-wal`, { force: true });
+    rmSync(`${ledger}-shm`, { force: true });
+    const again = await service.restart();
+    services.push(again);
+    // Before the keys were caught up first, this failed with signer_untrusted and the executor stayed failed.
+    const recovered = await again.cli(['recover-rollback', 'default', '--json']);
+    expect(recovered.code, recovered.stdout + recovered.stderr).to.equal(0);
+    const [request] = await sqlite(path.join(again.paths.supervisorDir, 'supervisor.db'), "SELECT operation_id FROM requests WHERE request_id = 'op-r'");
+    expect((JSON.parse(recovered.stdout) as { recorded: string[] }).recorded).to.include(request?.operation_id);
+    expect(await sqlite(ledger, 'SELECT epoch FROM kernel_epochs ORDER BY epoch')).to.deep.equal([{ epoch: 1 }, { epoch: 2 }]);
+    const reconciled = await again.cli(['reconcile', 'op-r', '--json']);
+    expect(reconciled.code, reconciled.stdout + reconciled.stderr).to.equal(0);
+    expect(journal(again), 'op-r was not run again').to.have.length(2);
+  });
+
   it('refuses a kernel whose kernel.db lost its -wal after kill -9: the service says store_rolled_back and does not start', async () => {
     const service = await startService();
     services.push(service);
