@@ -64,6 +64,11 @@ function describeText(value: unknown): string {
 const VALID_KEYS = new Set<string>();
 const VALID_KEYS_MAX = 256;
 
+/** How many valid keys are remembered: never more than VALID_KEYS_MAX (its test reads it). */
+export function rememberedKeys(): number {
+  return VALID_KEYS.size;
+}
+
 /** Exactly 64 lowercase hex characters naming a valid key (validatePublicKey). */
 export function publicKeyFromHex(hex: string): Uint8Array {
   if (typeof hex !== 'string' || !PUBLIC_KEY_HEX.test(hex)) {

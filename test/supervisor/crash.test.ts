@@ -132,12 +132,22 @@ describe('kill -9 while operations are in flight', function () {
   });
 
   it('past the executor\'s bound on requests in flight: more invokes than it takes at once all complete, none refused', async () => {
+    // Forty invokes against an executor that takes four at a time (the default, 64, would never be reached):
+    // the supervisor's slots must hold the rest back, not refuse them or overrun the executor's own bound.
+    await service.stop();
+    service.cleanup();
+    service = await startService({ config: { executors: [{ name: 'default', max_in_flight: 4 }] } });
+    expect((await service.http('POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 10_000, ttl_ms: 3_600_000 })).status).to.equal(201);
     const ids = Array.from({ length: 40 }, (_, i) => `b-${i}`);
     release();
-    await invokeAll(service, ids);
+    // Each invoke answered completed itself: a slot refused and driven again by the sweep would answer otherwise.
+    const answers = await Promise.all(ids.map((id) => service.http('POST', '/v1/invoke', { tool: 'review-notes/append', request_id: id, arguments: { note: `note ${id}` }, wait_ms: 60_000 }, 'agent')));
+    expect(answers.map((answer) => answer.body.outcome)).to.deep.equal(ids.map(() => 'completed'));
     const states = await waitForEnds(service, ids);
     for (const id of ids) expect(states.get(id)!.state, id).to.equal('completed');
     assertAtMostOnce(service, states, ids);
+    const warned = service.stderr.filter((line) => /"level":"(warn|error)"/.test(line));
+    expect(warned, 'nothing refused, retried or swept').to.deep.equal([]);
   });
 
   it('of the kernel: every operation completes once the kernel is back, the one in flight at the kill too', async () => {

@@ -87,6 +87,28 @@ const CASES: readonly Case[] = [
     rules: ['ledger_matches_kernel'],
   },
   {
+    name: 'a completed operation whose completion receipt is gone',
+    corrupt: (root) => withoutGuards(kernelDb(root), `DELETE FROM receipts WHERE operation_id = '${A}' AND decision = 'completion'`),
+    // The supervisor's log keeps the receipt the kernel lost.
+    rules: ['completed_signed_receipt', 'log_matches_kernel'],
+  },
+  {
+    name: 'an allowed operation without a hold',
+    corrupt: (root) => withoutGuards(kernelDb(root), `DELETE FROM holds WHERE operation_id = '${B}'`),
+    rules: ['hold_exists'],
+  },
+  {
+    name: 'a completed operation whose hold was released, not consumed',
+    corrupt: (root) => withoutGuards(kernelDb(root), `UPDATE holds SET state = 'released' WHERE operation_id = '${B}'`),
+    // And the grant counts fewer invocations used than operations completed.
+    rules: ['hold_matches_state', 'grant_usage_is_holds'],
+  },
+  {
+    name: 'a grant that allowed more invocations than its bound',
+    corrupt: (root) => withoutGuards(kernelDb(root), 'UPDATE grants SET max_invocations = 1'),
+    rules: ['grant_within_bound'],
+  },
+  {
     name: 'a request that never reached a final answer',
     corrupt: () => undefined,
     mustBeFinal: ['inv-a', 'inv-never'],

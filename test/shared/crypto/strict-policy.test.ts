@@ -10,6 +10,7 @@ import { type ErrorCode, isCustodyError } from '../../../shared/errors.js';
 import {
   BACKENDS,
   publicKeyFromHex,
+  rememberedKeys,
   Signer,
   signatureFromHex,
   validatePublicKey,
@@ -159,13 +160,22 @@ describe('the strict Ed25519 policy', function () {
       expectCustodyError(() => publicKeyFromHex('01'.padEnd(64, '0')), 'key_invalid', 'small order');
     });
 
-    it('remembers only valid keys: at its bound of 256 and one past it, every valid key still parses and an invalid one is still refused', function () {
-      const keys = Array.from({ length: 257 }, (_, i) => Signer.fromSeed(new Uint8Array(32).fill(i % 256).map((v, j) => (j === 0 ? i >> 8 : v))).publicKeyHex);
-      for (const count of [256, 257]) {
-        for (const hex of keys.slice(0, count)) expect(publicKeyFromHex(hex)).to.deep.equal(fromHex(hex));
+    it('remembers only valid keys, at most 256: the 256th is kept, the next new one starts afresh, and every key still parses', function () {
+      // Seeds no other test uses, so each key is new to the module's memory.
+      const keys = Array.from({ length: 300 }, (_, i) => Signer.fromSeed(new Uint8Array(32).fill(0xa5).map((v, j) => (j === 0 ? i >> 8 : j === 1 ? i & 0xff : v))).publicKeyHex);
+      const sizes: number[] = [];
+      for (const hex of keys) {
+        expect(publicKeyFromHex(hex)).to.deep.equal(fromHex(hex));
+        sizes.push(rememberedKeys());
+        const before = rememberedKeys();
         expectCustodyError(() => publicKeyFromHex('01'.padEnd(64, '0')), 'key_invalid', 'small order');
-        expect(publicKeyFromHex(keys[0]!)).to.deep.equal(fromHex(keys[0]!));
+        expect(rememberedKeys(), 'an invalid key is never remembered').to.equal(before);
       }
+      expect(Math.max(...sizes)).to.equal(256);
+      const atBound = sizes.indexOf(256);
+      expect(sizes[atBound + 1], 'one past the bound').to.equal(1);
+      // A key remembered before the memory started afresh is validated again, and still parses.
+      expect(publicKeyFromHex(keys[0]!)).to.deep.equal(fromHex(keys[0]!));
     });
 
     it('reads a signature from 128 lowercase hex characters', function () {
