@@ -157,9 +157,14 @@ function checkHistogram(family: Family): void {
   }
 }
 
-/** The value of one series, or 0 when it is absent (a labelled counter appears at its first increment). */
+/**
+ * The value of one series, or 0 when the series is absent (a labelled
+ * counter appears at its first increment). A family that is not exported at
+ * all throws: a renamed or dropped metric must not read as a zero.
+ */
 export function valueOf(families: Map<string, Family>, name: string, labels: Record<string, string> = {}): number {
   const family = familyOf(families, name);
+  if (!family) throw new Error(`no metric family exports ${name}`);
   const sample = family?.samples.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v) && Object.keys(s.labels).length === Object.keys(labels).length);
   return sample?.value ?? 0;
 }

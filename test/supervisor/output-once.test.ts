@@ -36,7 +36,7 @@ describe("the supervisor's copy of an output", function () {
     expect(first.body.output).to.deep.equal({ text: 'x'.repeat(COUNT) });
 
     const [row] = await sqlite(db, "SELECT output IS NULL AS no_copy, length(report) AS report_bytes, report ->> '$.body.output.text' = printf('%.*c', 100000, 'x') AS carried FROM requests WHERE request_id = 'large-1'");
-    expect(row).to.deep.equal({ no_copy: 1, report_bytes: row!.report_bytes, carried: 1 });
+    expect({ no_copy: row!.no_copy, carried: row!.carried }).to.deep.equal({ no_copy: 1, carried: 1 });
     expect(row!.report_bytes).to.be.above(COUNT);
 
     expect(await sqlite(db, "SELECT length(output) AS bytes FROM requests_output WHERE request_id = 'large-1'"), 'the shell still reads it').to.deep.equal([{ bytes: COUNT + 11 }]);

@@ -10,7 +10,7 @@ import { isGone } from '../../supervisor/children/proc-stat.js';
 import { programPath } from '../../shared/entry-points.js';
 import { CLI, custody, FIXTURE_EXECUTOR, initTestState, sqlite, startService, type TestService } from '../helpers/service.js';
 import { statePaths } from '../../supervisor/paths.js';
-import { until } from '../helpers/eventually.js';
+import { until, untilHolds } from '../helpers/eventually.js';
 import { REPO_ROOT } from '../helpers/vectors.js';
 
 describe('the control API', function () {
@@ -173,6 +173,12 @@ describe('an executor behind a wrapper command', function () {
 describe('a graceful stop', function () {
   this.timeout(60_000);
 
+  /** Wait until every request is in phase executing (its effect under way at the executor): the signal then meets them there. */
+  async function executing(service: TestService, ids: readonly string[]): Promise<void> {
+    const phase = async (id: string) => ((await service.http('GET', `/v1/operations/${id}`, undefined, 'agent')).body.request as { phase?: string } | undefined)?.phase;
+    await untilHolds(`${ids.join(', ')} executing`, async () => (await Promise.all(ids.map(phase))).every((p) => p === 'executing'), 20_000);
+  }
+
   it('lets operations in flight finish on SIGTERM, stops and reaps the children, and exits 0', async () => {
     const service = await startService({
       config: { executors: [FIXTURE_EXECUTOR] },
@@ -181,8 +187,10 @@ describe('a graceful stop', function () {
       await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 });
       const status = await service.http('GET', '/v1/status');
       const pids = (status.body.children as Array<{ pid: number }>).map((c) => c.pid);
-      const inFlight = Array.from({ length: 4 }, (_, i) => service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: `slow-${i}`, arguments: { ms: 1500 } }, 'agent'));
-      await new Promise((resolve) => setTimeout(resolve, 400));
+      const ids = Array.from({ length: 4 }, (_, i) => `slow-${i}`);
+      // Long enough that all four are executing at once however loaded the machine.
+      const inFlight = ids.map((id) => service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: id, arguments: { ms: 3000 } }, 'agent'));
+      await executing(service, ids);
       const code = await service.stop();
       const answers = await Promise.all(inFlight);
       for (const answer of answers) expect(answer.body).to.include({ outcome: 'completed' });
@@ -203,12 +211,7 @@ describe('a graceful stop', function () {
       await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 });
       const slow = service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'slow-hup', arguments: { ms: 1500 } }, 'agent');
       // Signalled once the operation is executing, not after a guessed sleep.
-      const deadline = Date.now() + 20_000;
-      const phase = async () => ((await service.http('GET', '/v1/operations/slow-hup', undefined, 'agent')).body.request as { phase?: string } | undefined)?.phase;
-      while ((await phase()) !== 'executing') {
-        if (Date.now() > deadline) throw new Error('slow-hup never reached executing');
-        await new Promise((resolve) => setTimeout(resolve, 25));
-      }
+      await executing(service, ['slow-hup']);
       const exited = new Promise<number | null>((resolve) => service.process.once('exit', (code) => resolve(code)));
       service.process.kill('SIGHUP');
       expect((await slow).body).to.include({ outcome: 'completed' });
@@ -261,7 +264,7 @@ describe('a graceful stop', function () {
     try {
       await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 });
       const slow = service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'slow', arguments: { ms: 1500 } }, 'agent');
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await executing(service, ['slow']);
       service.process.kill('SIGTERM');
       await new Promise((resolve) => setTimeout(resolve, 100));
       const late = await service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'late', arguments: { ms: 1 } }, 'agent').then(
