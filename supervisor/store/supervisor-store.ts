@@ -276,7 +276,9 @@ export class SupervisorStore {
     this.#dispatchedTo = db.prepare('SELECT * FROM requests WHERE rowid > @from AND rowid <= @to AND executor = @executor AND authorization IS NOT NULL');
     this.#lastRowid = db.prepare('SELECT max(rowid) AS last FROM requests');
     this.#raiseWitness = db.prepare(
-      `INSERT INTO witness (name, head, updated_at) VALUES (@name, @head, @now)
+      // Never a head below the stored one, even when nothing changes: the insert trigger (version 5) refuses that.
+      `INSERT INTO witness (name, head, updated_at)
+         SELECT @name, max(@head, coalesce((SELECT head FROM witness WHERE name = @name), 0)), @now WHERE true
        ON CONFLICT (name) DO UPDATE SET head = excluded.head, updated_at = excluded.updated_at WHERE excluded.head > witness.head`,
     );
   }

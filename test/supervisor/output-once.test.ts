@@ -40,7 +40,7 @@ describe("the supervisor's copy of an output", function () {
     expect(row!.report_bytes).to.be.above(COUNT);
 
     expect(await sqlite(db, "SELECT length(output) AS bytes FROM requests_output WHERE request_id = 'large-1'"), 'the shell still reads it').to.deep.equal([{ bytes: COUNT + 11 }]);
-    expect(await sqlite(db, 'PRAGMA user_version'), 'an older build, which would answer null, refuses the store').to.deep.equal([{ user_version: 4 }]);
+    expect(await sqlite(db, 'PRAGMA user_version'), 'an older build, which would answer null, refuses the store').to.deep.equal([{ user_version: 5 }]);
 
     const again = await invoke('large-1');
     expect(again.body, 'a repeated invoke answers the same').to.deep.equal(first.body);
