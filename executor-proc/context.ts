@@ -6,6 +6,7 @@ import type { Logger } from '../shared/log.js';
 import { withTimeout } from '../shared/timeout.js';
 import type { ReportStatus } from '../shared/protocol/artifacts.js';
 import type { AdmittedArguments } from './admitted-arguments.js';
+import type { ReportBound } from './report.js';
 import type { AdapterDescriptor } from './adapters/contract.js';
 import type { AdapterHost } from './adapters/host-client.js';
 import type { HeadWitness } from './head-witness.js';
@@ -36,8 +37,8 @@ export interface ExecutorContext {
   /** The executor's directory (executor.key, ledger.db): where a rotation makes the next key. */
   readonly dir: string;
   readonly settings: RuntimeSettings;
-  /** The largest report this session's frames can always carry (report.ts reportMaxBytes). */
-  readonly reportMaxBytes: number;
+  /** The largest and deepest report this session's frames can always carry (report.ts reportMaxBytes, reportMaxDepth). */
+  readonly reportBound: ReportBound;
   readonly log: Logger;
   readonly inFlight: Map<string, InFlightEffect>;
   readonly reconcileBudget: ReconcileBudget;

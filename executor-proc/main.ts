@@ -37,6 +37,7 @@ const code = await runChild({
   setup: (preamble, log, limits) =>
     setupExecutor(preamble, log, {
       maxFrameBytes: limits.maxFrameBytes,
+      maxDepth: limits.maxDepth,
       dir: args.dir,
       resources: args.resources,
       adapterModules: args.adapters,

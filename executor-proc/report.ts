@@ -6,7 +6,8 @@ import { canonicalBytes } from '../shared/canonical/jcs.js';
 import { canonicalDigest } from '../shared/canonical/digest.js';
 import type { Signer } from '../shared/crypto/ed25519.js';
 import { CustodyError, isCustodyError } from '../shared/errors.js';
-import { ARTIFACT_MAX_BYTES, type ArtifactBody, type ReportStatus } from '../shared/protocol/artifacts.js';
+import { ARTIFACT_MAX_BYTES, ARTIFACT_MAX_DEPTH, type ArtifactBody, type ReportStatus } from '../shared/protocol/artifacts.js';
+import { scanJson } from '../shared/wire/decode.js';
 import type { JsonValue } from '../shared/protocol/common.js';
 import type { ReportSigner } from './ledger/ledger.js';
 import type { LedgerConfig } from './ledger/stores.js';
@@ -32,6 +33,29 @@ export function reportMaxBytes(maxFrameBytes: number): number {
   return Math.min(ARTIFACT_MAX_BYTES.report, Math.floor((maxFrameBytes - FRAME_ROOM_BYTES) / 2));
 }
 
+/**
+ * The deepest report this session can always deliver: the kernel's `settle`
+ * answer carries the output as JSON in its body, two levels into the frame,
+ * as the report's envelope and body are two levels into the artifact; so a
+ * report nesting no deeper than the session's bound (and never past
+ * ARTIFACT_MAX_DEPTH, which every verifier holds) has an output that fits
+ * both (docs/PROTOCOL.md §7.4).
+ */
+export function reportMaxDepth(sessionMaxDepth: number): number {
+  return Math.min(ARTIFACT_MAX_DEPTH, sessionMaxDepth);
+}
+
+/** What a signed report must fit: its bytes (reportMaxBytes) and its nesting (reportMaxDepth). */
+export interface ReportBound {
+  readonly bytes: number;
+  readonly depth: number;
+}
+
+/** The report bound of a session's frame limits. */
+export function reportBoundOf(limits: { readonly maxFrameBytes: number; readonly maxDepth: number }): ReportBound {
+  return { bytes: reportMaxBytes(limits.maxFrameBytes), depth: reportMaxDepth(limits.maxDepth) };
+}
+
 export interface ReportContent {
   readonly authorizationDigest: string;
   readonly status: ReportStatus;
@@ -51,18 +75,18 @@ export function omittedOutput(output: JsonValue): JsonValue {
  * effect that happened with no report that can say so, and a report too
  * large for the session's frames could never be delivered: either way the
  * output is replaced by
- * `omittedOutput`. `maxBytes` bounds the whole signed report
- * (`reportMaxBytes`); `onOmitted` hears of each replacement.
+ * `omittedOutput`. `bound` bounds the whole signed report (`ReportBound`);
+ * `onOmitted` hears of each replacement.
  */
 export function reportSigner(
   signer: Signer,
   config: LedgerConfig,
   content: ReportContent,
-  maxBytes: number,
+  bound: ReportBound,
   onOmitted: (outputBytes: number) => void = () => undefined,
 ): ReportSigner {
   return (claim, finishedAt): SignedArtifact<'report'> => {
-    const signWith = (output: JsonValue | null) => signWithin(maxBytes, signer, {
+    const signWith = (output: JsonValue | null) => signWithin(bound, signer, {
       authorization_digest: content.authorizationDigest,
       operation_id: claim.operationId,
       executor_id: config.executorId,
@@ -79,13 +103,13 @@ export function reportSigner(
     const { output } = content;
     // An output alone past the bound is not signed only to be measured.
     const outputBytes = output === null ? 0 : canonicalBytes(output).length;
-    let report = outputBytes < maxBytes ? signWith(output) : null;
+    let report = outputBytes < bound.bytes ? signWith(output) : null;
     if (report === null && output !== null) {
       onOmitted(outputBytes);
       report = signWith(omittedOutput(output));
     }
     if (report === null) {
-      throw new CustodyError('internal', `report of operation ${claim.operationId} does not fit ${maxBytes} bytes even without its output`);
+      throw new CustodyError('internal', `report of operation ${claim.operationId} does not fit ${bound.bytes} bytes and ${bound.depth} levels even without its output`);
     }
     return report;
   };
@@ -96,7 +120,7 @@ export function reportSigner(
  * (measured, since the frame carries the text) or nests deeper than an
  * artifact may: either way the output is what gets replaced.
  */
-function signWithin(maxBytes: number, signer: Signer, body: ArtifactBody<'report'>): SignedArtifact<'report'> | null {
+function signWithin(bound: ReportBound, signer: Signer, body: ArtifactBody<'report'>): SignedArtifact<'report'> | null {
   let report: SignedArtifact<'report'>;
   try {
     report = signArtifact('report', body, signer);
@@ -104,5 +128,7 @@ function signWithin(maxBytes: number, signer: Signer, body: ArtifactBody<'report
     if (isCustodyError(error, 'artifact_too_large') || isCustodyError(error, 'artifact_too_deep')) return null;
     throw error;
   }
-  return Buffer.byteLength(report.text, 'utf8') <= maxBytes ? report : null;
+  if (Buffer.byteLength(report.text, 'utf8') > bound.bytes) return null;
+  // signArtifact held ARTIFACT_MAX_DEPTH; a session bound below it is scanned here.
+  return bound.depth >= ARTIFACT_MAX_DEPTH || scanJson(report.text, bound.depth, false).depth <= bound.depth ? report : null;
 }

@@ -24,7 +24,7 @@ import { HeadWitness } from './head-witness.js';
 import { Archiver } from './ledger/archive.js';
 import { Ledger } from './ledger/ledger.js';
 import { ReconcileBudget } from './reconcile-budget.js';
-import { FRAME_ROOM_BYTES, REPORT_MIN_BYTES, reportMaxBytes } from './report.js';
+import { FRAME_ROOM_BYTES, REPORT_MIN_BYTES, type ReportBound, reportMaxBytes, reportMaxDepth } from './report.js';
 import { type ExecutorSettings, parseExecutorSettings } from './settings.js';
 import { type ExecutorState, ensureResources, openExecutorState } from './state.js';
 
@@ -33,6 +33,8 @@ type ExecutorKind = keyof typeof EXECUTOR_MESSAGES | 'key.rotate' | 'key.stateme
 export interface ExecutorOptions {
   /** The session's frame bound: every report this executor signs must fit in an answer. */
   readonly maxFrameBytes: number;
+  /** The session's nesting bound (limits.max_depth): a report's output must fit it in the kernel's settle answer. */
+  readonly maxDepth: number;
   readonly dir: string;
   readonly resources: string;
   readonly adapterModules: readonly string[];
@@ -44,10 +46,10 @@ const DRAIN_MARGIN_MS = 5_000;
 
 export async function setupExecutor(preamble: Preamble, log: Logger, options: ExecutorOptions): Promise<ChildService> {
   const settings = parseExecutorSettings(preamble.settings);
-  const reportMaxBytes = reportBoundFor(options.maxFrameBytes);
+  const reportBound = { bytes: reportBoundFor(options.maxFrameBytes), depth: reportMaxDepth(options.maxDepth) };
   const { state, host } = await openStateAndHost(preamble, log, options, settings);
   const stores = { open: true };
-  const context = executorContext(state, host, { settings, reportMaxBytes, log, options, isOpen: () => stores.open });
+  const context = executorContext(state, host, { settings, reportBound, log, options, isOpen: () => stores.open });
   noteKeyEpoch(context, state, preamble.mode, settings.provision.keyEpoch);
   logReady(context, preamble.mode);
   return executorService(context, state, async () => {
@@ -87,17 +89,20 @@ async function openStateAndHost(preamble: Preamble, log: Logger, options: Execut
 
 interface ContextInputs {
   readonly settings: ExecutorSettings;
-  readonly reportMaxBytes: number;
+  readonly reportBound: ReportBound;
   readonly log: Logger;
   readonly options: ExecutorOptions;
   readonly isOpen: () => boolean;
 }
 
 /** What every handler works with: the ledger over the open stores, its head witness, the host, the bounds. */
-function executorContext(state: ExecutorState, host: AdapterHost, { settings, reportMaxBytes, log, options, isOpen }: ContextInputs): ExecutorContext {
+function executorContext(state: ExecutorState, host: AdapterHost, { settings, reportBound, log, options, isOpen }: ContextInputs): ExecutorContext {
   const ledger = new Ledger(state.stores, state.lock, (error) => {
     // store_replaced, or store_rolled_back for a ledger.db rewritten under this process.
     log.error(error.code, errorFields(error));
+    // A report head held back goes now: the witness must hold every head this process reached, so that the
+    // replacement's hello on a rolled-back file is refused (docs/ROLLBACK.md).
+    witness.leaving();
     // After the refusal has been answered: the next process opens what the path names.
     setTimeout(() => options.exit(CHILD_EXIT.software), 50);
   });
@@ -112,7 +117,7 @@ function executorContext(state: ExecutorState, host: AdapterHost, { settings, re
     signer: state.signer,
     dir: options.dir,
     settings: settings.runtime,
-    reportMaxBytes,
+    reportBound,
     log,
     inFlight: new Map(),
     reconcileBudget: new ReconcileBudget({
@@ -140,7 +145,7 @@ function noteKeyEpoch({ ledger, log }: ExecutorContext, state: ExecutorState, mo
 }
 
 /** One line saying what this executor is and serves, and one per adapter that cannot run. */
-function logReady({ ledger, host, log, reportMaxBytes }: ExecutorContext, mode: Preamble['mode']): void {
+function logReady({ ledger, host, log, reportBound }: ExecutorContext, mode: Preamble['mode']): void {
   const { config } = ledger;
   log.info('executor_ready', {
     mode,
@@ -148,7 +153,7 @@ function logReady({ ledger, host, log, reportMaxBytes }: ExecutorContext, mode: 
     key_epoch: config.keyEpoch,
     kernel_epoch: ledger.epochs.current('kernel_epochs').epoch,
     claim_capacity: config.claimCapacity,
-    report_max_bytes: reportMaxBytes,
+    report_max_bytes: reportBound.bytes,
     live_claims: ledger.liveCount(),
     head: ledger.head(),
     tools: [...host.descriptors.values()].map((d) => ({ tool: d.tool, contract: d.contract, problem: d.problem })),

@@ -62,10 +62,10 @@ export async function retainObservation(
   source: 'execute' | 'late' | 'reconcile',
 ): Promise<ReportAnswer> {
   const { operationId, authorizationDigest } = verified.subject;
-  const maxBytes = context.reportMaxBytes;
+  const bound = context.reportBound;
   const omitted = (outputBytes: number) =>
-    context.log.warn('report_output_omitted', { operation_id: operationId, status, output_bytes: outputBytes, report_max_bytes: maxBytes });
-  const sign = reportSigner(context.signer, context.ledger.config, { authorizationDigest, status, output, costUnits }, maxBytes, omitted);
+    context.log.warn('report_output_omitted', { operation_id: operationId, status, output_bytes: outputBytes, report_max_bytes: bound.bytes, report_max_depth: bound.depth });
+  const sign = reportSigner(context.signer, context.ledger.config, { authorizationDigest, status, output, costUnits }, bound, omitted);
   const outcome = await context.ledger.retainReportDurable(operationId, status, sign, RETAINED_CUTPOINTS[source]);
   const report = outcome.record.report;
   if (!report) throw new CustodyError('store_corrupt', `operation ${operationId} has no report right after retaining one`);

@@ -134,7 +134,7 @@ function refuseBeforeClaim(context: ExecutorContext, verified: VerifiedAuthoriza
     context.signer,
     config,
     { authorizationDigest: verified.subject.authorizationDigest, status: 'never_claimed', output: null, costUnits: null, refusal },
-    context.reportMaxBytes,
+    context.reportBound,
   );
   const outcome = context.ledger.refuse(verified.subject, sign);
   switch (outcome.kind) {

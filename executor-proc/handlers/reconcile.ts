@@ -39,7 +39,7 @@ export async function reconcileOperation(context: ExecutorContext, body: Request
       costUnits: null,
       ...(refusalCause ? { refusal: { code: refusalCause.code, message: refusalCause.message.slice(0, REPORT_REFUSAL_MESSAGE_MAX_CHARS) } } : {}),
     },
-    context.reportMaxBytes,
+    context.reportBound,
   );
   const refusal = context.ledger.refuse(verified.subject, sign);
   switch (refusal.kind) {

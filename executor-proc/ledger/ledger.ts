@@ -418,12 +418,15 @@ export class Ledger {
   /** Raise the head to at least `to` (the supervisor's witness), once the lost claims are recorded again. */
   raiseHeadTo(to: number): number {
     this.#assertWritable();
-    return this.#db
+    const head = this.#db
       .transaction((): number => {
         this.#db.prepare('UPDATE head SET seq = ? WHERE id = 1 AND seq < ?').run(to, to);
         return this.#headNow();
       })
       .immediate();
+    // Committed: a second restore in place right after the way back is caught too.
+    this.#seen = Math.max(this.#seen, head);
+    return head;
   }
 
   #announced<T extends { kind: string }>(outcome: T, advancedKind: 'retained' | 'refused'): T {

@@ -151,12 +151,15 @@ export const SUPERVISOR_MIGRATIONS: readonly Migration[] = [
     version: 5,
     description: 'witness: never deleted, never lowered by an insert (docs/ROLLBACK.md)',
     sql: `
-      -- Version 2 refused an UPDATE that lowers a head; a DELETE, or an INSERT
-      -- OR REPLACE (whose replacing delete fires no DELETE trigger), lowered it
-      -- as well, and then any rolled-back store would be taken silently. The
-      -- supervisor's own insert never carries a head below the one stored.
+      -- Version 2 refused an UPDATE that lowers a head; a DELETE, an UPDATE of
+      -- the name, or an INSERT OR REPLACE (whose replacing delete fires no
+      -- DELETE trigger) lowered it as well, and then any rolled-back store
+      -- would be taken silently. The supervisor's own insert never carries a
+      -- head below the one stored.
       CREATE TRIGGER witness_no_delete BEFORE DELETE ON witness
       BEGIN SELECT RAISE(ABORT, 'a witnessed head is never deleted'); END;
+      CREATE TRIGGER witness_name_fixed BEFORE UPDATE OF name ON witness WHEN NEW.name IS NOT OLD.name
+      BEGIN SELECT RAISE(ABORT, 'a witnessed head is never moved to another child'); END;
       CREATE TRIGGER witness_insert_forward_only BEFORE INSERT ON witness
         WHEN NEW.head < (SELECT head FROM witness WHERE name = NEW.name)
       BEGIN SELECT RAISE(ABORT, 'a witnessed head never goes back'); END;

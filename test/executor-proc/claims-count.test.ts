@@ -12,7 +12,7 @@ import { applyMigrations } from '../../shared/store/migrations.js';
 import { type ClaimSubject, Ledger } from '../../executor-proc/ledger/ledger.js';
 import { LEDGER_MIGRATIONS } from '../../executor-proc/ledger/schema.js';
 import { LEDGER_FILE, provisionStores, type ExecutorStores } from '../../executor-proc/ledger/stores.js';
-import { reportMaxBytes, reportSigner } from '../../executor-proc/report.js';
+import { reportBoundOf, reportSigner } from '../../executor-proc/report.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
 import { KERNEL, sqlite } from './helpers.js';
 
@@ -58,7 +58,7 @@ describe('executor-proc: the live ledger size as a counter', () => {
 
   it('equals the rows after claims and refusals, and is what capacity reads', () => {
     for (let i = 0; i < 3; i++) expect(ledger.claim(subject()).kind).to.equal('claimed');
-    const sign = reportSigner(EXECUTOR, ledger.config, { authorizationDigest: 'a'.repeat(64), status: 'never_claimed', output: null, costUnits: null }, reportMaxBytes(DEFAULT_FRAME_LIMITS.maxFrameBytes));
+    const sign = reportSigner(EXECUTOR, ledger.config, { authorizationDigest: 'a'.repeat(64), status: 'never_claimed', output: null, costUnits: null }, reportBoundOf(DEFAULT_FRAME_LIMITS));
     expect(ledger.refuse(subject(), sign).kind).to.equal('refused');
     expect(counted()).to.deep.equal({ n: 4, rows: 4 });
     expect(ledger.liveCount()).to.equal(4);

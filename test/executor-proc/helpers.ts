@@ -65,6 +65,8 @@ export interface StartOptions {
   readonly dir?: string;
   /** The session's frame bound (preamble limits.max_frame_bytes); default 1 MiB. */
   readonly maxFrameBytes?: number;
+  /** The session's nesting bound (preamble limits.max_depth); default 32. */
+  readonly maxDepth?: number;
   /** The supervisor's witness of the ledger head (docs/ROLLBACK.md); default: acknowledged at once. */
   readonly onHead?: (head: number) => void | Promise<void>;
 }
@@ -89,7 +91,7 @@ export async function startExecutor(home: Home, options: StartOptions = {}): Pro
     mode: options.mode ?? 'serve',
     pins: { kernel: options.kernelPin ?? KERNEL.publicKeyHex },
     settings: options.settings ?? {},
-    limits: { ...DEFAULT_FRAME_LIMITS, maxFrameBytes: options.maxFrameBytes ?? DEFAULT_FRAME_LIMITS.maxFrameBytes },
+    limits: { maxFrameBytes: options.maxFrameBytes ?? DEFAULT_FRAME_LIMITS.maxFrameBytes, maxDepth: options.maxDepth ?? DEFAULT_FRAME_LIMITS.maxDepth },
     expect: null,
     maxInFlight: 32,
     helloTimeoutMs: 20_000,

@@ -16,7 +16,7 @@ import { type ClaimSubject, Ledger } from '../../executor-proc/ledger/ledger.js'
 import type { OperationRecord } from '../../executor-proc/ledger/records.js';
 import { LEDGER_MIGRATIONS } from '../../executor-proc/ledger/schema.js';
 import { LEDGER_FILE, openStores, provisionStores } from '../../executor-proc/ledger/stores.js';
-import { reportMaxBytes, reportSigner } from '../../executor-proc/report.js';
+import { reportBoundOf, reportSigner } from '../../executor-proc/report.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
 import { buildOlderStore } from '../helpers/older-store.js';
 import { KERNEL } from './helpers.js';
@@ -40,7 +40,7 @@ function subject(n: number, expiresAt = Date.now() + 60_000): ClaimSubject {
 
 function signerFor(ledger: Ledger, status: 'completed' | 'never_claimed') {
   const content = { authorizationDigest: 'a'.repeat(64), status, output: status === 'completed' ? { ok: true, ratio: 0.1 } : null, costUnits: null };
-  return reportSigner(EXECUTOR, ledger.config, content, reportMaxBytes(DEFAULT_FRAME_LIMITS.maxFrameBytes));
+  return reportSigner(EXECUTOR, ledger.config, content, reportBoundOf(DEFAULT_FRAME_LIMITS));
 }
 
 function schemaOf(db: Database.Database): string[] {

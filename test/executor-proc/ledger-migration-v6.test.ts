@@ -15,7 +15,7 @@ import { applyMigrations } from '../../shared/store/migrations.js';
 import { type ClaimSubject, Ledger } from '../../executor-proc/ledger/ledger.js';
 import { LEDGER_MIGRATIONS } from '../../executor-proc/ledger/schema.js';
 import { LEDGER_FILE, openStores, provisionStores, type ExecutorStores } from '../../executor-proc/ledger/stores.js';
-import { reportMaxBytes, reportSigner } from '../../executor-proc/report.js';
+import { reportBoundOf, reportSigner } from '../../executor-proc/report.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
 import { downgradeLedgerToV5 } from '../helpers/ledger-v5.js';
 import { copyPlans } from '../helpers/query-plans.js';
@@ -40,7 +40,7 @@ function subject(n: number): ClaimSubject {
 
 function signerFor(ledger: Ledger, status: 'completed' | 'never_claimed') {
   const content = { authorizationDigest: 'a'.repeat(64), status, output: status === 'completed' ? { ok: true } : null, costUnits: null };
-  return reportSigner(EXECUTOR, ledger.config, content, reportMaxBytes(DEFAULT_FRAME_LIMITS.maxFrameBytes));
+  return reportSigner(EXECUTOR, ledger.config, content, reportBoundOf(DEFAULT_FRAME_LIMITS));
 }
 
 function provision(dir: string): ExecutorStores {

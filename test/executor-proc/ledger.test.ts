@@ -13,7 +13,7 @@ import { isCustodyError } from '../../shared/errors.js';
 import { Archiver } from '../../executor-proc/ledger/archive.js';
 import { type ClaimSubject, Ledger } from '../../executor-proc/ledger/ledger.js';
 import { LEDGER_FILE, openStores, provisionStores, type ExecutorStores } from '../../executor-proc/ledger/stores.js';
-import { reportMaxBytes, reportSigner } from '../../executor-proc/report.js';
+import { reportBoundOf, reportSigner } from '../../executor-proc/report.js';
 import { DEFAULT_FRAME_LIMITS } from '../../shared/wire/frame-reader.js';
 import { KERNEL, sqlite } from './helpers.js';
 
@@ -44,7 +44,7 @@ function provision(dir: string, capacity = 100, reserve = 10): ExecutorStores {
 
 function signerFor(ledger: Ledger, status: 'completed' | 'never_claimed') {
   const content = { authorizationDigest: 'a'.repeat(64), status, output: status === 'completed' ? { ok: true } : null, costUnits: null };
-  return reportSigner(EXECUTOR, ledger.config, content, reportMaxBytes(DEFAULT_FRAME_LIMITS.maxFrameBytes));
+  return reportSigner(EXECUTOR, ledger.config, content, reportBoundOf(DEFAULT_FRAME_LIMITS));
 }
 
 describe('executor-proc ledger', () => {

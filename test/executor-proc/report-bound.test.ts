@@ -36,7 +36,7 @@ describe('executor-proc report bound', function () {
     const config = { executorId: 'alpha', keyEpoch: 1 } as LedgerConfig;
     const claim = { operationId: 'e'.repeat(64), claimId: `c${'0'.repeat(24)}`, claimedAt: 1_767_225_600_000 } as OperationRecord;
     const sign = (count: number) =>
-      reportSigner(signer, config, { authorizationDigest: 'a'.repeat(64), status: 'completed', output: { text: '"'.repeat(count) }, costUnits: null }, REPORT_BOUND)(claim, 1_767_225_600_001);
+      reportSigner(signer, config, { authorizationDigest: 'a'.repeat(64), status: 'completed', output: { text: '"'.repeat(count) }, costUnits: null }, { bytes: REPORT_BOUND, depth: ARTIFACT_MAX_DEPTH })(claim, 1_767_225_600_001);
     const overhead = Buffer.byteLength(sign(0).text);
     const count = Math.floor((REPORT_BOUND - overhead) / 2);
     const report = sign(count);
@@ -114,6 +114,23 @@ describe('executor-proc report bound', function () {
       expect(past.custody_output_omitted).to.deep.include({ bytes: canonicalBytes({ text: '"'.repeat(count + 1) }).length });
       expect(executor.channel.state).to.equal('open');
     });
+  });
+
+  it('under a session nesting bound below the artifact\'s (max_depth 12), keeps an output whose report nests 12 levels and omits one a level deeper: the kernel\'s settle answer carries the output two levels into its frame', async () => {
+    const home = makeHome();
+    try {
+      await provisioned(home);
+      const shallow = await startExecutor(home, { maxDepth: 12 });
+      const deepOutput = async (levels: number) => {
+        const auth = authorize(shallow, { tool: 'fixture/deep', args: { levels } });
+        return bodyOf(shallow, (await shallow.channel.request('execute', executeBody(auth))).report).output as Record<string, unknown>;
+      };
+      expect(await deepOutput(10)).to.have.property('d');
+      expect(await deepOutput(11)).to.have.property('custody_output_omitted');
+      await stopExecutor(shallow);
+    } finally {
+      removeHome(home);
+    }
   });
 
   it('refuses to serve a session whose frames could not carry even a report without its output, and serves at the lowest that can', async () => {

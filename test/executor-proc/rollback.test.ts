@@ -3,7 +3,7 @@
 // after a claim and the wait for head.witnessed before the effect, and the
 // refusal of every write once ledger.db no longer names the file it opened.
 import { expect } from 'chai';
-import { copyFileSync, renameSync } from 'node:fs';
+import { renameSync } from 'node:fs';
 import path from 'node:path';
 import { helloMessage } from '../../shared/wire/hello.js';
 import { type Home, authorize, executeBody, journalEntries, makeHome, notesFor, provisioned, removeHome, sqlite, startExecutor, stopExecutor } from './helpers.js';
@@ -110,33 +110,29 @@ describe('executor-proc: ledger head and its witness', function () {
     expect(exit.code).to.equal(70);
   });
 
-  for (const how of ['sqlite3 .restore', 'cat old > ledger.db'] as const) {
-    it(`refuses to answer for an operation a ledger rewritten in place while it runs (${how}) forgot: no never_claimed, nothing written, exits to be refused at its hello`, async () => {
-      const executor = await startExecutor(home);
-      const ledger = path.join(home.dir, 'ledger.db');
-      expect((await executor.channel.request('execute', executeBody(authorize(executor)))).status).to.equal('completed');
-      const old = path.join(home.root, 'ledger.old');
-      expect(sqlite(ledger, `.backup '${old}'`).error).to.equal(null);
-      const forgotten = authorize(executor);
-      expect((await executor.channel.request('execute', executeBody(forgotten))).status).to.equal('completed');
-      expect(notesFor(home, forgotten.operationId)).to.have.length(1);
-      // Same inode: the path check passes. Only the head, read inside the write, tells. The copy over the
-      // file is read once the newer pages are no longer in the -wal (checkpointed, as a running service does).
-      if (how === 'sqlite3 .restore') expect(sqlite(ledger, `.restore '${old}'`).error).to.equal(null);
-      else {
-        expect(sqlite(ledger, 'PRAGMA wal_checkpoint(TRUNCATE)').error).to.equal(null);
-        copyFileSync(old, ledger);
-      }
-      expect(sqlite(ledger, 'SELECT seq FROM head').rows).to.deep.equal([{ seq: 2 }]);
-      // The restored ledger has no claim of `forgotten`: before the check, this signed never_claimed.
-      const error = await refused(executor.channel.request('reconcile_operation', { authorization: forgotten.text, expected: forgotten.expected }));
-      expect(error.code).to.equal('store_rolled_back');
-      expect(error.message).to.contain('below the head 4');
-      expect(sqlite(ledger, `SELECT count(*) AS n FROM claims_view WHERE operation_id = '${forgotten.operationId}'`).rows).to.deep.equal([{ n: 0 }]);
-      expect(sqlite(ledger, 'SELECT seq FROM head').rows).to.deep.equal([{ seq: 2 }]);
-      expect(journalEntries(home)).to.have.length(2);
-      expect((await executor.exited).code).to.equal(70);
-      await eventually(() => executor.stderr.some((line) => line.includes('"event":"store_rolled_back"')), 3_000, 'store_rolled_back logged');
-    });
-  }
+  // Through SQLite (the backup API of .restore): the running connection sees the older pages. A `cat` over the
+  // live file is not in this test because it is not reliably seen: the process keeps reading the newer pages of
+  // its -wal and its cache (docs/ROLLBACK.md, "What is and is not detected").
+  it('refuses to answer for an operation a ledger restored in place while it runs (sqlite3 .restore) forgot: no never_claimed, nothing written, exits to be refused at its hello', async () => {
+    const executor = await startExecutor(home);
+    const ledger = path.join(home.dir, 'ledger.db');
+    expect((await executor.channel.request('execute', executeBody(authorize(executor)))).status).to.equal('completed');
+    const old = path.join(home.root, 'ledger.old');
+    expect(sqlite(ledger, `.backup '${old}'`).error).to.equal(null);
+    const forgotten = authorize(executor);
+    expect((await executor.channel.request('execute', executeBody(forgotten))).status).to.equal('completed');
+    expect(notesFor(home, forgotten.operationId)).to.have.length(1);
+    // Same inode: the path check passes. Only the head, read inside the write, tells.
+    expect(sqlite(ledger, `.restore '${old}'`).error).to.equal(null);
+    expect(sqlite(ledger, 'SELECT seq FROM head').rows).to.deep.equal([{ seq: 2 }]);
+    // The restored ledger has no claim of `forgotten`: before the check, this signed never_claimed.
+    const error = await refused(executor.channel.request('reconcile_operation', { authorization: forgotten.text, expected: forgotten.expected }));
+    expect(error.code).to.equal('store_rolled_back');
+    expect(error.message).to.contain('below the head 4');
+    expect(sqlite(ledger, `SELECT count(*) AS n FROM claims_view WHERE operation_id = '${forgotten.operationId}'`).rows).to.deep.equal([{ n: 0 }]);
+    expect(sqlite(ledger, 'SELECT seq FROM head').rows).to.deep.equal([{ seq: 2 }]);
+    expect(journalEntries(home)).to.have.length(2);
+    expect((await executor.exited).code).to.equal(70);
+    await eventually(() => executor.stderr.some((line) => line.includes('"event":"store_rolled_back"')), 3_000, 'store_rolled_back logged');
+  });
 });

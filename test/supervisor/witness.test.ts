@@ -53,6 +53,7 @@ describe('the head witness in supervisor.db', () => {
     expect(() => store.db.prepare("UPDATE witness SET head = 1 WHERE name = 'kernel'").run()).to.throw(/never goes back/);
     // Nor by the shell's other ways of writing a row: before version 5 these took the witness to 0 and 1.
     expect(() => store.db.prepare("DELETE FROM witness WHERE name = 'kernel'").run()).to.throw(/never deleted/);
+    expect(() => store.db.prepare("UPDATE witness SET name = 'elsewhere' WHERE name = 'kernel'").run()).to.throw(/never moved/);
     expect(() => store.db.prepare("INSERT OR REPLACE INTO witness (name, head, updated_at) VALUES ('kernel', 1, 0)").run()).to.throw(/never goes back/);
     expect(durable('kernel')).to.equal(7);
     // A higher head still goes in by any of them, and a new child's first.
