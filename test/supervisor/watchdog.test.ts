@@ -9,6 +9,7 @@ import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { isGone } from '../../supervisor/children/proc-stat.js';
 import { groupAlive } from '../../supervisor/children/process-group.js';
 import { FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
+import { untilHolds } from '../helpers/eventually.js';
 
 interface Outcome {
   phase: string;
@@ -165,9 +166,17 @@ describe('a supervisor killed while an effect runs', function () {
       await grantFixtures(service);
       const executor = await executorPid(service);
       void service.http('POST', '/v1/invoke', { tool: 'fixture/sleep', request_id: 'orphaned', arguments: { ms: 45_000 } }, 'agent').catch(() => undefined);
-      await new Promise((resolve) => setTimeout(resolve, 1000));
+      // The kill meets the effect running: the request executing and its claim in the ledger (the claim comes before
+      // the effect), not a guessed second after the invoke.
+      const db = path.join(service.paths.supervisorDir, 'supervisor.db');
+      const phase = async () => (await sqlite(db, "SELECT phase FROM requests WHERE request_id = 'orphaned'"))[0]?.phase;
+      const ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
+      // This service's only operation: its claim, and no report yet.
+      const claimed = async () => (await sqlite(ledger, "SELECT count(*) AS n FROM claims_view WHERE state = 'outcome_unknown'"))[0]?.n === 1;
+      await untilHolds('the effect running', async () => (await phase()) === 'executing' && (await claimed()), 30_000);
       service.process.kill('SIGKILL');
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await new Promise((resolve) => service.process.once('close', resolve));
+      expect(await phase(), 'the kill hit the request in flight').to.equal('executing');
       expect(() => process.kill(executor, 0), 'the executor outlives its supervisor while its effect runs').not.to.throw();
       service = await service.restart();
       expect(isGone(executor, null), 'the new supervisor killed it').to.equal(true);
