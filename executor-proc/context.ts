@@ -37,7 +37,7 @@ export interface ExecutorContext {
   /** The executor's directory (executor.key, ledger.db): where a rotation makes the next key. */
   readonly dir: string;
   readonly settings: RuntimeSettings;
-  /** The largest and deepest report this session's frames can always carry (report.ts reportMaxBytes, reportMaxDepth). */
+  /** The largest and deepest report this session's frames can always carry (report.ts reportBoundOf). */
   readonly reportBound: ReportBound;
   readonly log: Logger;
   readonly inFlight: Map<string, InFlightEffect>;

@@ -41,7 +41,7 @@ export function reportMaxBytes(maxFrameBytes: number): number {
  * ARTIFACT_MAX_DEPTH, which every verifier holds) has an output that fits
  * both (docs/PROTOCOL.md §7.4).
  */
-export function reportMaxDepth(sessionMaxDepth: number): number {
+function reportMaxDepth(sessionMaxDepth: number): number {
   return Math.min(ARTIFACT_MAX_DEPTH, sessionMaxDepth);
 }
 
@@ -73,10 +73,9 @@ export function omittedOutput(output: JsonValue): JsonValue {
 /**
  * An output too large (or nested too deep) for a report would leave an
  * effect that happened with no report that can say so, and a report too
- * large for the session's frames could never be delivered: either way the
- * output is replaced by
- * `omittedOutput`. `bound` bounds the whole signed report (`ReportBound`);
- * `onOmitted` hears of each replacement.
+ * large or deep for the session's frames could never be delivered: either
+ * way the output is replaced by `omittedOutput`. `bound` bounds the whole
+ * signed report (`ReportBound`); `onOmitted` hears of each replacement.
  */
 export function reportSigner(
   signer: Signer,
@@ -116,9 +115,9 @@ export function reportSigner(
 }
 
 /**
- * The signed report, or null when its text is longer than `maxBytes`
- * (measured, since the frame carries the text) or nests deeper than an
- * artifact may: either way the output is what gets replaced.
+ * The signed report, or null when its text is longer than `bound.bytes`
+ * (measured, since the frame carries the text) or nests deeper than
+ * `bound.depth`: either way the output is what gets replaced.
  */
 function signWithin(bound: ReportBound, signer: Signer, body: ArtifactBody<'report'>): SignedArtifact<'report'> | null {
   let report: SignedArtifact<'report'>;

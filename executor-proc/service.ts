@@ -24,7 +24,7 @@ import { HeadWitness } from './head-witness.js';
 import { Archiver } from './ledger/archive.js';
 import { Ledger } from './ledger/ledger.js';
 import { ReconcileBudget } from './reconcile-budget.js';
-import { FRAME_ROOM_BYTES, REPORT_MIN_BYTES, type ReportBound, reportMaxBytes, reportMaxDepth } from './report.js';
+import { FRAME_ROOM_BYTES, REPORT_MIN_BYTES, type ReportBound, reportBoundOf } from './report.js';
 import { type ExecutorSettings, parseExecutorSettings } from './settings.js';
 import { type ExecutorState, ensureResources, openExecutorState } from './state.js';
 
@@ -46,7 +46,7 @@ const DRAIN_MARGIN_MS = 5_000;
 
 export async function setupExecutor(preamble: Preamble, log: Logger, options: ExecutorOptions): Promise<ChildService> {
   const settings = parseExecutorSettings(preamble.settings);
-  const reportBound = { bytes: reportBoundFor(options.maxFrameBytes), depth: reportMaxDepth(options.maxDepth) };
+  const reportBound = reportBoundFor(options);
   const { state, host } = await openStateAndHost(preamble, log, options, settings);
   const stores = { open: true };
   const context = executorContext(state, host, { settings, reportBound, log, options, isOpen: () => stores.open });
@@ -223,13 +223,13 @@ async function handle(handlers: HandlerMap<ExecutorKind | 'stats', [RequestConte
   return dispatch(handlers, kind, body, request);
 }
 
-/** Refuses a frame bound under which even a report without its output might not be delivered. */
-function reportBoundFor(maxFrameBytes: number): number {
-  const bound = reportMaxBytes(maxFrameBytes);
-  if (bound < REPORT_MIN_BYTES) {
+/** This session's report bound (report.ts reportBoundOf); refuses a frame bound under which even a report without its output might not be delivered. */
+function reportBoundFor(limits: { readonly maxFrameBytes: number; readonly maxDepth: number }): ReportBound {
+  const bound = reportBoundOf(limits);
+  if (bound.bytes < REPORT_MIN_BYTES) {
     throw new CustodyError(
       'config_invalid',
-      `preamble limits.max_frame_bytes ${maxFrameBytes} leaves reports ${bound} bytes; an executor needs at least ${REPORT_MIN_BYTES * 2 + FRAME_ROOM_BYTES} so every report it signs can be delivered`,
+      `preamble limits.max_frame_bytes ${limits.maxFrameBytes} leaves reports ${bound.bytes} bytes; an executor needs at least ${REPORT_MIN_BYTES * 2 + FRAME_ROOM_BYTES} so every report it signs can be delivered`,
     );
   }
   return bound;

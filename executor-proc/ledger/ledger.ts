@@ -13,7 +13,8 @@ import { statSync } from 'node:fs';
 import type Database from 'better-sqlite3';
 import type { SignedArtifact } from '../../shared/artifacts/artifact.js';
 import { nowMs } from '../../shared/clock.js';
-import { CustodyError } from '../../shared/errors.js';
+import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { HeadFloor } from '../../shared/store/head-floor.js';
 import type { ReportStatus } from '../../shared/protocol/artifacts.js';
 import { BatchSizes, type StatsResult } from '../../shared/protocol/stats.js';
 import { GroupCommit } from '../../shared/store/group-commit.js';
@@ -101,7 +102,7 @@ export class Ledger {
   readonly #onReplaced: OnReplaced;
   #replaced: CustodyError | null = null;
   /** The highest head this process has read after a commit (#advanceHead). */
-  #seen = 0;
+  readonly #floor = new HeadFloor();
   /** Told the new head after a report or a refusal commits (docs/ROLLBACK.md); claims are witnessed by their caller. */
   onAdvanced: (head: number, event: 'report' | 'refusal') => void = () => undefined;
 
@@ -186,9 +187,7 @@ export class Ledger {
 
   /** The head (docs/ROLLBACK.md): how many claims, refusals and reports this ledger has ever recorded. Read after a commit. */
   head(): number {
-    const seq = this.#headNow();
-    this.#seen = Math.max(this.#seen, seq);
-    return seq;
+    return this.#floor.saw(this.#headNow());
   }
 
   #headNow(): number {
@@ -199,22 +198,17 @@ export class Ledger {
 
   /**
    * Inside the transaction of every claim, report and refusal, before it is
-   * written: the head may not be below one this process has already read
-   * (after a commit, or at its hello). A ledger rewritten in place while the
-   * executor runs (`cat old > ledger.db`: same inode, so the path check
-   * passes) would otherwise find no claim for an operation it ran, sign
-   * `never_claimed` for it, or claim and run it again; no hello comes to
-   * compare the head with the witness until the process is replaced.
+   * written: a head below one this process read means the ledger was
+   * restored under it (shared/store/head-floor.ts). It would otherwise find
+   * no claim for an operation it ran and sign `never_claimed` for it, or
+   * claim and run it again.
    */
   #advanceHead(): void {
-    const seq = this.#headNow();
-    if (seq < this.#seen) {
+    try {
+      this.#floor.check(this.#headNow(), `ledger ${this.#file.path}`, 'executor', 'the newest copy is back or `custody recover-rollback` is run');
+    } catch (error) {
       if (!this.#replaced) {
-        this.#replaced = new CustodyError(
-          'store_rolled_back',
-          `ledger ${this.#file.path} now holds head ${seq}, below the head ${this.#seen} this executor already read: it was restored from an older copy or rewritten while the executor ran. ` +
-            'Nothing was written; the executor restarts, and its hello is refused until the newest copy is back or `custody recover-rollback` is run (docs/ROLLBACK.md)',
-        );
+        this.#replaced = toCustodyError(error);
         this.#onReplaced(this.#replaced);
       }
       throw this.#replaced;
@@ -425,8 +419,7 @@ export class Ledger {
       })
       .immediate();
     // Committed: a second restore in place right after the way back is caught too.
-    this.#seen = Math.max(this.#seen, head);
-    return head;
+    return this.#floor.saw(head);
   }
 
   #announced<T extends { kind: string }>(outcome: T, advancedKind: 'retained' | 'refused'): T {

@@ -4,6 +4,7 @@
 import path from 'node:path';
 import type Database from 'better-sqlite3';
 import { CustodyError } from '../../shared/errors.js';
+import { HeadFloor } from '../../shared/store/head-floor.js';
 import { type StoreSpec, openStore, provisionStore, storeFileIdentity } from '../../shared/store/sqlite-store.js';
 import { transitionRows } from '../machines.js';
 import { GrantsTable } from './grants-table.js';
@@ -44,8 +45,8 @@ export class KernelStore {
   readonly #recordIdentity: Database.Statement<[StoredIdentity]>;
   readonly #readHead: Database.Statement<[], { seq: number }>;
   readonly #raiseHead: Database.Statement<[]>;
-  /** The highest head this process has read outside a batch or committed (assertNotRolledBack). */
-  #seen = 0;
+  /** The highest head this process has read outside a batch (assertNotRolledBack). */
+  readonly #floor = new HeadFloor();
   /** kernel.db's path and the file it named when opened: every write batch checks the path still names it. */
   readonly file: { readonly path: string; readonly dev: number; readonly ino: number };
 
@@ -115,9 +116,7 @@ export class KernelStore {
 
   /** The head (docs/ROLLBACK.md): how many write batches this store has committed. Read outside a batch, it is committed. */
   head(): number {
-    const seq = this.#headNow();
-    this.#seen = Math.max(this.#seen, seq);
-    return seq;
+    return this.#floor.saw(this.#headNow());
   }
 
   #headNow(): number {
@@ -126,22 +125,9 @@ export class KernelStore {
     return row.seq;
   }
 
-  /**
-   * First thing inside every write batch: the head may not be below one this
-   * process has already read or committed. A kernel.db rewritten in place
-   * while the kernel runs (`cat old > kernel.db`, `sqlite3 kernel.db
-   * ".restore old"`: same inode, so the path check passes) would otherwise
-   * decide again what it forgot; no hello comes to compare the head with the
-   * witness until the process is replaced (docs/ROLLBACK.md).
-   */
+  /** First thing inside every write batch: the head may not be below one this process has read (shared/store/head-floor.ts). */
   assertNotRolledBack(): void {
-    const seq = this.#headNow();
-    if (seq >= this.#seen) return;
-    throw new CustodyError(
-      'store_rolled_back',
-      `kernel store ${this.file.path} now holds head ${seq}, below the head ${this.#seen} this kernel already read or committed: it was restored from an older copy or rewritten while the kernel ran. ` +
-        'No decision was written; the kernel restarts, and its hello is refused until the newest copy of kernel.db is back (docs/ROLLBACK.md)',
-    );
+    this.#floor.check(this.#headNow(), `kernel store ${this.file.path}`, 'kernel', 'the newest copy of kernel.db is back');
   }
 
   /** Inside a write batch that changed something; the batch commits it, so the process has seen it. */
