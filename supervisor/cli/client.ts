@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import type { z } from 'zod';
 import { CustodyError, isCustodyError } from '../../shared/errors.js';
 import { describeIssues } from '../../shared/wire/session.js';
-import { CustodyClient, resetUnanswered } from '../client/index.js';
+import { CustodyClient, repeatable, resetUnanswered } from '../client/index.js';
 import { type StatePaths, statePaths } from '../paths.js';
 import { readTokenFile } from '../tokens.js';
 
@@ -92,7 +92,11 @@ export function connect(stateDir: string, options: { answerTimeoutMs?: number } 
         const reset = resetUnanswered(error.cause);
         throw new CustodyError('service_unavailable', reset ? `${error.message} (${paths.root})` : `${error.message} (${paths.root}); is custody running? custody start --state ${paths.root}`, { cause: error });
       }
-      if (isCustodyError(error, 'outcome_unknown')) throw new CustodyError('outcome_unknown', `${error.message} — ask again with the same name`, { cause: error });
+      if (isCustodyError(error, 'outcome_unknown')) {
+        // A rotation or a restart asked again would act a second time: look first.
+        const next = repeatable(method, path) ? 'ask again with the same name' : 'it may have been carried out: look at custody status (restarts) or the service log (kernel_key_rotated, executor_key_rotated) before asking again, since a repeat would act a second time';
+        throw new CustodyError('outcome_unknown', `${error.message} — ${next}`, { cause: error });
+      }
       throw error;
     }
   };

@@ -166,6 +166,20 @@ export { newRequestId };
 /** Transport errors after which nothing reached the service. */
 const NOT_SENT = new Set(['ECONNREFUSED', 'ENOENT', 'EADDRNOTAVAIL', 'ENOTFOUND']);
 
+/**
+ * POST routes whose repeat is a second act, not the same one: a second grant,
+ * a second key rotation (operations authorized under the key in between are
+ * then refused `epoch_retired`), a second restart (every operation in flight
+ * on the child cut again). A transport failure that may have reached the
+ * service is not retried on them.
+ */
+const NOT_REPEATABLE: readonly RegExp[] = [/^\/v1\/grants$/, /^\/v1\/kernel\/rotate$/, /^\/v1\/executors\/[^/]+\/rotate$/, /^\/v1\/children\/[^/]+\/restart$/];
+
+/** Whether a call may be sent again after a transport failure that may have reached the service. */
+export function repeatable(method: string, path: string): boolean {
+  return !(method === 'POST' && NOT_REPEATABLE.some((route) => route.test(path)));
+}
+
 type Requester = (url: URL, options: RequestOptions, answered: (response: IncomingMessage) => void) => ReturnType<typeof httpRequest>;
 
 /** node:https only for an https address: loading TLS would cost every other call its start-up time. */
@@ -392,7 +406,7 @@ export class CustodyClient {
    * what an `outcome_unknown` tells the caller to ask about again.
    */
   request(method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown, options: { idempotent?: boolean; name?: string } = {}): Promise<{ status: number; body: Record<string, unknown> }> {
-    const idempotent = options.idempotent ?? !(method === 'POST' && path === '/v1/grants');
+    const idempotent = options.idempotent ?? repeatable(method, path);
     return this.#call(method, path, body, { idempotent, ...(options.name === undefined ? {} : { name: options.name }) });
   }
 
@@ -418,6 +432,10 @@ export class CustodyClient {
     const payload = body === undefined ? undefined : JSON.stringify(body);
     // wait_ms is at most an hour (supervisor/api/bodies.ts): the sum stays far below Node's timer limit.
     const silenceMs = this.#answerTimeoutMs + askedWaitMs(method, body);
+    // Why an earlier attempt may have reached the service, if one may have: a
+    // POST recorded before its connection broke runs when the service is back,
+    // so a later attempt that finds nobody listening does not make it "not sent".
+    let maybeSentBefore: string | null = null;
     for (let attempt = 0; ; attempt++) {
       let response: { status: number; text: string };
       try {
@@ -425,18 +443,22 @@ export class CustodyClient {
       } catch (cause) {
         if (cause instanceof AnswerTimeout) throw this.#unanswered(method, path, cause, options.name);
         const code = (cause as { code?: unknown }).code;
+        const why = typeof code === 'string' ? code : (cause as Error).message;
         const notSent = method === 'GET' || (typeof code === 'string' && NOT_SENT.has(code));
         if ((options.idempotent || notSent) && attempt < this.#retries) {
+          if (!notSent) maybeSentBefore ??= why;
           await sleep(retryPause(this.#retryDelayMs, attempt));
           continue;
         }
-        const why = typeof code === 'string' ? code : (cause as Error).message;
+        const again = options.name ? `; ask again with the same name (${options.name})` : '';
+        if (notSent && maybeSentBefore !== null) {
+          throw new CustodyError('outcome_unknown', `the connection to custody broke after ${method} ${path} was sent (${maybeSentBefore}), and custody no longer answers at ${this.url} (${why}): it may have recorded the call and carry it out once it is back${again}`, { cause });
+        }
         // A reset before any answer: a running service at its connection bound closes new ones unread (docs/SECURITY.md "Connections").
         if (notSent && resetUnanswered(cause)) {
           throw new CustodyError('service_unavailable', `custody at ${this.url} closed the connection unanswered (ECONNRESET): it may be at its connection bound (bounds.max_connections; its log says api_connections_full) or stopping; try again shortly`, { cause });
         }
         if (notSent) throw new CustodyError('service_unavailable', `custody does not answer at ${this.url}: ${why}`, { cause });
-        const again = options.name ? `; ask again with the same name (${options.name})` : '';
         throw new CustodyError('outcome_unknown', `the connection to custody broke after ${method} ${path} was sent (${why}); it may still complete${again}`, { cause });
       }
       const answer = parseAnswer(response.text);

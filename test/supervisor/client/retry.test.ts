@@ -98,6 +98,40 @@ describe('CustodyClient transport', () => {
     expect(fake.seen.map((s) => s.body.request_id)).to.deep.equal(['mine-1', 'mine-1', 'mine-1']);
   });
 
+  it('says the outcome is unknown, naming the request, when the first attempt broke after sending and the service is then gone (a supervisor killed mid-call)', async () => {
+    // The service reads the invoke (it may have recorded it), dies before answering, and is not back for the retries: they find nobody listening.
+    const seen: string[] = [];
+    const dying = createServer((request) => {
+      seen.push(`${request.method} ${request.url}`);
+      request.socket.destroy();
+      dying.close();
+    });
+    await new Promise<void>((resolve) => dying.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(dying.address() as { port: number }).port}`;
+    const error = await new CustodyClient({ url, token: 'x', retries: 2, retryDelayMs: 1 }).invoke({ tool: 'review-notes/append', request_id: 'mine-8' }).catch((e: unknown) => e);
+    expect(seen, 'only the first attempt reached a service').to.deep.equal(['POST /v1/invoke']);
+    expect(error).to.be.instanceOf(CustodyError).with.property('code', 'outcome_unknown');
+    expect((error as CustodyError).message).to.contain('ECONNREFUSED').and.to.contain('mine-8').and.to.contain('carry it out once it is back');
+    // Nothing reached it at all: that alone is service_unavailable.
+    const never = await new CustodyClient({ url, token: 'x', retries: 2, retryDelayMs: 1 }).invoke({ tool: 'review-notes/append', request_id: 'mine-9' }).catch((e: unknown) => e);
+    expect(never).to.be.instanceOf(CustodyError).with.property('code', 'service_unavailable');
+  });
+
+  it('does not send a key rotation or a restart again after a connection that broke once it was sent: a repeat would act a second time', async () => {
+    for (const path of ['/v1/kernel/rotate', '/v1/executors/default/rotate', '/v1/children/kernel/restart']) {
+      const fake = await flakyServer(10, () => ({ status: 200, body: {} }));
+      servers.push(fake.server);
+      const error = await new CustodyClient({ url: fake.url, token: 'x', retries: 3, retryDelayMs: 1 }).request('POST', path, {}).catch((e: unknown) => e);
+      expect(error, path).to.be.instanceOf(CustodyError).with.property('code', 'outcome_unknown');
+      expect(fake.seen, path).to.have.length(1);
+    }
+    // An invoke, by contrast, is asked again with the same body.
+    const fake = await flakyServer(10, () => ({ status: 200, body: {} }));
+    servers.push(fake.server);
+    await new CustodyClient({ url: fake.url, token: 'x', retries: 3, retryDelayMs: 1 }).request('POST', '/v1/invoke', { request_id: 'r' }).catch(() => null);
+    expect(fake.seen).to.have.length(4);
+  });
+
   it('takes an answer cut short after its status for a broken connection: the invoke is asked again with the same request id', async () => {
     const fake = await flakyServer(1, (seen) => ({ status: 200, body: outcome(String(seen.body.request_id)) }), true);
     servers.push(fake.server);
