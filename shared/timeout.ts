@@ -12,17 +12,22 @@
 // nothing is built until the deadline passes, and the timer is re-armed for
 // the rest until `ms` have really passed. Like setTimeout, a bound under 1 ms
 // waits 1 ms.
+//
+// A deadline that has passed still waits one turn of the event loop for what
+// is already readable. After the process was stopped (SIGSTOP, then SIGCONT)
+// or its loop stalled, every timer due runs in the timers phase, before the
+// poll phase reads the answers that arrived in time and wait in a pipe or a
+// socket: the supervisor killed executors (the watchdog's deadline) and
+// children (a missed ping) that had answered. setImmediate runs after that
+// poll (test/shared/timeout.test.ts stalls the loop past a deadline while a
+// child answers).
 export function withTimeout<T, F = T>(work: PromiseLike<T>, ms: number, onTimeout: () => F | Promise<F>): Promise<T | F> {
   const bound = Math.max(1, ms);
   const startedAt = performance.now();
   return new Promise<T | F>((resolve, reject) => {
     let timer: NodeJS.Timeout;
-    const expire = () => {
-      const left = bound - (performance.now() - startedAt);
-      if (left > 0) {
-        timer = setTimeout(expire, Math.ceil(left));
-        return;
-      }
+    let pending: NodeJS.Immediate | undefined;
+    const fire = () => {
       try {
         Promise.resolve(onTimeout()).then(resolve, reject);
       } catch (error) {
@@ -30,14 +35,24 @@ export function withTimeout<T, F = T>(work: PromiseLike<T>, ms: number, onTimeou
         reject(error);
       }
     };
+    const expire = () => {
+      const left = bound - (performance.now() - startedAt);
+      if (left > 0) {
+        timer = setTimeout(expire, Math.ceil(left));
+        return;
+      }
+      pending = setImmediate(fire);
+    };
     timer = setTimeout(expire, bound);
     work.then(
       (value) => {
         clearTimeout(timer);
+        clearImmediate(pending);
         resolve(value);
       },
       (error: unknown) => {
         clearTimeout(timer);
+        clearImmediate(pending);
         // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the work's own rejection, unchanged
         reject(error);
       },

@@ -1,5 +1,7 @@
 // The one timeout race (shared/timeout.ts): which branch is taken, by provoking each.
 import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { withTimeout } from '../../shared/timeout.js';
 
 const never = new Promise<string>(() => undefined);
@@ -15,6 +17,29 @@ describe('withTimeout', () => {
   it("passes the work's own rejection through, not the timeout's", async () => {
     const error = await withTimeout(Promise.reject(new Error('broke')), 1_000, () => 'late').catch((e: unknown) => e as Error);
     expect(error).to.be.instanceOf(Error).with.property('message', 'broke');
+  });
+
+  it('takes an answer that arrived before its deadline but is read after it (a process resumed from SIGSTOP): its timers run before the loop reads the pipe', async () => {
+    // A child that echoes each line at once; this process's loop then stalls past the deadline, as a stopped process's does.
+    const echo = spawn(process.execPath, ['-e', "process.stdin.on('data', (d) => process.stdout.write(d))"], { stdio: ['pipe', 'pipe', 'inherit'] });
+    try {
+      echo.stdin.write('ready\n');
+      await once(echo.stdout, 'data');
+      for (let round = 0; round < 3; round += 1) {
+        const answer = once(echo.stdout, 'data').then(([chunk]) => String(chunk).trim());
+        echo.stdin.write(`answer ${round}\n`);
+        const raced = withTimeout(answer, 50, () => 'timed out');
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 400); // stalled 400 ms: the echo is in the pipe long before
+        expect(await raced, `round ${round}`).to.equal(`answer ${round}`);
+      }
+      // The deadline still holds for an answer that was not there: a stall with nothing to read times out.
+      const silent = new Promise<string>(() => undefined);
+      const raced = withTimeout(silent, 50, () => 'timed out');
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200);
+      expect(await raced).to.equal('timed out');
+    } finally {
+      echo.kill();
+    }
   });
 
   it('takes the timeout branch when the work is still pending: its value is the answer', async () => {

@@ -48,6 +48,23 @@ describe('channel over a real child process', function () {
     expect(await child.exited).to.deep.equal({ code: 0, signal: null });
   });
 
+  it('takes a ping answered in time but read after its deadline, as a supervisor resumed from SIGSTOP reads it: no missed heartbeat', async () => {
+    const child = await startFixture();
+    try {
+      for (let round = 0; round < 3; round += 1) {
+        const pong = child.channel.request('ping', {}, { timeoutMs: 50 });
+        // The frame leaves at the end of this turn (frames of one turn share a write); this process then stalls
+        // 400 ms (stopped), and the child's answer waits in the pipe.
+        await new Promise((resolve) => setImmediate(resolve));
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 400);
+        expect((await pong).now, `round ${round}`).to.be.a('number');
+      }
+    } finally {
+      await child.channel.request('shutdown', {});
+      await child.exited;
+    }
+  });
+
   it('refuses a child whose hello proves another identity than the pin, and kills it', async () => {
     const pin = { id: 'fixture', publicKey: Signer.fromSeed(generateSeed()).publicKeyHex, keyEpoch: 1 };
     const error = await startFixture({ expect: pin }).then(() => null, (e: unknown) => e);
