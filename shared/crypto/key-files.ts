@@ -277,7 +277,7 @@ export function settlePendingKey(dir: string, basename: string, committedPublicK
   try {
     pending = loadSigner(pendingKey);
   } catch (error) {
-    if (isCustodyError(error, 'key_file_invalid') && errnoOf((error as Error).cause) === 'ENOENT') return false;
+    if (isCustodyError(error, 'key_file_invalid') && errnoOf((error as Error).cause) === 'ENOENT') return finishPublicRename(dir, basename, committedPublicKey);
     // A pending key that cannot be read was never committed (it is written and synced before the store names it).
     discardPendingKey(dir, basename);
     return false;
@@ -288,4 +288,29 @@ export function settlePendingKey(dir: string, basename: string, committedPublicK
   }
   discardPendingKey(dir, basename);
   return false;
+}
+
+/**
+ * A promotion cut between its two renames: the private key is already the
+ * committed one and only `<basename>.next.pub` is left. Finished by renaming
+ * it when it names the committed key (the start then finds the files and the
+ * store agreeing); any other leftover was never committed and is removed.
+ */
+function finishPublicRename(dir: string, basename: string, committedPublicKey: string): boolean {
+  const pendingPub = path.join(dir, `${PENDING(basename)}.pub`);
+  let named: string;
+  try {
+    named = readPublicKeyFile(pendingPub);
+  } catch (error) {
+    if (errnoOf((error as Error).cause) === 'ENOENT') return false;
+    discardPendingKey(dir, basename);
+    return false;
+  }
+  if (named !== committedPublicKey || loadSigner(path.join(dir, `${basename}.key`)).publicKeyHex !== committedPublicKey) {
+    discardPendingKey(dir, basename);
+    return false;
+  }
+  renameSync(pendingPub, path.join(dir, `${basename}.pub`));
+  syncDirectory(dir);
+  return true;
 }

@@ -8,6 +8,8 @@ import {
   mkdirSync,
   mkdtempSync,
   readFileSync,
+  readdirSync,
+  renameSync,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -19,8 +21,10 @@ import { type ErrorCode, isCustodyError } from '../../../shared/errors.js';
 import { BACKENDS, generateSeed, Signer } from '../../../shared/crypto/ed25519.js';
 import {
   createKeyPair,
+  createPendingKeyPair,
   loadSigner,
   readPublicKeyFile,
+  settlePendingKey,
   writePublicKeyFile,
 } from '../../../shared/crypto/key-files.js';
 
@@ -220,6 +224,44 @@ describe('key files', function () {
     it('refuses a missing public key file with key_file_invalid', function () {
       const file = path.join(dir, 'absent.pub');
       expectCustodyError(() => readPublicKeyFile(file), 'key_file_invalid', file, 'does not exist');
+    });
+  });
+
+  describe('a rotation cut short (settlePendingKey at the next open)', function () {
+    /** The current pair and a pending one, as a rotation leaves them before its promotion. */
+    function rotationUnderWay(): { current: string; next: string } {
+      const current = createKeyPair(dir, 'kernel').publicKeyHex;
+      const next = createPendingKeyPair(dir, 'kernel').publicKeyHex;
+      return { current, next };
+    }
+
+    it('promotes a pending pair the store names', function () {
+      const { next } = rotationUnderWay();
+      expect(settlePendingKey(dir, 'kernel', next)).to.equal(true);
+      expect(loadSigner(path.join(dir, 'kernel.key')).publicKeyHex).to.equal(next);
+      expect(readPublicKeyFile(path.join(dir, 'kernel.pub'))).to.equal(next);
+      expect(readdirSync(dir).sort()).to.deep.equal(['kernel.key', 'kernel.pub']);
+    });
+
+    it('finishes a promotion killed between its two renames: the private key moved, the public one still pending', function () {
+      const { next } = rotationUnderWay();
+      renameSync(path.join(dir, 'kernel.next.key'), path.join(dir, 'kernel.key')); // the first rename, then the kill
+      expect(readPublicKeyFile(path.join(dir, 'kernel.pub')), 'the public file still names the old key').to.not.equal(next);
+      expect(settlePendingKey(dir, 'kernel', next)).to.equal(true);
+      expect(readPublicKeyFile(path.join(dir, 'kernel.pub'))).to.equal(next);
+      expect(loadSigner(path.join(dir, 'kernel.key')).publicKeyHex).to.equal(next);
+      expect(readdirSync(dir).sort()).to.deep.equal(['kernel.key', 'kernel.pub']);
+    });
+
+    it('discards a pending pair the store does not name, and a lone pending public file that does not match the store and the key', function () {
+      const { current } = rotationUnderWay();
+      expect(settlePendingKey(dir, 'kernel', current)).to.equal(false);
+      expect(readdirSync(dir).sort()).to.deep.equal(['kernel.key', 'kernel.pub']);
+      createPendingKeyPair(dir, 'kernel');
+      rmSync(path.join(dir, 'kernel.next.key'));
+      expect(settlePendingKey(dir, 'kernel', current)).to.equal(false);
+      expect(readPublicKeyFile(path.join(dir, 'kernel.pub'))).to.equal(current);
+      expect(readdirSync(dir).sort()).to.deep.equal(['kernel.key', 'kernel.pub']);
     });
   });
 });
