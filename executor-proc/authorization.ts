@@ -66,6 +66,11 @@ export function verifyAuthorization(text: string, expected: Invocation, ledger: 
     artifact = decodeArtifact('authorization', text, { trustedSigners: pinned.kernel });
   } catch (error) {
     const cause = toCustodyError(error);
+    // A key this executor has not pinned: the kernel's newest after a rotation whose statement has not reached it yet (or a forgery).
+    // Told apart so that the supervisor carries the kernel's statements and asks again: nothing was claimed (docs/PROTOCOL.md §12).
+    if (cause.code === 'signer_untrusted') {
+      throw new CustodyError('kernel_key_unpinned', `authorization refused: ${cause.message}; nothing was claimed. If the kernel rotated its key, its rotation statements (kernel.rotated) must reach this executor first`, { cause });
+    }
     throw new CustodyError('authorization_invalid', `authorization refused (${cause.code}): ${cause.message}`, { cause });
   }
   const { executor, invocation } = artifact.body;

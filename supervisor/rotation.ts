@@ -76,7 +76,7 @@ export class KeyRotation {
     return this.#exclusive(async () => {
       const child = this.#deps.executors().get(name);
       if (!child) throw new CustodyError('not_found', `no executor named ${JSON.stringify(name)}; the executors are ${[...this.#deps.executors().keys()].join(', ')}`);
-      const pin = this.#pin(name);
+      const pin = await this.#caughtUp(child);
       const answer = await child.request('key.rotate', {}, { timeoutMs: this.#deps.timing.kernel_request_ms, waitMs: this.#deps.timing.hello_timeout_ms });
       // Durable at the executor now: from here a crash is caught up at its next hello.
       crashPoint('supervisor', 'after_executor_key_rotated');
@@ -92,7 +92,7 @@ export class KeyRotation {
   /** `custody kernel rotate`. */
   rotateKernel(): Promise<KernelRotated> {
     return this.#exclusive(async () => {
-      const pin = this.#pin('kernel');
+      const pin = await this.#caughtUp(this.#deps.kernel());
       const answer = await this.#deps.kernel().request('kernel.rotate', {}, { timeoutMs: this.#deps.timing.kernel_request_ms });
       crashPoint('supervisor', 'after_kernel_key_rotated');
       const { next } = verifyRotation(epochKeyOf(pin), answer.statement);
@@ -133,6 +133,32 @@ export class KeyRotation {
       const session = await child.waitForSession(this.#deps.timing.hello_timeout_ms);
       await this.#catchUp(child, session, this.#pin(child.name));
     });
+  }
+
+  /**
+   * An executor refused an authorization as signed by a kernel key it has
+   * not pinned (kernel_key_unpinned): give it the kernel's chain now, after
+   * any rotation under way has recorded its statement. A kernel rotation
+   * whose kernel.rotated did not reach a running executor (refused at its
+   * bound, a timeout) is caught up by the first operation that needs it.
+   */
+  giveKernelKeys(child: ChildHandle): Promise<void> {
+    return this.#exclusive(async () => {
+      const epoch = await this.#giveKernelChain((statements) => child.request('kernel.rotated', { statements }, { timeoutMs: this.#deps.timing.hello_timeout_ms, waitMs: this.#deps.timing.hello_timeout_ms }));
+      this.#deps.log.info('executor_kernel_pin', { executor: child.name, kernel_epoch: epoch, why: 'kernel_key_unpinned' });
+    });
+  }
+
+  /**
+   * The pin a rotation starts from, caught up first: an earlier rotation the
+   * child committed but supervisor.db did not record (its answer timed out,
+   * supervisor.db was full) would otherwise make this one's statement, signed
+   * by the unrecorded key, fail to verify from the pin for good.
+   */
+  async #caughtUp(child: ChildHandle): Promise<PinRow> {
+    const session = await child.waitForSession(this.#deps.timing.hello_timeout_ms);
+    await this.#catchUp(child, session, this.#pin(child.name));
+    return this.#pin(child.name);
   }
 
   /** Verify the child's statements from the pin; an executor's go to the kernel first; then supervisor.db moves. */

@@ -179,6 +179,7 @@ export class Service {
       executorById: (id) => this.executorById(id),
       pool: this.pool,
       catchUpPin: (id) => this.rotation.catchUpPin(id),
+      giveKernelKeys: (executor) => this.rotation.giveKernelKeys(executor),
       signal: this.#abort.signal,
     };
     this.driver = new OperationDriver(ctx);

@@ -20,6 +20,8 @@ export interface OperationContext {
   readonly pool?: ExecutorPool;
   /** Carry an executor's rotation statements the kernel lacks (supervisor/rotation.ts); absent in tests without rotation. */
   readonly catchUpPin?: (executorId: string) => Promise<void>;
+  /** Give an executor the kernel's rotation statements it lacks (kernel_key_unpinned, supervisor/rotation.ts); absent in tests without rotation. */
+  readonly giveKernelKeys?: (executor: ChildHandle) => Promise<void>;
   /** Aborted when the service stops: steps stop waiting and leave the request where it is. */
   readonly signal: AbortSignal;
 }

@@ -54,6 +54,7 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
   const executor = usableExecutor(ctx, row);
   const deadline = deadlineFor(ctx, executor, row.tool);
   const backoff = retryBackoff(ctx);
+  let keysGiven = false;
   for (;;) {
     const release = await executor.slots.acquire(ctx.signal);
     let frameId = '';
@@ -78,6 +79,11 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
       if (failure.code === 'request_quarantined') throw failure;
       // Not sent because supervisor.db is full: the caller is told; asking again (or the sweep) resumes it.
       if (!frameId && failure.code === 'storage_full') throw failure;
+      // Refused before any claim: the kernel rotated and its statement has not reached this executor. Once given, ask again.
+      if (failure.code === 'kernel_key_unpinned' && !keysGiven && (await giveKernelKeys(ctx, executor, row.request_id))) {
+        keysGiven = true;
+        continue;
+      }
       if (!frameId || NOT_ACTED_UPON.has(failure.code)) {
         // Not sent, or refused before the executor did anything: ask again.
         if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
@@ -161,11 +167,16 @@ export async function reconcileOperation(ctx: OperationContext, executor: ChildH
   const backoff = retryBackoff(ctx);
   const exchangeMs = reconcileDeadlineFor(ctx, executor, target.tool);
   let markedUnknown = false;
+  let keysGiven = false;
   for (;;) {
     const answer = await reconcileExchange(ctx, executor, target, exchangeMs);
     if ('report' in answer) return answer.report;
     const { failure } = answer;
     if (failure.code === 'request_quarantined') throw failure;
+    if (failure.code === 'kernel_key_unpinned' && !keysGiven && (await giveKernelKeys(ctx, executor, target.requestId))) {
+      keysGiven = true;
+      continue;
+    }
     ctx.log.warn('reconcile_unanswered', { request_id: target.requestId, code: failure.code, attempt: backoff.attempts + 1 });
     if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
     // A hung exchange killed the executor: the next attempt gets a fresh session.
@@ -176,6 +187,22 @@ export async function reconcileOperation(ctx: OperationContext, executor: ChildH
       markedUnknown = await markUnknown(ctx, target, failure);
     }
     await backoff.wait();
+  }
+}
+
+/**
+ * Give the executor the kernel's rotation statements (kernel_key_unpinned);
+ * true once it has them. Asked once per step: a second refusal is an
+ * authorization no pinned kernel key signed, and goes the way of any other.
+ */
+async function giveKernelKeys(ctx: OperationContext, executor: ChildHandle, requestId: string): Promise<boolean> {
+  if (!ctx.giveKernelKeys) return false;
+  try {
+    await ctx.giveKernelKeys(executor);
+    return true;
+  } catch (error) {
+    ctx.log.warn('kernel_keys_not_given', { request_id: requestId, executor: executor.name, code: toCustodyError(error).code });
+    return false;
   }
 }
 

@@ -75,8 +75,8 @@ describe('executor-proc execute_once', function () {
 
   const refusals: Array<{ title: string; code: string; make: () => ReturnType<typeof executeBody> }> = [
     {
-      title: 'an authorization signed by another kernel key',
-      code: 'authorization_invalid',
+      title: 'an authorization signed by a kernel key this executor has not pinned (the supervisor gives it the kernel statements and asks again)',
+      code: 'kernel_key_unpinned',
       make: () => executeBody(authorize(executor, { signer: OTHER_KERNEL })),
     },
     {

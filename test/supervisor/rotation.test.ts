@@ -13,7 +13,7 @@ import path from 'node:path';
 import { expect } from 'chai';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { until } from '../helpers/eventually.js';
-import { type TestService, custody, sqlite, startService } from '../helpers/service.js';
+import { FIXTURE_EXECUTOR, type TestService, custody, logEvents, sqlite, startService } from '../helpers/service.js';
 
 const GRANT = { tool: 'review-notes/*', max_invocations: 100, ttl_ms: 3_600_000 };
 
@@ -208,6 +208,48 @@ describe('key rotation: the kernel, with one executor stopped during it', functi
       const claims = await sqlite(path.join(service.paths.executorDir(name), 'ledger.db'), "SELECT count(*) AS n FROM claims_view WHERE state = 'completed'");
       expect(Number(claims[0]!.n), name).to.be.greaterThan(0);
     }
+  });
+});
+
+describe('key rotation: the kernel, while its statement cannot reach a busy executor', function () {
+  this.timeout(120_000);
+  let service: TestService;
+  const latch = path.join(tmpdir(), `custody-rotate-latch-${process.pid}`);
+
+  before(async () => {
+    service = await startService({ config: { executors: [{ ...FIXTURE_EXECUTOR, max_in_flight: 1 }] } });
+    expect((await service.http('POST', '/v1/grants', { tool: '*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
+  });
+  after(async () => {
+    rmSync(latch, { force: true });
+    await service.stop();
+    service.cleanup();
+  });
+
+  it('gives the executor the kernel statements when it refuses an authorization signed by the new key (kernel_key_unpinned), and the operation completes once, never marked unknown', async () => {
+    // The executor's one place is taken, so kernel.rotated is refused there (too_many_in_flight) and deferred.
+    const held = service.http('POST', '/v1/invoke', { tool: 'fixture/latch', request_id: 'held', arguments: { path: latch }, wait_ms: 60_000 }, 'agent');
+    await until('the latch running', () => Promise.resolve(service.stderr.some((line) => line.includes('fixture/latch started')) ? true : undefined));
+    const rotated = await service.cli(['kernel', 'rotate', '--json']);
+    expect(rotated.code, rotated.stderr).to.equal(0);
+    const answer = JSON.parse(rotated.stdout) as { public_key: string; executors: Array<{ name: string; kernel_epoch: number | null }> };
+    expect(answer.executors, 'the statement did not reach the busy executor').to.deep.equal([{ name: 'default', kernel_epoch: null }]);
+    const ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
+    expect(await sqlite(ledger, 'SELECT epoch FROM kernel_epochs ORDER BY epoch')).to.deep.equal([{ epoch: 1 }]);
+    writeFileSync(latch, '');
+    expect((await held).body).to.deep.include({ outcome: 'completed' });
+
+    const done = await invoke(service, 'after-rotation');
+    expect(done.body, JSON.stringify(done.body)).to.deep.include({ outcome: 'completed' });
+    const operation = (await sqlite(path.join(service.paths.kernelDir, 'kernel.db'), "SELECT authorization FROM operations WHERE request_id = 'after-rotation'"))[0]!;
+    expect(readEnvelope(operation.authorization as string).envelope.signer).to.equal(answer.public_key);
+    expect(await sqlite(ledger, 'SELECT epoch FROM kernel_epochs ORDER BY epoch')).to.deep.equal([{ epoch: 1 }, { epoch: 2 }]);
+    expect(await sqlite(ledger, "SELECT count(*) AS n FROM claims_view WHERE state = 'completed'")).to.deep.equal([{ n: 2 }]);
+    const notes = readFileSync(path.join(service.paths.resourcesDir, 'review-notes.jsonl'), 'utf8').split('\n').filter((line) => line.includes('after-rotation'));
+    expect(notes, 'one journal line').to.have.length(1);
+    expect(logEvents(service, 'executor_kernel_pin').some((line) => line.why === 'kernel_key_unpinned'), 'the statements were given on the refusal').to.equal(true);
+    const incidents = await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT kind FROM incidents WHERE kind IN ('outcome_unknown', 'reconcile_refused')");
+    expect(incidents, 'nothing was marked unknown').to.deep.equal([]);
   });
 });
 
