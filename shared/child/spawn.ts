@@ -62,6 +62,12 @@ export interface SpawnChildOptions {
    * provisioning).
    */
   readonly onHead?: (head: number) => void | Promise<void>;
+  /**
+   * The process exists (its pid), before its hello: a supervisor records it
+   * so that a successor started after a kill -9 can kill a child that was
+   * still starting (a store migration, a stopped process).
+   */
+  readonly onSpawned?: (pid: number) => void;
 }
 
 export interface ChildSession {
@@ -78,12 +84,19 @@ export interface ChildSession {
   kill(signal?: NodeJS.Signals): void;
 }
 
-/** Signal a process group, ignoring a group that is already gone. */
+/**
+ * Signal a process group, ignoring a group that is already gone. EPERM (no
+ * member left that this process may signal: a command an adapter ran as
+ * another user) is not thrown either: the caller's wait for the group to
+ * empty sees the survivor and says so (process_group_survived); thrown, it
+ * ended the supervisor as an unhandled rejection.
+ */
 export function killGroup(pid: number, signal: NodeJS.Signals): void {
   try {
     process.kill(-pid, signal);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'ESRCH') throw error;
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== 'ESRCH' && code !== 'EPERM') throw error;
   }
 }
 
@@ -101,6 +114,7 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
   const started = startProcess(command, args, options);
   // Out of descriptors, Node gives the child no pipes and only an 'error' on the next tick: that is the refusal.
   if (!started.piped) await started.spawnFailure;
+  if (started.pid !== undefined) options.onSpawned?.(started.pid);
   const migrating = relayStderr(started.child, options, log);
   const channel = openChannel(started.child, secrets, options, log);
   started.child.stdin.write(preambleFor(secrets, challenge, options));

@@ -248,6 +248,11 @@ export class ChildHandle {
     return spawning;
   }
 
+  /** The process of a start in progress exists: its row names it before its hello (supervisor.db `children`, for a successor). */
+  recordSpawned(pid: number): void {
+    this.#book.record(null, pid);
+  }
+
   /** Start a process and serve with it, unless the child is stopping meanwhile. */
   async #spawn(recovery: RollbackRecovery | null): Promise<void> {
     const session = await this.#startProcess(recovery);

@@ -138,9 +138,9 @@ export class RestartBook {
     this.#deps.onFailed(this.#child, reason);
   }
 
-  /** The child's row in supervisor.db, for the status and a successor supervisor (ARCHITECTURE.md §7). */
-  record(session: ChildSession | null): void {
-    const pid = session?.pid ?? null;
+  /** The child's row in supervisor.db, for the status and a successor supervisor (ARCHITECTURE.md §7); `starting`: the pid of a process before its hello. */
+  record(session: ChildSession | null, starting?: number): void {
+    const pid = session?.pid ?? starting ?? null;
     const { name, role } = this.#child.spec;
     this.#deps.store.recordChild({
       name,

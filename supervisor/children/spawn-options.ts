@@ -31,6 +31,7 @@ export function spawnOptionsFor(child: ChildHandle, deps: ChildDeps, onChannelEn
     onChannelEnd,
     // A kernel's head rides on the request write that follows its decision; an executor's is awaited before an effect.
     onHead: (head) => recordHead(deps.witness, spec.name, head, deps.log, spec.role === 'kernel' ? deps.timing.kernel_head_linger_ms : 0),
+    onSpawned: (pid) => child.recordSpawned(pid),
   };
 }
 

@@ -3,12 +3,14 @@
 // than any staleness rule would wait; a killed one is replaced at once by
 // the next `custody start`, which kills its children and resumes its work.
 import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isCustodyError } from '../../shared/errors.js';
 import { acquireDirLock } from '../../shared/store/dir-lock.js';
 import { isGone } from '../../supervisor/children/proc-stat.js';
-import { custody, FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
+import { CLI, custody, FIXTURE_EXECUTOR, initTestState, sqlite, startService, type TestService } from '../helpers/service.js';
 
 /** proper-lockfile's staleness that this lock replaced: a stop longer than it used to cost the holder its lock. */
 const OLD_STALE_MS = 5000;
@@ -102,5 +104,46 @@ describe('the state lock across supervisors', function () {
     expect(retried.body).to.include({ final: true });
     const again = await service.http('POST', '/v1/invoke', { ...request, wait_ms: 60_000 }, 'agent');
     expect(again.body, 'the same answer again').to.deep.equal(retried.body);
+  });
+});
+
+describe('a child still starting when its supervisor is killed', function () {
+  this.timeout(60_000);
+
+  it('is recorded with its pid before its hello, and the next custody start kills it (a child that never says hello, as one stopped or migrating)', async () => {
+    const root = await initTestState({});
+    // A kernel that never proves itself and never reads its stdin: it outlives its supervisor, as a stopped child does.
+    const configFile = path.join(root, 'custody.json');
+    const config = JSON.parse(readFileSync(configFile, 'utf8')) as { kernel: Record<string, unknown> };
+    writeFileSync(configFile, JSON.stringify({ ...config, kernel: { ...config.kernel, argv: ['sleep', '120'] } }));
+    const db = path.join(root, 'supervisor', 'supervisor.db');
+    const kernelRow = async () => (await sqlite(db, "SELECT state, pid FROM children WHERE name = 'kernel'"))[0] as { state: string; pid: number | null } | undefined;
+    const start = () => spawn(process.execPath, [CLI, 'start', '--state', root, '--port', '0'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let second: ReturnType<typeof start> | null = null;
+    let starting: { state: string; pid: number | null } | undefined;
+    try {
+      const first = start();
+      for (let i = 0; i < 400 && !(starting = await kernelRow())?.pid; i++) await sleep(10);
+      expect(starting, 'the starting kernel is recorded with its pid').to.deep.include({ state: 'starting' });
+      const pid = starting!.pid!;
+      first.kill('SIGKILL');
+      await new Promise((resolve) => first.once('close', resolve));
+      expect(isGone(pid, null), 'the starting kernel outlives its supervisor').to.equal(false);
+
+      second = start();
+      const stderr: string[] = [];
+      second.stderr.on('data', (chunk: Buffer) => stderr.push(String(chunk)));
+      for (let i = 0; i < 500 && !isGone(pid, null); i++) await sleep(10);
+      expect(isGone(pid, null), 'the next start killed it').to.equal(true);
+      for (let i = 0; i < 200 && !stderr.join('').includes('predecessor_child_killed'); i++) await sleep(10);
+      expect(stderr.join('')).to.contain('predecessor_child_killed');
+    } finally {
+      second?.kill('SIGTERM');
+      if (second) await new Promise((resolve) => second!.once('close', resolve));
+      const left = await kernelRow().catch(() => undefined);
+      if (left?.pid && !isGone(left.pid, null)) process.kill(-left.pid, 'SIGKILL');
+      if (starting?.pid && !isGone(starting.pid, null)) process.kill(-starting.pid, 'SIGKILL');
+      rmSync(path.dirname(root), { recursive: true, force: true });
+    }
   });
 });

@@ -83,6 +83,28 @@ describe('the watchdog kills and reaps a process group', function () {
     expect(groupAlive(group.pid)).to.equal(false);
     expect(lines.join('')).not.to.contain('process_group_survived');
   });
+
+  it('whose members this process may not signal (EPERM: a command run as another user): says the group survived, and does not throw', async function () {
+    this.slow(12_000);
+    const group = await startGroup('exit 0');
+    groups.push(group);
+    await group.exited;
+    // Root can signal anything here, so kill(2)'s EPERM for the group is stood in for.
+    const realKill = process.kill.bind(process);
+    process.kill = ((pid: number, signal?: string | number) => {
+      if (pid === -group.pid) throw Object.assign(new Error('kill EPERM'), { code: 'EPERM' });
+      return realKill(pid, signal);
+    });
+    const { log, lines } = collectingLogger();
+    try {
+      expect(() => killGroup(group.pid, 'SIGKILL')).to.not.throw();
+      await reapGroup(group, log);
+    } finally {
+      process.kill = realKill;
+    }
+    expect(lines.join('')).to.contain('process_group_survived');
+    killGroup(group.pid, 'SIGKILL');
+  });
 });
 
 describe("the watchdog's own deadline", () => {
