@@ -17,7 +17,8 @@ import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
 import { ExecutorPool } from './children/pool.js';
 import { ServiceMetrics, type StatsSource } from './metrics/metrics.js';
-import { isGone } from './children/proc-stat.js';
+import { isGone, processStartTicks } from './children/proc-stat.js';
+import { liveGroupMembers } from '../shared/child/process-group.js';
 import { executorSpec, kernelSpec } from './children/specs.js';
 import { HeadWitnessStore } from './children/witness.js';
 import { loadConfig } from './config/load.js';
@@ -393,17 +394,43 @@ function statsSource(child: ChildHandle): StatsSource {
  */
 async function killPredecessorChildren(store: SupervisorStore, log: Logger): Promise<void> {
   // Without a recorded start time a pid proves nothing (it may have been reused): leave it alone.
-  const survivors = store.listChildren().filter((row) => row.pid !== null && row.pid_start_ticks !== null && !isGone(row.pid, row.pid_start_ticks));
+  const recorded = store.listChildren().filter((row) => row.pid !== null && row.pid_start_ticks !== null);
+  const survivors = recorded.filter((row) => !isGone(row.pid!, row.pid_start_ticks));
   for (const row of survivors) {
     log.warn('predecessor_child_killed', { child: row.name, pid: row.pid });
     store.recordIncident({ child: row.name, kind: 'predecessor_killed', code: null, message: `killed ${row.name} pid ${row.pid} left running by a previous supervisor` });
     killGroup(row.pid!, 'SIGKILL');
   }
+  const orphans = recorded.filter((row) => !survivors.includes(row)).flatMap((row) => orphansOf(row.pid!, row.pid_start_ticks!).map((pid) => ({ row, pid })));
+  for (const { row, pid } of orphans) {
+    log.warn('predecessor_group_killed', { child: row.name, leader: row.pid, pid });
+    store.recordIncident({ child: row.name, kind: 'predecessor_killed', code: null, message: `killed pid ${pid}, left running in the process group of ${row.name} (pid ${row.pid}, gone) by a previous supervisor` });
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone meanwhile
+    }
+  }
   const deadline = performance.now() + 10_000;
-  for (const row of survivors) {
-    while (!isGone(row.pid!, row.pid_start_ticks)) {
-      if (performance.now() > deadline) throw new CustodyError('internal', `${row.name} pid ${row.pid} is still running after SIGKILL`);
+  const waited = [...survivors.map((row) => ({ name: row.name, pid: row.pid!, ticks: row.pid_start_ticks })), ...orphans.map(({ row, pid }) => ({ name: row.name, pid, ticks: null }))];
+  for (const { name, pid, ticks } of waited) {
+    while (!isGone(pid, ticks)) {
+      if (performance.now() > deadline) throw new CustodyError('internal', `${name} pid ${pid} is still running after SIGKILL`);
       await wait(5);
     }
   }
+}
+
+/**
+ * What a child whose leader is gone left in its process group: an adapter's
+ * subprocess, an adapter host stopped when its executor was killed. Only
+ * while the leader's pid is free or still the leader's own zombie (an init
+ * that reaps nothing keeps it), so the group id cannot have been given to
+ * another group since (Linux gives no process a pid still in use as a group
+ * id), and only members started after the leader.
+ */
+function orphansOf(leader: number, leaderTicks: number): number[] {
+  const holder = processStartTicks(leader);
+  if (holder !== undefined && holder !== leaderTicks) return [];
+  return (liveGroupMembers(leader) ?? []).filter((pid) => (processStartTicks(pid) ?? -1) >= leaderTicks);
 }

@@ -28,7 +28,11 @@ import { type RequestContext, ServerChannel } from '../wire/server.js';
 import { SessionEndpoint } from '../wire/session.js';
 import { withTimeout } from '../timeout.js';
 import { type FrameSink, takeFrameOutput } from './frame-output.js';
+import { killOwnGroupMembers } from './process-group.js';
 import { optimizeSooner } from '../tiering.js';
+
+/** The process that started this one: once the parent is another (init, a subreaper), the supervisor is gone. */
+const STARTED_BY = process.ppid;
 
 /** A child's exit statuses (shared/exit-codes.ts, docs/PROTOCOL.md §10). */
 export const EXIT = CHILD_EXIT;
@@ -289,6 +293,11 @@ class Serving {
       await this.#service.close?.();
     } catch (error) {
       this.#log.error('close_failed', errorFields(error));
+    }
+    // No supervisor is left to kill and reap this process group: what it started goes with it (process-group.ts).
+    if (process.ppid !== STARTED_BY) {
+      const killed = killOwnGroupMembers();
+      if (killed.length > 0) this.#log.warn('group_members_killed', { pids: killed, why: 'the supervisor is gone' });
     }
     this.#finish(code);
   }

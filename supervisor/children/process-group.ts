@@ -4,30 +4,13 @@
 // with no live member is. Before a replacement starts, the whole group is
 // killed and waited for. A zombie cannot act, so members that are only
 // waiting for their reaper (init, for orphans) do not hold the restart back.
-import { readFileSync, readdirSync } from 'node:fs';
 import { killGroup } from '../../shared/child/spawn.js';
+import { liveGroupMembers } from '../../shared/child/process-group.js';
 
 /** Whether any process of the group is still alive (not a zombie). */
 export function groupAlive(pgid: number): boolean {
-  let entries: string[];
-  try {
-    entries = readdirSync('/proc');
-  } catch {
-    return signalReaches(pgid);
-  }
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-    } catch {
-      continue;
-    }
-    // After the parenthesized command name: state (field 3), ppid, pgrp (field 5).
-    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (Number(pgrp) === pgid && state !== 'Z' && state !== 'X') return true;
-  }
-  return false;
+  const members = liveGroupMembers(pgid);
+  return members === null ? signalReaches(pgid) : members.length > 0;
 }
 
 function signalReaches(pgid: number): boolean {

@@ -2,12 +2,13 @@
 // deadline, refuse, or cannot tell what happened — fixture adapters loaded
 // through custody.json, the way an operator adds a tool.
 import { expect } from 'chai';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { isGone } from '../../supervisor/children/proc-stat.js';
 import { groupAlive } from '../../supervisor/children/process-group.js';
+import { liveGroupMembers } from '../../shared/child/process-group.js';
 import { FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';
 import { untilHolds } from '../helpers/eventually.js';
 
@@ -22,18 +23,7 @@ type Incident = { kind: string; operation_id: string | null; message: string };
 
 /** Live processes whose process group is `pgid`. */
 function groupMembers(pgid: number): number[] {
-  return readdirSync('/proc')
-    .filter((entry) => /^\d+$/.test(entry))
-    .filter((entry) => {
-      try {
-        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-        const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-        return Number(pgrp) === pgid && state !== 'Z';
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
+  return liveGroupMembers(pgid) ?? [];
 }
 
 async function executorPid(service: TestService): Promise<number> {
@@ -188,5 +178,46 @@ describe('a supervisor killed while an effect runs', function () {
       await service.stop();
       service.cleanup();
     }
+  });
+});
+
+describe('an executor whose supervisor is killed', function () {
+  this.timeout(60_000);
+  let service: TestService;
+
+  before(async () => {
+    service = await startService({ config: fixtureConfig({}) });
+    await grantFixtures(service);
+  });
+  after(() => service.cleanup());
+
+  it('kills what its adapters left running in its group as it leaves: nothing of the group outlives it', async () => {
+    const executor = await executorPid(service);
+    const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/subprocess', request_id: 'left-behind', arguments: { leave: true } }, 'agent');
+    expect(answer.body, JSON.stringify(answer.body)).to.include({ outcome: 'completed' });
+    const left = (answer.body.output as { left: number }).left;
+    expect(groupMembers(executor), 'the sleep runs in the executor group').to.include(left);
+    service.process.kill('SIGKILL');
+    await untilHolds('the executor left', () => isGone(executor, null), 20_000);
+    await untilHolds('the sleep it left is gone too', () => isGone(left, null), 5_000);
+    expect(groupAlive(executor)).to.equal(false);
+  });
+
+  it('killed with it (no chance to leave), what its group left is killed by the next custody start before it serves', async () => {
+    service = await service.restart();
+    const executor = await executorPid(service);
+    const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/subprocess', request_id: 'left-behind-2', arguments: { leave: true } }, 'agent');
+    expect(answer.body, JSON.stringify(answer.body)).to.include({ outcome: 'completed' });
+    const left = (answer.body.output as { left: number }).left;
+    // Stopped first, so that the executor runs nothing of its own leaving: both die of SIGKILL.
+    process.kill(executor, 'SIGSTOP');
+    service.process.kill('SIGKILL');
+    await new Promise((resolve) => service.process.once('close', resolve));
+    process.kill(executor, 'SIGKILL');
+    await untilHolds('the executor is gone', () => isGone(executor, null), 10_000);
+    expect(isGone(left, null), 'the sleep outlived its executor').to.equal(false);
+    service = await service.restart();
+    expect(isGone(left, null), 'killed before the next start served').to.equal(true);
+    expect(service.stderr.join('\n')).to.contain('predecessor_group_killed');
   });
 });
