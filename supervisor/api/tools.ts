@@ -9,12 +9,13 @@ import { CustodyError, toCustodyError } from '../../shared/errors.js';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import type { CapabilityBody } from '../../shared/protocol/artifacts.js';
 import { identifier, toolPatternCovers } from '../../shared/protocol/common.js';
-import type { ResultOf } from '../../shared/protocol/messages.js';
 import type { Service } from '../service.js';
 import type { toolsAnswer } from './answers.js';
 import { kernelGrants } from './handlers.js';
 
-const TOOLS_TIMEOUT_MS = 10_000;
+const TOOLS_TIMEOUT_MS = 5_000;
+/** How long a listing waits for an executor that has no session (restarting) before naming it unavailable. */
+const TOOLS_SESSION_WAIT_MS = 2_000;
 
 type ToolsAnswer = z.infer<typeof toolsAnswer>;
 type ToolEntry = ToolsAnswer['tools'][number];
@@ -32,16 +33,25 @@ export async function listTools(service: Service, query: URLSearchParams): Promi
   });
   const tools: ToolEntry[] = [];
   const unavailable: ToolsAnswer['unavailable'] = [];
-  for (const executor of service.config.executors) {
-    const handle = service.executors.get(executor.name);
-    if (!handle) continue;
-    let served: ResultOf<'tools'>['tools'];
-    try {
-      served = (await handle.request('tools', {}, { timeoutMs: TOOLS_TIMEOUT_MS })).tools;
-    } catch (error) {
-      unavailable.push({ executor: executor.name, reason: toCustodyError(error).message });
+  // Every executor at once, none waited for past a moment: one restarting is named unavailable, not waited out in turn.
+  const answers = await Promise.all(
+    service.config.executors.map(async (executor) => {
+      const handle = service.executors.get(executor.name);
+      if (!handle) return null;
+      try {
+        return { executor, served: (await handle.request('tools', {}, { timeoutMs: TOOLS_TIMEOUT_MS, waitMs: TOOLS_SESSION_WAIT_MS })).tools, reason: null };
+      } catch (error) {
+        return { executor, served: null, reason: toCustodyError(error).message };
+      }
+    }),
+  );
+  for (const answer of answers) {
+    if (!answer) continue;
+    if (answer.served === null) {
+      unavailable.push({ executor: answer.executor.name, reason: answer.reason });
       continue;
     }
+    const { executor, served } = answer;
     for (const tool of served) {
       if (!executor.tools.some((pattern) => toolPatternCovers(pattern, tool.tool))) continue;
       if (tools.some((t) => t.tool === tool.tool)) continue;

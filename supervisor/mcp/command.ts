@@ -15,7 +15,16 @@ export interface McpCommandOptions {
   readonly answerTimeoutMs?: number;
 }
 
-export async function mcpCommand(options: McpCommandOptions): Promise<number> {
+/**
+ * How long `custody mcp` waits for the service beyond a call's own wait when
+ * the CLI's --answer-timeout is not given: with the call's 50 s wait, an
+ * agent host's usual 60 s request timeout still hears custody's answer (a
+ * stopped service: "not known, call again") rather than its own timeout.
+ */
+export const MCP_ANSWER_TIMEOUT_MS = 8_000;
+
+export async function mcpCommand(given: McpCommandOptions): Promise<number> {
+  const options = { ...given, answerTimeoutMs: given.answerTimeoutMs ?? MCP_ANSWER_TIMEOUT_MS };
   const log = createLogger({ component: 'mcp' });
   let client: () => CustodyClient;
   let ready: () => Promise<void> = () => Promise.resolve();

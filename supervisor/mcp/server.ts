@@ -33,6 +33,14 @@ const REQUEST_KEY_META = 'custody/request_id';
 /** Outcomes that ended an operation without effect. */
 const WITHOUT_EFFECT = new Set(['denied', 'start_denied', 'expired', 'released']);
 
+/** Refusals an operator ends by granting the tool (custody grant add). */
+const GRANT_REFUSALS = new Set(['capability_unknown', 'capability_expired', 'capability_revoked', 'capability_not_yet_valid', 'tool_not_granted', 'subject_not_granted', 'budget_exhausted']);
+
+/** What an operator runs so that a tool refused for want of a grant is covered. */
+function grantHint(tool: string): string {
+  return `an operator can add a grant: custody grant add --tool ${tool} --max N --ttl 1h`;
+}
+
 export interface McpOptions {
   /** A client holding the agent token; asked for anew on each request (the service may have moved). */
   readonly client: () => CustodyClient;
@@ -106,7 +114,12 @@ export function resultOf(tool: string, requestId: string, answer: DriveAnswer, c
   }
   if ((answer.outcome && WITHOUT_EFFECT.has(answer.outcome)) || answer.phase === 'refused') {
     const cause = causeOf({ tool, request_id: requestId, reason: answer.reason, report: answer.report });
-    return errorResult(`custody refused ${tool} (${answer.outcome ?? 'refused'}: ${answer.reason ?? 'no reason given'}${cause ? `: ${cause}` : ''}); nothing was done. Request ${requestId}.`, structured);
+    const hint = answer.reason !== null && GRANT_REFUSALS.has(answer.reason) ? ` ${grantHint(tool)}.` : '';
+    // The same tool and arguments are the same request: its answer stays this refusal, whatever changed since.
+    const again = repeated
+      ? ` This is the answer given at ${firstCalledAt} to an earlier call with the same tool and arguments; to try again (after a grant was added, say), call with a new ${REQUEST_KEY_ARGUMENT}: nothing ran, so nothing can run twice.`
+      : ` To try again later, call with a new ${REQUEST_KEY_ARGUMENT}: the same arguments alone get this answer again.`;
+    return errorResult(`custody refused ${tool} (${answer.outcome ?? 'refused'}: ${answer.reason ?? 'no reason given'}${cause ? `: ${cause}` : ''}); nothing was done. Request ${requestId}.${hint}${again}`, structured);
   }
   if (answer.final) {
     return errorResult(
@@ -144,7 +157,8 @@ export function createMcpServer(options: McpOptions): McpServer {
         title: tool.tool,
         description: `${tool.description ?? `custody tool ${tool.tool}`}. Governed by custody: runs at most once per request under a grant (${remaining} invocation(s) left), with a signed receipt.`,
         inputSchema: withRequestKey(tool.input_schema),
-        annotations: { readOnlyHint: tool.contract === 'read_only', idempotentHint: true, destructiveHint: false, openWorldHint: false },
+        // A tool that is not read-only acts on the world (a payment, a comment); hosts read these hints to decide what to run unasked.
+        annotations: { readOnlyHint: tool.contract === 'read_only', idempotentHint: true, destructiveHint: tool.contract !== 'read_only', openWorldHint: tool.contract !== 'read_only' },
       });
     }
     return { tools: listed };
@@ -158,8 +172,18 @@ export function createMcpServer(options: McpOptions): McpServer {
     const metaKey = request.params._meta?.[REQUEST_KEY_META];
     const argKey = given[REQUEST_KEY_ARGUMENT];
     delete given[REQUEST_KEY_ARGUMENT];
+    if (argKey !== undefined && typeof argKey !== 'string') {
+      return errorResult(`${REQUEST_KEY_ARGUMENT} must be a string (letters, digits and _.:@/+-, at most 128), got ${typeof argKey}; nothing was done`);
+    }
     const key = typeof argKey === 'string' ? argKey : typeof metaKey === 'string' ? metaKey : null;
-    const requestId = requestIdFor(tool, given, key);
+    let requestId: string;
+    try {
+      requestId = requestIdFor(tool, given, key);
+    } catch (error) {
+      // Arguments no canonical JSON can carry (a number past the doubles, a lone surrogate, nesting past the bound).
+      const failure = toCustodyError(error);
+      return errorResult(`custody cannot take these arguments for ${tool} (${failure.code}: ${failure.message}); nothing was done. Send plain JSON: finite numbers, well-formed text.`, { code: failure.code });
+    }
     log.info('mcp_call', { tool, request_id: requestId });
     const calledAt = Date.now();
     try {
@@ -188,10 +212,18 @@ export function createMcpServer(options: McpOptions): McpServer {
           structured,
         );
       }
-      if (failure.code === 'capability_unknown') {
-        return errorResult(`no live grant covers ${tool} (${failure.message}); an operator can add one: custody grant add --tool ${tool} --max N --ttl 1h`, structured);
+      if (GRANT_REFUSALS.has(failure.code)) {
+        return errorResult(`no live grant covers ${tool} (${failure.code}: ${failure.message}); nothing was done. ${grantHint(tool)}`, structured);
       }
-      return errorResult(`custody refused ${tool} (${failure.code}: ${failure.errorClass === 'internal' ? 'internal error; see the service log' : failure.message})`, structured);
+      if (failure.errorClass === 'internal' || failure.errorClass === 'protocol') {
+        // After the request was logged the service may still carry it: the same arguments find it, a new key could run it twice.
+        return errorResult(
+          `custody failed while handling ${tool} (${failure.code}; see the service log), and the call may have been recorded and may still run. ` +
+            `Request ${requestId}: call the tool again with exactly the same arguments (and ${REQUEST_KEY_ARGUMENT}, if you gave one) to learn its outcome; it will not run twice. Do not change ${REQUEST_KEY_ARGUMENT}.`,
+          structured,
+        );
+      }
+      return errorResult(`custody refused ${tool} (${failure.code}: ${failure.message}); nothing was done`, structured);
     }
   });
   return mcp;

@@ -60,6 +60,11 @@ describe('custody mcp', function () {
       ['x.y-z/w_v', 'x.y-z__w_v'],
       ['a__b/c', null],
       [`a/${'b'.repeat(126)}`, null],
+      // pay_/refund would be pay___refund, read back as pay/_refund: not offered rather than offered and uncallable.
+      ['pay_/refund', null],
+      ['pay/_refund', null],
+      ['_a/b', null],
+      ['a_b/c_d', 'a_b__c_d'],
     ];
     for (const [tool, name] of cases) {
       const mapped = mcpNameOf(tool);
@@ -71,6 +76,7 @@ describe('custody mcp', function () {
     }
     expect(toolOfMcpName('nosuch')).to.equal('nosuch');
     expect(toolOfMcpName('a___b')).to.equal(null);
+    expect(toolOfMcpName('pay___refund')).to.equal(null);
     expect(toolOfMcpName('Bad/Name')).to.equal(null);
   });
 
@@ -132,6 +138,14 @@ describe('custody mcp', function () {
     expect(huge.isError, textOf(huge)).to.equal(true);
     expect(textOf(huge)).to.match(/refused review-notes\/append \(arguments_too_large: .*note is 5000 UTF-8 bytes; at most 4096/);
     expect(journalLines(service).filter((l) => String(l.note).length === 5000)).to.have.length(0);
+    // Arguments canonical JSON cannot carry (a lone surrogate) are a tool error saying what to send, not a JSON-RPC error.
+    const lone = (await client.callTool({ name: TOOL, arguments: { note: 'half \ud800 a pair' } })) as CallToolResult;
+    expect(lone.isError, textOf(lone)).to.equal(true);
+    expect(textOf(lone)).to.match(/cannot take these arguments for review-notes\/append \(canonical_unsupported: .*nothing was done/);
+    const badKey = (await client.callTool({ name: TOOL, arguments: { note: 'keyed', custody_request_id: 7 } })) as CallToolResult;
+    expect(badKey.isError, textOf(badKey)).to.equal(true);
+    expect(textOf(badKey)).to.match(/custody_request_id must be a string/);
+    expect(journalLines(service).filter((l) => l.note === 'keyed')).to.have.length(0);
   });
 
   it('stops listing the tool once the grant runs out, and refuses the next call naming the tool', async () => {
@@ -150,8 +164,18 @@ describe('custody mcp', function () {
     expect(tools.map((t) => t.name)).to.not.include(TOOL);
     const refused = (await client.callTool({ name: TOOL, arguments: { note: 'one too many' } })) as CallToolResult;
     expect(refused.isError).to.equal(true);
-    expect(textOf(refused)).to.match(/review-notes\/append/);
+    expect(textOf(refused)).to.match(/review-notes\/append/).and.to.contain('custody grant add --tool review-notes/append');
     expect(journalLines(service).filter((l) => l.note === 'one too many')).to.have.length(0);
+    // A grant added, the same call is the same request and keeps its answer; the agent is told how to try again.
+    expect((await service.http('POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 2, ttl_ms: 3_600_000 })).status).to.equal(201);
+    await new Promise((resolve) => setTimeout(resolve, 1_100)); // past the margin within which two calls count as one (outcome.ts askedBefore)
+    const repeated = (await client.callTool({ name: TOOL, arguments: { note: 'one too many' } })) as CallToolResult;
+    expect(repeated.isError).to.equal(true);
+    expect(textOf(repeated)).to.contain('answer given at').and.to.contain('call with a new custody_request_id');
+    expect(journalLines(service).filter((l) => l.note === 'one too many')).to.have.length(0);
+    const anew = (await client.callTool({ name: TOOL, arguments: { note: 'one too many', custody_request_id: 'after-the-grant' } })) as CallToolResult;
+    expect(anew.isError, textOf(anew)).to.not.equal(true);
+    expect(journalLines(service).filter((l) => l.note === 'one too many')).to.have.length(1);
   });
 
   it('refuses the control token', async () => {
