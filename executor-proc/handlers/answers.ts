@@ -8,6 +8,7 @@ import type { ResultOf } from '../../shared/protocol/messages.js';
 import type { VerifiedAuthorization } from '../authorization.js';
 import { contradicts } from '../claim-machine.js';
 import type { ExecutorContext } from '../context.js';
+import type { ReportSigner } from '../ledger/ledger.js';
 import type { OperationRecord } from '../ledger/records.js';
 import { reportSigner } from '../report.js';
 
@@ -65,7 +66,9 @@ export async function retainObservation(
   const bound = context.reportBound;
   const omitted = (outputBytes: number) =>
     context.log.warn('report_output_omitted', { operation_id: operationId, status, output_bytes: outputBytes, report_max_bytes: bound.bytes, report_max_depth: bound.depth });
-  const sign = reportSigner(context.signer, context.ledger.config, { authorizationDigest, status, output, costUnits }, bound, omitted);
+  // Signed when the grouped transaction writes it, with the key in force then: a rotation committed while this report
+  // waited for the batch signs it with the new key, never with the one it retired (docs/SECURITY.md "Rotating keys").
+  const sign: ReportSigner = (claim, finishedAt) => reportSigner(context.signer, context.ledger.config, { authorizationDigest, status, output, costUnits }, bound, omitted)(claim, finishedAt);
   const outcome = await context.ledger.retainReportDurable(operationId, status, sign, RETAINED_CUTPOINTS[source]);
   const report = outcome.record.report;
   if (!report) throw new CustodyError('store_corrupt', `operation ${operationId} has no report right after retaining one`);
