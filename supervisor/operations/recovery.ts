@@ -148,6 +148,7 @@ export class RecoverySweeper {
   #executorFailed(op: OperationView): boolean {
     if (!op.executor_id) return false;
     let failed: boolean;
+    let configured = true;
     let name = op.executor_id;
     try {
       const executor = this.#ctx.executorById(op.executor_id);
@@ -155,14 +156,19 @@ export class RecoverySweeper {
       name = executor.name;
     } catch {
       failed = true;
+      configured = false;
     }
     if (failed && !this.#parked.has(op.operation_id)) {
       this.#parked.add(op.operation_id);
+      // Its claims are in that executor's ledger alone: no other executor may run or answer for them.
+      const message = configured
+        ? `${op.request_id} waits for executor ${name}, which is failed; it is retried after restart.failed_cooldown_s, or now with: custody restart ${name}`
+        : `${op.request_id} was started on the executor with identity ${name}, which custody.json no longer lists; only its ledger can say what became of it, so no other executor runs it. Put that executor back in custody.json (its directory, ledger and key unchanged) and restart custody: the operation is then reconciled`;
       this.#ctx.store.recordIncident({
         child: op.executor_id,
         kind: 'waiting_for_executor',
-        code: 'child_failed',
-        message: `${op.request_id} waits for executor ${name}, which is failed; it is retried after restart.failed_cooldown_s, or now with: custody restart ${name}`,
+        code: configured ? 'child_failed' : 'executor_unknown',
+        message,
         operation_id: op.operation_id,
       });
     }
