@@ -1,5 +1,6 @@
 // What an executor owns in executors/<name>/: executor.key (0600),
-// executor.pub, ledger.db and archive.db, behind the directory lock.
+// executor.pub, executor.statements (key-statements.ts), ledger.db and
+// archive.db, behind the directory lock.
 // Provision creates all of them in this process (the key never leaves it)
 // and refuses if any is there; serve opens them and refuses anything
 // missing, loose, changed or not the files that were provisioned.
@@ -13,6 +14,7 @@ import { crashPoint } from '../shared/fault.js';
 import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
 import { ensurePrivateDir, isPathPresent } from '../shared/store/private-fs.js';
 import { EpochBook } from './ledger/epochs.js';
+import { catchUpKeyEpochs, keepStatements } from './key-statements.js';
 import { ARCHIVE_FILE, type ExecutorStores, LEDGER_FILE, openStores, provisionStores } from './ledger/stores.js';
 import { type ProvisionSettings, capacityFor } from './settings.js';
 
@@ -24,6 +26,8 @@ export interface ExecutorState {
   readonly lock: DirLock;
   /** Set when opening finished a key rotation a crash interrupted (the epoch it finished). */
   readonly rotationFinished?: number;
+  /** Set when the ledger named an older key than executor.key and the epochs between were recorded from executor.statements. */
+  readonly keysCaughtUp?: readonly number[];
 }
 
 export interface StateRequest {
@@ -45,27 +49,34 @@ export async function openExecutorState(request: StateRequest): Promise<Executor
   const lock = await acquireDirLock(dir);
   try {
     if (request.mode === 'provision') return { ...provision(request, kernelPublicKey), lock };
-    const stores = openStores(dir, {
-      kernelPublicKey,
-      executorId: request.settings.executorId,
-      claimCapacity: request.settings.claimCapacity,
-      refusalReserve: request.settings.refusalReserve,
-    });
+    const open = () =>
+      openStores(dir, {
+        kernelPublicKey,
+        executorId: request.settings.executorId,
+        claimCapacity: request.settings.claimCapacity,
+        refusalReserve: request.settings.refusalReserve,
+      });
+    let stores = open();
+    const close = () => {
+      stores.ledger.close();
+      stores.archive.close();
+    };
     try {
       // A rotation the ledger committed is finished before the key is read; one it never committed is discarded.
       const current = new EpochBook(stores.ledger).current('key_epochs');
       const finished = settlePendingKey(dir, KEY_BASENAME, current.public_key);
       const signer = loadSigner(path.join(dir, `${KEY_BASENAME}.key`));
+      let keysCaughtUp: number[] | undefined;
       if (signer.publicKeyHex !== current.public_key) {
-        throw new CustodyError(
-          'ledger_identity',
-          `ledger ${path.join(dir, LEDGER_FILE)} belongs to another identity: current public key ${current.public_key.slice(0, 16)}… (epoch ${current.epoch}) in the ledger, ${signer.publicKeyHex.slice(0, 16)}… in ${KEY_BASENAME}.key`,
-        );
+        // A ledger restored from before a key rotation: its epochs are caught up from executor.statements, then it is opened anew.
+        keysCaughtUp = catchUpKeyEpochs(dir, stores.ledger, stores.config.executorId, signer.publicKeyHex, path.join(dir, LEDGER_FILE));
+        close();
+        stores = open();
       }
-      return { stores, signer, lock, ...(finished ? { rotationFinished: current.epoch } : {}) };
+      keepStatements(dir, stores.ledger);
+      return { stores, signer, lock, ...(finished ? { rotationFinished: current.epoch } : {}), ...(keysCaughtUp ? { keysCaughtUp } : {}) };
     } catch (error) {
-      stores.ledger.close();
-      stores.archive.close();
+      close();
       throw error;
     }
   } catch (error) {

@@ -124,6 +124,55 @@ describe('executor-proc key rotation', function () {
   });
 });
 
+describe('executor-proc ledger restored from before a key rotation', function () {
+  this.timeout(60_000);
+  let home: Home;
+
+  before(async () => {
+    home = makeHome('restored');
+    await provisioned(home);
+  });
+  after(() => removeHome(home));
+
+  it('catches the ledger up from executor.statements, and only through statements that verify from its own key', async () => {
+    const backup = path.join(home.root, 'ledger.before-rotation');
+    let executor = await startExecutor(home, {});
+    expect((await stopExecutor(executor)).code).to.equal(0);
+    fs.copyFileSync(home.ledgerFile, backup);
+    executor = await startExecutor(home, {});
+    const rotated = await executor.channel.request('key.rotate', {});
+    expect((await stopExecutor(executor)).code).to.equal(0);
+    const statements = path.join(home.dir, 'executor.statements');
+    expect(fs.readFileSync(statements, 'utf8')).to.equal(`${rotated.statement}\n`);
+    const restore = () => {
+      fs.copyFileSync(backup, home.ledgerFile);
+      for (const sidecar of ['-wal', '-shm']) fs.rmSync(`${home.ledgerFile}${sidecar}`, { force: true });
+    };
+
+    // A statement that does not verify from the ledger's key (signed by a key that is not the retired one) is refused.
+    restore();
+    const forged = signRotation(Signer.fromSeed(Buffer.alloc(32, 9)), { role: 'executor', id: 'restored', epoch: 1 }, rotated.public_key, Date.now());
+    fs.writeFileSync(statements, `${forged.text}\n`);
+    const refusedForged = await refusal(startExecutor(home, {}));
+    expect(refusedForged.code).to.equal('ledger_identity');
+    expect(refusedForged.message).to.contain('executor.statements does not lead');
+    // None at all: refused, naming what is missing.
+    fs.rmSync(statements);
+    const refusedNone = await refusal(startExecutor(home, {}));
+    expect(refusedNone.code).to.equal('ledger_identity');
+    expect(refusedNone.message).to.contain('restored from a copy taken before a key rotation');
+    expect(sqlite(home.ledgerFile, 'SELECT max(epoch) AS epoch FROM key_epochs').rows, 'nothing recorded').to.deep.equal([{ epoch: 1 }]);
+
+    // The genuine statement: the ledger learns epoch 2, and serves under it.
+    fs.writeFileSync(statements, `${rotated.statement}\n`, { mode: 0o600 });
+    executor = await startExecutor(home, {});
+    expect(executor.identity).to.deep.include({ key_epoch: 2, public_key: rotated.public_key });
+    expect(executor.stderr.some((line) => line.includes('ledger_key_epochs_caught_up'))).to.equal(true);
+    expect(sqlite(home.ledgerFile, 'SELECT epoch, statement FROM key_epochs WHERE epoch = 2').rows).to.deep.equal([{ epoch: 2, statement: rotated.statement }]);
+    expect((await stopExecutor(executor)).code).to.equal(0);
+  });
+});
+
 /** A distinct seed per index (two bytes of it, the rest fixed). */
 function seedFor(index: number): Buffer {
   const seed = Buffer.alloc(32, 0xaa);

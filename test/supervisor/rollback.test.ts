@@ -24,6 +24,23 @@ async function pidOf(service: TestService, role: 'kernel' | 'executor'): Promise
   return child.pid;
 }
 
+/** Rotate a key, then authorize an operation under it and lose the reply to its execute (the effect ran); the service stopped after. */
+async function rotateThenLoseAReply(service: TestService, rotate: string[], operation: string): Promise<void> {
+  const rotated = await service.cli(rotate);
+  expect(rotated.code, rotated.stderr).to.equal(0);
+  expect((await service.cli(['authorize', 'review-notes/append', '--arg', 'note=two', '--operation', operation])).code).to.equal(0);
+  expect((await service.cli(['execute', operation, '--drop-reply'])).code).to.equal(75);
+  expect(journal(service)).to.have.length(2);
+  expect(await service.stop()).to.equal(0);
+}
+
+/** Put a backup back over a stopped executor's ledger, as docs/ROLLBACK.md says: the copy over the file, its -wal and -shm removed. */
+function restoreLedger(ledger: string, backup: string): void {
+  writeFileSync(ledger, readFileSync(backup));
+  rmSync(`${ledger}-wal`, { force: true });
+  rmSync(`${ledger}-shm`, { force: true });
+}
+
 describe('store rollback through the service', function () {
   this.timeout(120_000);
   let services: TestService[] = [];
@@ -56,9 +73,7 @@ describe('store rollback through the service', function () {
       witnessed = (await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT head FROM witness WHERE name = 'default'"))[0]?.head as number;
 
       // The operator's restore: the old bytes into the same file (same device and inode), its -wal and -shm removed.
-      writeFileSync(ledger, readFileSync(backup));
-      rmSync(`${ledger}-wal`, { force: true });
-      rmSync(`${ledger}-shm`, { force: true });
+      restoreLedger(ledger, backup);
       restoredHead = ((await sqlite(ledger, 'SELECT seq FROM head'))[0]?.seq as number | undefined) ?? 0;
       expect(restoredHead, 'the restored copy is older than the witness').to.be.below(witnessed);
       again = await service.restart();
@@ -124,15 +139,8 @@ describe('store rollback through the service', function () {
     const ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
     const backup = path.join(path.dirname(service.dir), 'ledger.before-rotation');
     expect((await sqlite(ledger, `.backup '${backup}'`)).length).to.equal(0);
-    const rotated = await service.cli(['kernel', 'rotate']);
-    expect(rotated.code, rotated.stderr).to.equal(0);
-    expect((await service.cli(['authorize', 'review-notes/append', '--arg', 'note=two', '--operation', 'op-r'])).code).to.equal(0);
-    expect((await service.cli(['execute', 'op-r', '--drop-reply'])).code).to.equal(75);
-    expect(journal(service)).to.have.length(2);
-    expect(await service.stop()).to.equal(0);
-    writeFileSync(ledger, readFileSync(backup));
-    rmSync(`${ledger}-wal`, { force: true });
-    rmSync(`${ledger}-shm`, { force: true });
+    await rotateThenLoseAReply(service, ['kernel', 'rotate'], 'op-r');
+    restoreLedger(ledger, backup);
     const again = await service.restart();
     services.push(again);
     // Before the keys were caught up first, this failed with signer_untrusted and the executor stayed failed.
@@ -144,6 +152,35 @@ describe('store rollback through the service', function () {
     const reconciled = await again.cli(['reconcile', 'op-r', '--json']);
     expect(reconciled.code, reconciled.stdout + reconciled.stderr).to.equal(0);
     expect(journal(again), 'op-r was not run again').to.have.length(2);
+  });
+
+  it('takes the way back for a ledger restored from before an executor key rotation: the ledger learns its own newer key from executor.statements, is refused as rolled back, and recover-rollback records what the old copy forgot', async () => {
+    const service = await startService({ config: { timing: { recovery_sweep_ms: 600_000 } } });
+    services.push(service);
+    expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=one'])).code).to.equal(0);
+    const dir = service.paths.executorDir('default');
+    const ledger = path.join(dir, 'ledger.db');
+    const backup = path.join(path.dirname(service.dir), 'ledger.before-executor-rotation');
+    expect((await sqlite(ledger, `.backup '${backup}'`)).length).to.equal(0);
+    await rotateThenLoseAReply(service, ['executor', 'rotate', 'default'], 'op-e');
+    expect(readFileSync(path.join(dir, 'executor.statements'), 'utf8').trim().split('\n'), 'the statement is kept beside the key').to.have.length(1);
+    restoreLedger(ledger, backup);
+    // Before executor.statements, the restored ledger named the destroyed key and the whole service refused to start (ledger_identity).
+    const again = await service.restart();
+    services.push(again);
+    expect(again.stderr.some((line) => line.includes('ledger_key_epochs_caught_up')), 'the epochs were caught up').to.equal(true);
+    expect(await sqlite(ledger, 'SELECT epoch FROM key_epochs ORDER BY epoch')).to.deep.equal([{ epoch: 1 }, { epoch: 2 }]);
+    const incidents = await sqlite(path.join(again.paths.supervisorDir, 'supervisor.db'), "SELECT child FROM incidents WHERE code = 'store_rolled_back'");
+    expect(incidents.map((row) => row.child), 'still refused as rolled back: the epochs did not move its head').to.include('default');
+    const recovered = await again.cli(['recover-rollback', 'default', '--json']);
+    expect(recovered.code, recovered.stdout + recovered.stderr).to.equal(0);
+    const [request] = await sqlite(path.join(again.paths.supervisorDir, 'supervisor.db'), "SELECT operation_id FROM requests WHERE request_id = 'op-e'");
+    expect((JSON.parse(recovered.stdout) as { recorded: string[] }).recorded).to.include(request?.operation_id);
+    const reconciled = await again.cli(['reconcile', 'op-e', '--json']);
+    expect(reconciled.code, reconciled.stdout + reconciled.stderr).to.equal(0);
+    expect(journal(again), 'op-e was not run again').to.have.length(2);
+    expect((await again.cli(['invoke', 'review-notes/append', '--arg', 'note=three'])).code, 'it serves under its current key').to.equal(0);
+    expect(journal(again)).to.have.length(3);
   });
 
   it('refuses a kernel whose kernel.db lost its -wal after kill -9: the service says store_rolled_back and does not start', async () => {
