@@ -57,10 +57,15 @@ export function requestIdFor(tool: string, args: Record<string, unknown>, key: s
   return `mcp-${canonicalDigest({ tool, arguments: args, key }).slice(0, 32)}`;
 }
 
-function withRequestKey(schema: Record<string, unknown> | null): Tool['inputSchema'] {
+/**
+ * The tool's input schema with the optional request key added; null when the
+ * adapter's own schema declares a member of that name, which every call
+ * would take away before the adapter sees it (such a tool is not offered).
+ */
+function withRequestKey(schema: Record<string, unknown> | null): Tool['inputSchema'] | null {
   const base: Record<string, unknown> = schema ?? { type: 'object', additionalProperties: true };
   const properties = (base.properties as Record<string, unknown> | undefined) ?? {};
-  if (Object.hasOwn(properties, REQUEST_KEY_ARGUMENT)) return base as Tool['inputSchema'];
+  if (Object.hasOwn(properties, REQUEST_KEY_ARGUMENT)) return null;
   return {
     ...base,
     type: 'object',
@@ -151,12 +156,17 @@ export function createMcpServer(options: McpOptions): McpServer {
         log.warn('mcp_tool_not_offered', { tool: tool.tool, reason: mapped.refused });
         continue;
       }
+      const inputSchema = withRequestKey(tool.input_schema);
+      if (inputSchema === null) {
+        log.warn('mcp_tool_not_offered', { tool: tool.tool, reason: `its argument schema declares ${REQUEST_KEY_ARGUMENT}, which custody mcp takes away from every call to name the request` });
+        continue;
+      }
       const remaining = tool.grants.reduce((sum, g) => sum + g.remaining_invocations, 0);
       listed.push({
         name: mapped.name,
         title: tool.tool,
         description: `${tool.description ?? `custody tool ${tool.tool}`}. Governed by custody: runs at most once per request under a grant (${remaining} invocation(s) left), with a signed receipt.`,
-        inputSchema: withRequestKey(tool.input_schema),
+        inputSchema,
         // A tool that is not read-only acts on the world (a payment, a comment); hosts read these hints to decide what to run unasked.
         annotations: { readOnlyHint: tool.contract === 'read_only', idempotentHint: true, destructiveHint: tool.contract !== 'read_only', openWorldHint: tool.contract !== 'read_only' },
       });

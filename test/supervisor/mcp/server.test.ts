@@ -225,6 +225,7 @@ describe('custody mcp with a slow tool', function () {
   before(async () => {
     service = await startService({ config: { executors: [FIXTURE_EXECUTOR] } });
     await service.http('POST', '/v1/grants', { tool: 'fixture/sleep', max_invocations: 10, ttl_ms: 3_600_000 });
+    await service.http('POST', '/v1/grants', { tool: 'fixture/keyed', max_invocations: 10, ttl_ms: 3_600_000 });
     ({ client } = await connectMcp(['--state', service.dir, '--wait', '1s']));
   });
 
@@ -234,8 +235,11 @@ describe('custody mcp with a slow tool', function () {
     service?.cleanup();
   });
 
-  it("publishes the adapter's zod schema as the tool's input schema", async () => {
+  it("publishes the adapter's zod schema as the tool's input schema; a schema that declares custody_request_id is not offered", async () => {
     const { tools } = await client.listTools();
+    // Every call takes custody_request_id away to name the request: that adapter would never see its own member.
+    expect(tools.map((t) => t.name)).to.not.include('fixture__keyed');
+    expect((await service.http('GET', '/v1/tools', undefined, 'agent')).body.tools).to.satisfy((listed: Array<{ tool: string }>) => listed.some((t) => t.tool === 'fixture/keyed'));
     const sleep = tools.find((t) => t.name === 'fixture__sleep');
     expect(sleep?.inputSchema.properties?.ms).to.deep.include({ type: 'integer', minimum: 0, maximum: 60_000 });
     expect(sleep?.annotations?.readOnlyHint).to.equal(true);
