@@ -12,7 +12,7 @@
 import { verifyRotation } from '../shared/artifacts/rotation.js';
 import { readEnvelope } from '../shared/artifacts/artifact.js';
 import { signRotation } from '../shared/artifacts/rotation.js';
-import { createPendingKeyPair, discardPendingKey, promotePendingKey } from '../shared/crypto/key-files.js';
+import { createPendingKeyPair, discardPendingKey, hasPendingKey, promotePendingKey } from '../shared/crypto/key-files.js';
 import type { Signer } from '../shared/crypto/ed25519.js';
 import { CustodyError } from '../shared/errors.js';
 import { crashPoint } from '../shared/fault.js';
@@ -58,6 +58,11 @@ export interface KernelRotation {
  * the key files after the commit, or undoes the swap if it failed.
  */
 export function rotateKernel(kernel: Kernel, dir: string, context: UnitContext): KernelRotation {
+  // One at a time: a second rotation in the same batch would replace the first's pending key, and the first's
+  // promotion would then overwrite the key kernel.db names. The pending pair exists from here until the promotion.
+  if (hasPendingKey(dir, 'kernel')) {
+    throw new CustodyError('rotation_in_progress', 'a kernel key rotation is under way (kernel.next.key exists until it is promoted); ask again once it is answered');
+  }
   const current = kernel.store.currentKernelEpoch();
   if (current.public_key !== kernel.signer.publicKeyHex) {
     throw new CustodyError('internal', `kernel signs with ${kernel.signer.publicKeyHex.slice(0, 16)}…, kernel.db records ${current.public_key.slice(0, 16)}… at epoch ${current.epoch}`);

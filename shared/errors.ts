@@ -143,6 +143,7 @@ const CODES = {
   // issue 11 items 1-3: key rotation of executors and the kernel (docs/SECURITY.md, "Rotating keys")
   epoch_retired: { class: 'refused', summary: 'the authorization names an executor key epoch, or is signed by a kernel key epoch, that a rotation retired before it was claimed; the executor refused it with a signed report and its hold is released' },
   rotation_invalid: { class: 'refused', summary: 'a key rotation statement does not verify under the pinned key, or does not move the pinned epoch forward by exactly one' },
+  rotation_in_progress: { class: 'refused', summary: 'a key rotation is already under way in this process; ask again once it is answered' },
   kernel_key_unpinned: { class: 'refused', summary: 'an authorization is signed by a kernel key this executor has not pinned; nothing was claimed. After a kernel rotation, the kernel\'s statements (kernel.rotated) reach the executor and it is asked again' },
   epoch_unpinned: { class: 'unknown', summary: 'a report is signed under an executor key epoch the kernel has not pinned yet; the rotation statement must reach the kernel first' },
 } as const satisfies Record<string, { class: ErrorClass; summary: string }>;

@@ -5,6 +5,7 @@
 import {
   closeSync,
   constants,
+  existsSync,
   fchmodSync,
   fstatSync,
   fsyncSync,
@@ -225,6 +226,11 @@ function errnoOf(error: unknown): string | undefined {
 // committed: the pending pair is discarded).
 
 const PENDING = (basename: string) => `${basename}.next`;
+
+/** Whether a pending key (`<basename>.next.key`) is there: a rotation made it and has not promoted or discarded it yet. */
+export function hasPendingKey(dir: string, basename: string): boolean {
+  return existsSync(path.join(dir, `${PENDING(basename)}.key`));
+}
 
 /** Make the next key pair beside the current one, replacing any pending pair a crashed rotation left. */
 export function createPendingKeyPair(dir: string, basename: string): Signer {
