@@ -16,21 +16,54 @@ import type Database from 'better-sqlite3';
 import { verifyChain } from '../shared/artifacts/rotation.js';
 import { nowMs } from '../shared/clock.js';
 import { CustodyError, toCustodyError } from '../shared/errors.js';
+import { errorFields } from '../shared/log.js';
 import { syncDirectory } from '../shared/store/private-fs.js';
 import { EpochBook } from './ledger/epochs.js';
 
 export const STATEMENTS_FILE = 'executor.statements';
 
-/** The statements in the file, oldest first; none when there is no file. */
+/** At most this many bytes are read: ROTATION_STATEMENTS_MAX statements of the largest size many times over. */
+export const STATEMENTS_MAX_BYTES = 4 * 1024 * 1024;
+
+/**
+ * The statements in the file, oldest first; none when there is no file.
+ * Read as the key files are: not through a symlink, a regular file only, and
+ * bounded (a FIFO would hang every start, /dev/zero fill the memory).
+ */
 export function readStatements(dir: string): string[] {
-  let text: string;
+  const file = path.join(dir, STATEMENTS_FILE);
+  let fd: number;
   try {
-    text = fs.readFileSync(path.join(dir, STATEMENTS_FILE), 'utf8');
+    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
-    throw error;
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return [];
+    throw new CustodyError('key_file_invalid', `${file} cannot be read (${code ?? String(error)}): it must be a regular file, not a symlink`, { cause: error });
   }
-  return text.split('\n').filter((line) => line !== '');
+  try {
+    const stat = fs.fstatSync(fd);
+    if (!stat.isFile()) throw new CustodyError('key_file_invalid', `${file} is not a regular file`);
+    if (stat.size > STATEMENTS_MAX_BYTES) throw new CustodyError('key_file_invalid', `${file} is ${stat.size} bytes, more than the ${STATEMENTS_MAX_BYTES} it may be`);
+    const bytes = Buffer.alloc(stat.size);
+    const read = fs.readSync(fd, bytes, 0, stat.size, 0);
+    return bytes.toString('utf8', 0, read).split('\n').filter((line) => line !== '');
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/**
+ * keepStatements, as a step that must not fail what it follows (a rotation
+ * committed, a start): a file that cannot be written (the disk full) is said
+ * in the log and written at the next start or rotation. Only a ledger
+ * restored from before a rotation needs it, and then the operator is told.
+ */
+export function keepStatementsIfPossible(dir: string, ledger: Database.Database, warn: (event: string, fields: Record<string, unknown>) => void): void {
+  try {
+    keepStatements(dir, ledger);
+  } catch (error) {
+    warn('key_statements_not_kept', { file: path.join(dir, STATEMENTS_FILE), ...errorFields(error), why: 'written again at the next start or rotation; a ledger restored from before a rotation needs it' });
+  }
 }
 
 /**
@@ -69,7 +102,14 @@ export function catchUpKeyEpochs(dir: string, ledger: Database.Database, executo
   const mismatch = `ledger ${ledgerPath} names key ${current.public_key.slice(0, 16)}… (epoch ${current.epoch}), executor.key holds ${keyFilePublicKey.slice(0, 16)}…`;
   let chain: ReturnType<typeof verifyChain>;
   try {
-    chain = verifyChain({ role: 'executor', id: executorId, epoch: current.epoch, publicKey: current.public_key }, readStatements(dir));
+    // Up to the key in executor.key and no further: a rotation cut before its promotion can leave one statement past it.
+    const statements = readStatements(dir);
+    chain = { end: { role: 'executor', id: executorId, epoch: current.epoch, publicKey: current.public_key }, applied: [] };
+    for (const text of statements) {
+      if (chain.end.publicKey === keyFilePublicKey) break;
+      const step = verifyChain(chain.end, [text]);
+      chain = { end: step.end, applied: [...chain.applied, ...step.applied] };
+    }
   } catch (error) {
     throw new CustodyError('ledger_identity', `${mismatch}, and ${STATEMENTS_FILE} does not lead from the one to the other: ${toCustodyError(error).message}`, { cause: error });
   }

@@ -142,6 +142,7 @@ function noteKeyEpoch({ ledger, log }: ExecutorContext, state: ExecutorState, mo
     });
   }
   if (state.rotationFinished !== undefined) log.warn('key_rotation_finished', { key_epoch: state.rotationFinished });
+  for (const { event, fields } of state.warnings ?? []) log.warn(event, fields);
   if (state.keysCaughtUp !== undefined) log.warn('ledger_key_epochs_caught_up', { key_epochs: state.keysCaughtUp, why: 'the ledger names an older key than executor.key (restored from before a key rotation); its epochs were recorded from executor.statements' });
 }
 

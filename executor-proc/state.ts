@@ -14,7 +14,7 @@ import { crashPoint } from '../shared/fault.js';
 import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
 import { ensurePrivateDir, isPathPresent } from '../shared/store/private-fs.js';
 import { EpochBook } from './ledger/epochs.js';
-import { catchUpKeyEpochs, keepStatements } from './key-statements.js';
+import { catchUpKeyEpochs, keepStatementsIfPossible } from './key-statements.js';
 import { ARCHIVE_FILE, type ExecutorStores, LEDGER_FILE, openStores, provisionStores } from './ledger/stores.js';
 import { type ProvisionSettings, capacityFor } from './settings.js';
 
@@ -28,6 +28,8 @@ export interface ExecutorState {
   readonly rotationFinished?: number;
   /** Set when the ledger named an older key than executor.key and the epochs between were recorded from executor.statements. */
   readonly keysCaughtUp?: readonly number[];
+  /** What opening could not do and the log should say (before a logger for the session exists). */
+  readonly warnings?: ReadonlyArray<{ readonly event: string; readonly fields: Record<string, unknown> }>;
 }
 
 export interface StateRequest {
@@ -73,8 +75,9 @@ export async function openExecutorState(request: StateRequest): Promise<Executor
         close();
         stores = open();
       }
-      keepStatements(dir, stores.ledger);
-      return { stores, signer, lock, ...(finished ? { rotationFinished: current.epoch } : {}), ...(keysCaughtUp ? { keysCaughtUp } : {}) };
+      const warnings: Array<{ event: string; fields: Record<string, unknown> }> = [];
+      keepStatementsIfPossible(dir, stores.ledger, (event, fields) => warnings.push({ event, fields }));
+      return { stores, signer, lock, warnings, ...(finished ? { rotationFinished: current.epoch } : {}), ...(keysCaughtUp ? { keysCaughtUp } : {}) };
     } catch (error) {
       close();
       throw error;

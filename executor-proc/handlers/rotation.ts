@@ -20,7 +20,7 @@ import { crashPoint } from '../../shared/fault.js';
 import { nowMs } from '../../shared/clock.js';
 import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { ROTATION_STATEMENTS_MAX } from '../../shared/protocol/rotation-messages.js';
-import { keepStatements } from '../key-statements.js';
+import { keepStatementsIfPossible } from '../key-statements.js';
 import { KEY_BASENAME } from '../state.js';
 import type { ExecutorContext } from '../context.js';
 
@@ -42,7 +42,8 @@ export function rotateKey(context: ExecutorContext): ResultOf<'key.rotate'> {
   }
   crashPoint('executor', 'after_key_rotation_commit');
   // Beside the key, outside the ledger: a ledger restored from before this rotation catches up from it (key-statements.ts).
-  keepStatements(context.dir, ledger.db);
+  // Never fatal here: the epoch is committed, and the signer must follow it.
+  keepStatementsIfPossible(context.dir, ledger.db, (event, fields) => context.log.warn(event, fields));
   promotePendingKey(context.dir, KEY_BASENAME);
   context.signer = next;
   context.log.info('key_rotated', { executor_id: ledger.config.executorId, key_epoch: current.epoch + 1, retired_epoch: current.epoch, public_key: next.publicKeyHex });

@@ -4,12 +4,14 @@
 // authorizations to the retired epoch are refused with an epoch_retired report
 // signed by the new key, one claimed before the rotation still replays; the
 // kernel key moves only through statements that verify from the pinned one.
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { decodeArtifact } from '../../shared/artifacts/artifact.js';
 import { signRotation } from '../../shared/artifacts/rotation.js';
 import { Signer } from '../../shared/crypto/ed25519.js';
+import { loadSigner } from '../../shared/crypto/key-files.js';
 import type { CustodyError } from '../../shared/errors.js';
 import { ROTATION_STATEMENTS_MAX } from '../../shared/protocol/rotation-messages.js';
 import {
@@ -163,12 +165,43 @@ describe('executor-proc ledger restored from before a key rotation', function ()
     expect(refusedNone.message).to.contain('restored from a copy taken before a key rotation');
     expect(sqlite(home.ledgerFile, 'SELECT max(epoch) AS epoch FROM key_epochs').rows, 'nothing recorded').to.deep.equal([{ epoch: 1 }]);
 
-    // The genuine statement: the ledger learns epoch 2, and serves under it.
-    fs.writeFileSync(statements, `${rotated.statement}\n`, { mode: 0o600 });
+    // Not a regular file (a FIFO would hang the start; a symlink is not followed): refused at once.
+    execFileSync('mkfifo', [statements]);
+    const refusedFifo = await refusal(startExecutor(home, {}));
+    expect(refusedFifo.code).to.equal('ledger_identity');
+    expect(refusedFifo.message).to.contain('is not a regular file');
+    fs.rmSync(statements);
+
+    // The genuine statement, and one past the key (a later rotation cut before its promotion): the ledger learns epoch 2
+    // and stops there, at the key executor.key holds, and serves under it.
+    const past = signRotation(loadSigner(path.join(home.dir, 'executor.key')), { role: 'executor', id: 'restored', epoch: 2 }, Signer.fromSeed(Buffer.alloc(32, 7)).publicKeyHex, Date.now());
+    fs.writeFileSync(statements, `${rotated.statement}\n${past.text}\n`, { mode: 0o600 });
     executor = await startExecutor(home, {});
     expect(executor.identity).to.deep.include({ key_epoch: 2, public_key: rotated.public_key });
     expect(executor.stderr.some((line) => line.includes('ledger_key_epochs_caught_up'))).to.equal(true);
-    expect(sqlite(home.ledgerFile, 'SELECT epoch, statement FROM key_epochs WHERE epoch = 2').rows).to.deep.equal([{ epoch: 2, statement: rotated.statement }]);
+    expect(sqlite(home.ledgerFile, 'SELECT epoch, statement FROM key_epochs WHERE epoch >= 2').rows).to.deep.equal([{ epoch: 2, statement: rotated.statement }]);
+    expect(fs.readFileSync(statements, 'utf8'), 'the file is the ledger\'s chain again').to.equal(`${rotated.statement}\n`);
+    expect((await stopExecutor(executor)).code).to.equal(0);
+  });
+
+  it('rotates even when executor.statements cannot be written, saying so; the next start writes it', async () => {
+    const statements = path.join(home.dir, 'executor.statements');
+    fs.mkdirSync(`${statements}.next`); // where the file is written first: a directory there makes the write fail, as a full disk does
+    let executor = await startExecutor(home, {});
+    expect(executor.stderr.some((line) => line.includes('key_statements_not_kept')), 'a start that cannot write it still serves').to.equal(false);
+    const rotated = await executor.channel.request('key.rotate', {});
+    expect(rotated.key_epoch).to.equal(3);
+    expect(executor.stderr.some((line) => line.includes('key_statements_not_kept'))).to.equal(true);
+    expect(fs.readFileSync(path.join(home.dir, 'executor.pub'), 'utf8').trim(), 'the key was promoted all the same').to.equal(rotated.public_key);
+    // Reports from here on are signed by the new key, not the retired one.
+    const auth = authorize(executor, { executor: { ...executor.identity, key_epoch: 3, public_key: rotated.public_key } });
+    const answer = await executor.channel.request('execute', executeBody(auth));
+    const report = decodeArtifact('report', answer.report, { trustedSigners: [rotated.public_key] });
+    expect(report.body.key_epoch).to.equal(3);
+    expect((await stopExecutor(executor)).code).to.equal(0);
+    fs.rmdirSync(`${statements}.next`);
+    executor = await startExecutor(home, {});
+    expect(fs.readFileSync(statements, 'utf8').trim().split('\n'), 'written at the next start').to.have.length(2);
     expect((await stopExecutor(executor)).code).to.equal(0);
   });
 });
