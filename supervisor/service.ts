@@ -17,7 +17,7 @@ import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
 import { ExecutorPool } from './children/pool.js';
 import { ServiceMetrics, type StatsSource } from './metrics/metrics.js';
-import { isGone, processStartTicks } from './children/proc-stat.js';
+import { bootTimeMs, isGone, processSession, processStartTicks } from './children/proc-stat.js';
 import { liveGroupMembers } from '../shared/child/process-group.js';
 import { executorSpec, kernelSpec } from './children/specs.js';
 import { HeadWitnessStore } from './children/witness.js';
@@ -393,8 +393,10 @@ function statsSource(child: ChildHandle): StatsSource {
  * take theirs at once.
  */
 async function killPredecessorChildren(store: SupervisorStore, log: Logger): Promise<void> {
-  // Without a recorded start time a pid proves nothing (it may have been reused): leave it alone.
-  const recorded = store.listChildren().filter((row) => row.pid !== null && row.pid_start_ticks !== null);
+  // Without a recorded start time a pid proves nothing (it may have been reused), nor does one recorded before the
+  // machine last booted (its start ticks count from another boot): leave those alone.
+  const booted = bootTimeMs() ?? 0;
+  const recorded = store.listChildren().filter((row) => row.pid !== null && row.pid_start_ticks !== null && row.updated_at >= booted);
   const survivors = recorded.filter((row) => !isGone(row.pid!, row.pid_start_ticks));
   for (const row of survivors) {
     log.warn('predecessor_child_killed', { child: row.name, pid: row.pid });
@@ -402,17 +404,21 @@ async function killPredecessorChildren(store: SupervisorStore, log: Logger): Pro
     killGroup(row.pid!, 'SIGKILL');
   }
   const orphans = recorded.filter((row) => !survivors.includes(row)).flatMap((row) => orphansOf(row.pid!, row.pid_start_ticks!).map((pid) => ({ row, pid })));
+  const signalled: Array<{ row: (typeof recorded)[number]; pid: number }> = [];
   for (const { row, pid } of orphans) {
-    log.warn('predecessor_group_killed', { child: row.name, leader: row.pid, pid });
-    store.recordIncident({ child: row.name, kind: 'predecessor_killed', code: null, message: `killed pid ${pid}, left running in the process group of ${row.name} (pid ${row.pid}, gone) by a previous supervisor` });
     try {
       process.kill(pid, 'SIGKILL');
-    } catch {
-      // gone meanwhile
+    } catch (error) {
+      // Gone meanwhile, or not ours to signal (run as another user): said, not waited for.
+      if ((error as NodeJS.ErrnoException).code === 'EPERM') log.error('predecessor_group_survivor', { child: row.name, leader: row.pid, pid, code: 'EPERM', why: 'left in the group of a dead child and not signallable by this user; stop it yourself' });
+      continue;
     }
+    signalled.push({ row, pid });
+    log.warn('predecessor_group_killed', { child: row.name, leader: row.pid, pid });
+    store.recordIncident({ child: row.name, kind: 'predecessor_killed', code: null, message: `killed pid ${pid}, left running in the process group of ${row.name} (pid ${row.pid}, gone) by a previous supervisor` });
   }
   const deadline = performance.now() + 10_000;
-  const waited = [...survivors.map((row) => ({ name: row.name, pid: row.pid!, ticks: row.pid_start_ticks })), ...orphans.map(({ row, pid }) => ({ name: row.name, pid, ticks: null }))];
+  const waited = [...survivors.map((row) => ({ name: row.name, pid: row.pid!, ticks: row.pid_start_ticks })), ...signalled.map(({ row, pid }) => ({ name: row.name, pid, ticks: null }))];
   for (const { name, pid, ticks } of waited) {
     while (!isGone(pid, ticks)) {
       if (performance.now() > deadline) throw new CustodyError('internal', `${name} pid ${pid} is still running after SIGKILL`);
@@ -425,12 +431,13 @@ async function killPredecessorChildren(store: SupervisorStore, log: Logger): Pro
  * What a child whose leader is gone left in its process group: an adapter's
  * subprocess, an adapter host stopped when its executor was killed. Only
  * while the leader's pid is free or still the leader's own zombie (an init
- * that reaps nothing keeps it), so the group id cannot have been given to
- * another group since (Linux gives no process a pid still in use as a group
- * id), and only members started after the leader.
+ * that reaps nothing keeps it), only members of its group AND its session
+ * (the child was its session's leader; a group the pid was given to since
+ * would have to have been made by a process with that pid, in that very
+ * session), started after it, in this boot (the caller's check).
  */
 function orphansOf(leader: number, leaderTicks: number): number[] {
   const holder = processStartTicks(leader);
   if (holder !== undefined && holder !== leaderTicks) return [];
-  return (liveGroupMembers(leader) ?? []).filter((pid) => (processStartTicks(pid) ?? -1) >= leaderTicks);
+  return (liveGroupMembers(leader) ?? []).filter((pid) => processSession(pid) === leader && (processStartTicks(pid) ?? -1) >= leaderTicks);
 }

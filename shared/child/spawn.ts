@@ -114,7 +114,14 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
   const started = startProcess(command, args, options);
   // Out of descriptors, Node gives the child no pipes and only an 'error' on the next tick: that is the refusal.
   if (!started.piped) await started.spawnFailure;
-  if (started.pid !== undefined) options.onSpawned?.(started.pid);
+  if (started.pid !== undefined && options.onSpawned) {
+    // Only a record for a successor: a failure to keep it (supervisor.db locked from a shell) must not leave this process unowned.
+    try {
+      options.onSpawned(started.pid);
+    } catch (error) {
+      log.warn('child_pid_not_recorded', { pid: started.pid, ...errorFields(error) });
+    }
+  }
   const migrating = relayStderr(started.child, options, log);
   const channel = openChannel(started.child, secrets, options, log);
   started.child.stdin.write(preambleFor(secrets, challenge, options));

@@ -6,6 +6,8 @@ import { readFileSync } from 'node:fs';
 interface Stat {
   /** Field 3: R, S, D, Z (zombie), X (dead), … */
   readonly state: string;
+  /** Field 6: the session id (a child is spawned as its session's leader, and what it starts inherits it). */
+  readonly session: number;
   /** Field 22: start time in clock ticks after boot. */
   readonly startTicks: number | undefined;
 }
@@ -20,7 +22,23 @@ function readStat(pid: number): Stat | undefined {
   // The command name (field 2) is in parentheses and may hold spaces or ')'.
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   const ticks = Number(rest[19]);
-  return { state: rest[0] ?? '', startTicks: Number.isSafeInteger(ticks) ? ticks : undefined };
+  return { state: rest[0] ?? '', session: Number(rest[3]), startTicks: Number.isSafeInteger(ticks) ? ticks : undefined };
+}
+
+/** The session id of a live process, or undefined. */
+export function processSession(pid: number): number | undefined {
+  return readStat(pid)?.session;
+}
+
+/** When this machine booted (ms since the epoch, /proc/stat btime); undefined where it cannot be read. */
+export function bootTimeMs(): number | undefined {
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n').find((l) => l.startsWith('btime '));
+    const seconds = Number(line?.slice(6));
+    return Number.isSafeInteger(seconds) ? seconds * 1000 : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export function processStartTicks(pid: number): number | undefined {

@@ -2,6 +2,7 @@
 // deadline, refuse, or cannot tell what happened — fixture adapters loaded
 // through custody.json, the way an operator adds a tool.
 import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -219,5 +220,25 @@ describe('an executor whose supervisor is killed', function () {
     service = await service.restart();
     expect(isGone(left, null), 'killed before the next start served').to.equal(true);
     expect(service.stderr.join('\n')).to.contain('predecessor_group_killed');
+  });
+
+  it('leaves alone what a child recorded before the machine last booted names: its pids and start times count from another boot', async () => {
+    const executor = await executorPid(service);
+    const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/subprocess', request_id: 'left-behind-3', arguments: { leave: true } }, 'agent');
+    const left = (answer.body.output as { left: number }).left;
+    process.kill(executor, 'SIGSTOP');
+    service.process.kill('SIGKILL');
+    await new Promise((resolve) => service.process.once('close', resolve));
+    process.kill(executor, 'SIGKILL');
+    await untilHolds('the executor is gone', () => isGone(executor, null), 10_000);
+    try {
+      // As if the rows were written before a reboot: nothing they name may be taken for the child's.
+      execFileSync('sqlite3', [path.join(service.paths.supervisorDir, 'supervisor.db'), 'UPDATE children SET updated_at = 1']);
+      service = await service.restart();
+      expect(isGone(left, null), 'not killed on the word of a row from another boot').to.equal(false);
+      expect(service.stderr.join('\n')).to.not.contain('predecessor_group_killed');
+    } finally {
+      if (!isGone(left, null)) process.kill(left, 'SIGKILL');
+    }
   });
 });
