@@ -204,18 +204,23 @@ describe('an executor whose supervisor is killed', function () {
     expect(groupAlive(executor)).to.equal(false);
   });
 
-  it('killed with it (no chance to leave), what its group left is killed by the next custody start before it serves', async () => {
-    service = await service.restart();
+  /** An adapter leaves a sleep in the executor's group; then the supervisor and the executor both die of SIGKILL. The sleep's pid. */
+  async function leaveASleepThenKillBoth(requestId: string): Promise<number> {
     const executor = await executorPid(service);
-    const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/subprocess', request_id: 'left-behind-2', arguments: { leave: true } }, 'agent');
+    const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/subprocess', request_id: requestId, arguments: { leave: true } }, 'agent');
     expect(answer.body, JSON.stringify(answer.body)).to.include({ outcome: 'completed' });
-    const left = (answer.body.output as { left: number }).left;
-    // Stopped first, so that the executor runs nothing of its own leaving: both die of SIGKILL.
+    // Stopped first, so that the executor runs nothing of its own leaving.
     process.kill(executor, 'SIGSTOP');
     service.process.kill('SIGKILL');
     await new Promise((resolve) => service.process.once('close', resolve));
     process.kill(executor, 'SIGKILL');
     await untilHolds('the executor is gone', () => isGone(executor, null), 10_000);
+    return (answer.body.output as { left: number }).left;
+  }
+
+  it('killed with it (no chance to leave), what its group left is killed by the next custody start before it serves', async () => {
+    service = await service.restart();
+    const left = await leaveASleepThenKillBoth('left-behind-2');
     expect(isGone(left, null), 'the sleep outlived its executor').to.equal(false);
     service = await service.restart();
     expect(isGone(left, null), 'killed before the next start served').to.equal(true);
@@ -223,14 +228,7 @@ describe('an executor whose supervisor is killed', function () {
   });
 
   it('leaves alone what a child recorded before the machine last booted names: its pids and start times count from another boot', async () => {
-    const executor = await executorPid(service);
-    const answer = await service.http('POST', '/v1/invoke', { tool: 'fixture/subprocess', request_id: 'left-behind-3', arguments: { leave: true } }, 'agent');
-    const left = (answer.body.output as { left: number }).left;
-    process.kill(executor, 'SIGSTOP');
-    service.process.kill('SIGKILL');
-    await new Promise((resolve) => service.process.once('close', resolve));
-    process.kill(executor, 'SIGKILL');
-    await untilHolds('the executor is gone', () => isGone(executor, null), 10_000);
+    const left = await leaveASleepThenKillBoth('left-behind-3');
     try {
       // As if the rows were written before a reboot: nothing they name may be taken for the child's.
       execFileSync('sqlite3', [path.join(service.paths.supervisorDir, 'supervisor.db'), 'UPDATE children SET updated_at = 1']);
