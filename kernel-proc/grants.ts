@@ -85,10 +85,13 @@ function refusalOf(kernel: Kernel, grant: GrantRow, request: ReserveRequest, now
       message: `grant ${id} allows ${grant.max_invocations} invocations; ${usage.invocations_used} used and ${usage.invocations_held} held`,
     };
   }
-  if (grant.max_cost_units !== null && usage.cost_units_used + usage.cost_units_held + request.cost_units > grant.max_cost_units) {
+  // With no cap, the grant's running totals are still held to 2^53 - 1: past it the counters no longer read back
+  // as integers (the grant's views refuse them), and past 2^63 kernel.db refuses every write that moves them.
+  const costCap = grant.max_cost_units ?? Number.MAX_SAFE_INTEGER;
+  if (usage.cost_units_used + usage.cost_units_held + request.cost_units > costCap) {
     return {
       reason: 'budget_exhausted',
-      message: `grant ${id} allows ${grant.max_cost_units} cost units; ${usage.cost_units_used} used, ${usage.cost_units_held} held, ${request.cost_units} asked`,
+      message: `grant ${id} allows ${grant.max_cost_units ?? `at most ${Number.MAX_SAFE_INTEGER} (2^53 - 1, no cap set)`} cost units; ${usage.cost_units_used} used, ${usage.cost_units_held} held, ${request.cost_units} asked`,
     };
   }
   return null;

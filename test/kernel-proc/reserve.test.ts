@@ -221,6 +221,19 @@ describe('kernel-proc: reserve', function () {
     expect(verifyReceipt(atCap.receipt!, root.publicKey).hold).to.include({ cost_units_held: 4 });
   });
 
+  it('holds a grant with no cost cap to 2^53 - 1 cost units in all: at it allowed, one past denied, and the grant still reads back', async () => {
+    const grant = await kernel.request('grant.add', grantBody(TOOL));
+    const cap = { capability_id: grant.capability_id };
+    const half = Math.floor(Number.MAX_SAFE_INTEGER / 2);
+    expect((await kernel.request('reserve', reserveBody('uncapped-1', { ...cap, cost_units: half }))).verdict).to.equal('allow');
+    const past = await kernel.request('reserve', reserveBody('uncapped-2', { ...cap, cost_units: Number.MAX_SAFE_INTEGER - half + 1 }));
+    expect(past.reason).to.equal('budget_exhausted');
+    expect((await kernel.request('reserve', reserveBody('uncapped-3', { ...cap, cost_units: Number.MAX_SAFE_INTEGER - half }))).verdict).to.equal('allow');
+    // Before the bound, a second hold took the counters past 2^53 and every listing that held the grant answered internal.
+    const listed = await kernel.request('grant.list', { live: false, limit: 10_000, after: null });
+    expect(listed.grants.find((g) => g.capability_id === grant.capability_id)).to.include({ cost_units_held: Number.MAX_SAFE_INTEGER });
+  });
+
   it('draws on a grant that covers the tool by prefix when the request names none', async () => {
     const result = await kernel.request('reserve', reserveBody('prefix-1', { tool: 'big/other' }));
     expect(result.verdict).to.equal('allow');
