@@ -7,6 +7,7 @@
 // operation: what cannot be attributed is no decision about the operation,
 // and a router on the pipe must not be able to fill its history or end it.
 import { type SignedArtifact, decodeArtifact, readEnvelope } from '../../shared/artifacts/artifact.js';
+import { canonicalDigest } from '../../shared/canonical/digest.js';
 import { CustodyError, isErrorCode, toCustodyError } from '../../shared/errors.js';
 import { ARTIFACT_MAX_BYTES, type AuthorizationBody, type Envelope, type ReportBody } from '../../shared/protocol/artifacts.js';
 import type { Kernel } from '../kernel.js';
@@ -132,5 +133,8 @@ function mismatchOf(body: ReportBody, authorization: SignedArtifact<'authorizati
     if (body.status !== 'never_claimed') return `a ${body.status} report carries a refusal; only never_claimed may`;
     if (!isErrorCode(body.refusal.code)) return `its refusal code ${body.refusal.code} is not an error code`;
   }
+  // The completion receipt carries output_digest and the settle answer the output: they must be of one another (§8).
+  const digest = body.output === null ? null : canonicalDigest(body.output);
+  if (body.output_digest !== digest) return `its output_digest ${String(body.output_digest).slice(0, 16)}… is not the SHA-256 of its output's canonical bytes (${String(digest).slice(0, 16)}…)`;
   return null;
 }

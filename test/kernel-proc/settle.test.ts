@@ -192,10 +192,13 @@ describe('kernel-proc: settle', function () {
   const badRefusals = [
     { what: 'a refusal on a report of another status', overrides: { status: 'failed_before_effect' as const, output: null, refusal: { code: 'arguments_too_large', message: 'too big' } }, says: /failed_before_effect report carries a refusal/ },
     { what: 'a refusal whose code is no error code', overrides: { status: 'never_claimed' as const, output: null, claimed_at: null, refusal: { code: 'because_i_said_so', message: 'no' } }, says: /refusal code because_i_said_so is not an error code/ },
+    // The completion receipt would carry one digest and the settle answer another output.
+    { what: 'an output_digest that is not of its output', overrides: { status: 'completed' as const, output: { line: 'appended' }, output_digest: 'ab'.repeat(32) }, says: /output_digest abababababababab… is not the SHA-256 of its output/ },
+    { what: 'an output_digest with no output', overrides: { status: 'completed' as const, output: null, output_digest: 'ab'.repeat(32) }, says: /output_digest .* is not the SHA-256 of its output/ },
   ];
   for (const { what, overrides, says } of badRefusals) {
     it(`refuses ${what}: report_invalid, and the hold stays`, async () => {
-      const { operationId, authorization } = await dispatch(`r-bad-refusal-${overrides.status}`);
+      const { operationId, authorization } = await dispatch(`r-bad-${what.replaceAll(/[^a-z]+/g, '-')}`);
       const refusal = await refused(kernel.request('settle', { authorization, report: report(executor, authorization, overrides) }));
       expect(refusal.code).to.equal('report_invalid');
       expect(refusal.message).to.match(says);
