@@ -108,6 +108,9 @@ export class CommitQueue {
         committed.push(...then);
         return { ok: true, value };
       } catch (error) {
+        // SQLite rolled the whole transaction back on its own (SQLITE_FULL, IOERR, NOMEM): the units after this one
+        // would each commit alone, refused all the same. The batch ends here, nothing of it durable.
+        if (!db.inTransaction) throw error;
         return { ok: false, error: fromStore(error) };
       }
     };

@@ -82,6 +82,9 @@ export class GroupCommit {
             try {
               outcomes.push({ ok: true, result: this.#db.transaction(item.write)() });
             } catch (error) {
+              // SQLite rolled the whole transaction back on its own (SQLITE_FULL, IOERR, NOMEM): the writes after this
+              // one would each commit alone, unanswered or refused. The batch ends here, nothing of it durable.
+              if (!this.#db.inTransaction) throw error;
               outcomes.push({ ok: false, error });
             }
           }

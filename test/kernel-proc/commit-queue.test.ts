@@ -80,6 +80,20 @@ describe('kernel-proc: the group-commit write path', () => {
     expect(committed()).to.deep.equal(['a', 'c']);
   });
 
+  it('ends a batch whose transaction SQLite rolled back on its own (a full disk, an I/O error): no later unit commits alone', async () => {
+    const q = queue(32);
+    const before = q.submit(() => insert('a'));
+    // What SQLite does on SQLITE_FULL or SQLITE_IOERR inside a statement: the whole transaction is gone.
+    const failing = q.submit(() => {
+      db.exec('ROLLBACK');
+      throw new Error('disk I/O error');
+    });
+    const after = q.submit(() => insert('c'));
+    const answers = await Promise.allSettled([before, failing, after]);
+    expect(answers.map((a) => a.status)).to.deep.equal(['rejected', 'rejected', 'rejected']);
+    expect(committed(), 'the unit after the rollback did not commit on its own').to.deep.equal([]);
+  });
+
   it('turns a store guard into its typed error', async () => {
     const failure = await queue(32).submit(() => insert('x')).catch((error: unknown) => error);
     expect(failure).to.be.instanceOf(CustodyError).with.property('code', 'illegal_transition');

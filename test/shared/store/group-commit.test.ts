@@ -76,6 +76,20 @@ describe('shared: group commit of a store', function () {
     expect(committed()).to.deep.equal([]);
   });
 
+  it('ends a batch whose transaction SQLite rolled back on its own (a full disk, an I/O error): no later write commits alone, none is answered', async () => {
+    const group = new GroupCommit(db, 256, 'supervisor');
+    const insert = db.prepare('INSERT INTO writes (n) VALUES (?)');
+    const before = group.submit(() => ({ value: insert.run(1), cutpoints: [] }));
+    // What SQLite does on SQLITE_FULL or SQLITE_IOERR inside a statement: the whole transaction is gone.
+    const failing = group.submit(() => {
+      db.exec('ROLLBACK');
+      throw new Error('disk I/O error');
+    });
+    const after = group.submit(() => ({ value: insert.run(2), cutpoints: [] }));
+    for (const answer of [before, failing, after]) expect(await codeOfAnswer(answer)).to.not.equal('answered');
+    expect(committed(), 'the write after the rollback did not commit on its own').to.deep.equal([]);
+  });
+
   const child = (mode: string, env: NodeJS.ProcessEnv = {}) =>
     spawnSync(process.execPath, [distPath('test', 'fixtures', 'group-commit-child.js'), file, '20', mode], { env: { ...process.env, ...env }, encoding: 'utf8' });
 
