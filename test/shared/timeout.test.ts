@@ -2,6 +2,9 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { withTimeout } from '../../shared/timeout.js';
 
 const never = new Promise<string>(() => undefined);
@@ -20,22 +23,30 @@ describe('withTimeout', () => {
   });
 
   it('takes an answer that arrived before its deadline but is read after it (a process resumed from SIGSTOP): its timers run before the loop reads the pipe', async () => {
-    // A child that echoes each line at once; this process's loop then stalls past the deadline, as a stopped process's does.
-    const echo = spawn(process.execPath, ['-e', "process.stdin.on('data', (d) => process.stdout.write(d))"], { stdio: ['pipe', 'pipe', 'inherit'] });
+    // A child that echoes each line at once and then says so in a file; this process's loop stalls, as a stopped
+    // process's does, until the echo is in the pipe and the deadline has passed.
+    const marker = path.join(mkdtempSync(path.join(tmpdir(), 'custody-timeout-')), 'echoed');
+    const script = `const fs = require('node:fs'); process.stdin.on('data', (d) => process.stdout.write(d, () => fs.writeFileSync(${JSON.stringify(marker)}, String(d))))`;
+    const echo = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const stall = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
     try {
       echo.stdin.write('ready\n');
       await once(echo.stdout, 'data');
       for (let round = 0; round < 3; round += 1) {
         const answer = once(echo.stdout, 'data').then(([chunk]) => String(chunk).trim());
         echo.stdin.write(`answer ${round}\n`);
+        const armed = performance.now();
         const raced = withTimeout(answer, 50, () => 'timed out');
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 400); // stalled 400 ms: the echo is in the pipe long before
+        const echoed = () => existsSync(marker) && readFileSync(marker, 'utf8') === `answer ${round}\n`;
+        while (!echoed() && performance.now() - armed < 10_000) stall(5);
+        expect(echoed(), 'the child answered').to.equal(true);
+        stall(Math.max(0, 100 - (performance.now() - armed))); // and the deadline is past before the loop reads it
         expect(await raced, `round ${round}`).to.equal(`answer ${round}`);
       }
       // The deadline still holds for an answer that was not there: a stall with nothing to read times out.
       const silent = new Promise<string>(() => undefined);
       const raced = withTimeout(silent, 50, () => 'timed out');
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200);
+      stall(200);
       expect(await raced).to.equal('timed out');
     } finally {
       echo.kill();

@@ -133,9 +133,9 @@ describe('a child still starting when its supervisor is killed', function () {
       second = start();
       const stderr: string[] = [];
       second.stderr.on('data', (chunk: Buffer) => stderr.push(String(chunk)));
-      for (let i = 0; i < 500 && !isGone(pid, null); i++) await sleep(10);
+      for (let i = 0; i < 3000 && !isGone(pid, null); i++) await sleep(10);
       expect(isGone(pid, null), 'the next start killed it').to.equal(true);
-      for (let i = 0; i < 200 && !stderr.join('').includes('predecessor_child_killed'); i++) await sleep(10);
+      for (let i = 0; i < 1000 && !stderr.join('').includes('predecessor_child_killed'); i++) await sleep(10);
       expect(stderr.join('')).to.contain('predecessor_child_killed');
     } finally {
       second?.kill('SIGTERM');

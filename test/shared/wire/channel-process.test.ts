@@ -56,7 +56,7 @@ describe('channel over a real child process', function () {
         // The frame leaves at the end of this turn (frames of one turn share a write); this process then stalls
         // 400 ms (stopped), and the child's answer waits in the pipe.
         await new Promise((resolve) => setImmediate(resolve));
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 400);
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1_500); // long enough for the child to answer on a loaded machine
         expect((await pong).now, `round ${round}`).to.be.a('number');
       }
     } finally {
