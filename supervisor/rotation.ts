@@ -60,6 +60,8 @@ export interface KernelRotated {
 export class KeyRotation {
   readonly #deps: RotationDeps;
   #serial: Promise<unknown> = Promise.resolve();
+  /** Kernel chains being given to an executor after a kernel_key_unpinned refusal, by executor name. */
+  readonly #giving = new Map<string, Promise<void>>();
 
   constructor(deps: RotationDeps) {
     this.#deps = deps;
@@ -143,10 +145,15 @@ export class KeyRotation {
    * bound, a timeout) is caught up by the first operation that needs it.
    */
   giveKernelKeys(child: ChildHandle): Promise<void> {
-    return this.#exclusive(async () => {
+    // Every execute refused at once waits for the one delivery under way to this executor, not for one each in turn.
+    const underWay = this.#giving.get(child.name);
+    if (underWay) return underWay;
+    const giving = this.#exclusive(async () => {
       const epoch = await this.#giveKernelChain((statements) => child.request('kernel.rotated', { statements }, { timeoutMs: this.#deps.timing.hello_timeout_ms, waitMs: this.#deps.timing.hello_timeout_ms }));
       this.#deps.log.info('executor_kernel_pin', { executor: child.name, kernel_epoch: epoch, why: 'kernel_key_unpinned' });
-    });
+    }).finally(() => this.#giving.delete(child.name));
+    this.#giving.set(child.name, giving);
+    return giving;
   }
 
   /**
