@@ -10,6 +10,7 @@
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
 import { until } from '../helpers/eventually.js';
@@ -250,6 +251,47 @@ describe('key rotation: the kernel, while its statement cannot reach a busy exec
     expect(logEvents(service, 'executor_kernel_pin').some((line) => line.why === 'kernel_key_unpinned'), 'the statements were given on the refusal').to.equal(true);
     const incidents = await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT kind FROM incidents WHERE kind IN ('outcome_unknown', 'reconcile_refused')");
     expect(incidents, 'nothing was marked unknown').to.deep.equal([]);
+  });
+});
+
+describe('key rotation: the kernel, after a rotation supervisor.db could not record', function () {
+  this.timeout(60_000);
+  let service: TestService;
+
+  before(async () => {
+    service = await startService();
+    expect((await service.http('POST', '/v1/grants', GRANT)).status).to.equal(201);
+  });
+  after(async () => {
+    await service.stop();
+    service.cleanup();
+  });
+
+  it('catches the supervisor pin up from the kernel before the next rotation, which then verifies and goes on from the unrecorded epoch', async () => {
+    const supervisorDb = path.join(service.paths.supervisorDir, 'supervisor.db');
+    const pins = async () => sqlite(supervisorDb, "SELECT key_epoch FROM pins WHERE name = 'kernel'");
+    // supervisor.db is held by another writer (an operator's shell) while the kernel rotates: the kernel commits, the
+    // supervisor cannot record it (store_busy after its busy timeout), and the rotation is answered as failed.
+    const shell = new Database(supervisorDb);
+    shell.exec('BEGIN IMMEDIATE');
+    let lost;
+    try {
+      lost = await service.cli(['kernel', 'rotate']);
+    } finally {
+      shell.exec('ROLLBACK');
+      shell.close();
+    }
+    expect(lost.code, 'the rotation was not recorded').to.not.equal(0);
+    expect(lost.stderr).to.contain('store_busy');
+    expect((await sqlite(path.join(service.paths.kernelDir, 'kernel.db'), 'SELECT max(epoch) AS epoch FROM kernel_epochs'))[0]?.epoch, 'the kernel committed it').to.equal(2);
+    expect(await pins(), 'supervisor.db did not record it').to.deep.equal([{ key_epoch: 1 }]);
+    // Before the catch-up, this one's statement (signed by the epoch-2 key) did not verify from the pin: rotation_invalid, for good.
+    const rotated = await service.cli(['kernel', 'rotate', '--json']);
+    expect(rotated.code, rotated.stderr).to.equal(0);
+    expect((JSON.parse(rotated.stdout) as { key_epoch: number }).key_epoch).to.equal(3);
+    expect(await pins()).to.deep.equal([{ key_epoch: 3 }]);
+    const done = await invoke(service, 'after-two-rotations');
+    expect(done.body, JSON.stringify(done.body)).to.deep.include({ outcome: 'completed' });
   });
 });
 
