@@ -17,7 +17,7 @@ import { verifyChain } from '../shared/artifacts/rotation.js';
 import { nowMs } from '../shared/clock.js';
 import { CustodyError, toCustodyError } from '../shared/errors.js';
 import { errorFields } from '../shared/log.js';
-import { syncDirectory } from '../shared/store/private-fs.js';
+import { replacePrivateFile } from '../shared/store/private-fs.js';
 import { EpochBook } from './ledger/epochs.js';
 
 export const STATEMENTS_FILE = 'executor.statements';
@@ -76,17 +76,7 @@ export function keepStatements(dir: string, ledger: Database.Database): void {
   const statements = new EpochBook(ledger).all('key_epochs').flatMap((row) => (row.statement === null ? [] : [row.statement]));
   const current = readStatements(dir);
   if (current.length === statements.length && current.every((text, i) => text === statements[i])) return;
-  const file = path.join(dir, STATEMENTS_FILE);
-  const pending = `${file}.next`;
-  const fd = fs.openSync(pending, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_NOFOLLOW, 0o600);
-  try {
-    fs.writeSync(fd, statements.map((text) => `${text}\n`).join(''));
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-  fs.renameSync(pending, file);
-  syncDirectory(dir);
+  replacePrivateFile(path.join(dir, STATEMENTS_FILE), statements.map((text) => `${text}\n`).join(''), { durable: true });
 }
 
 /**

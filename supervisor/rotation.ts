@@ -119,7 +119,7 @@ export class KeyRotation {
       });
     }
     if (child.spec.role !== 'executor') return;
-    const epoch = await this.#giveKernelChain((statements) => session.channel.request('kernel.rotated', { statements }, { timeoutMs: this.#deps.timing.hello_timeout_ms }));
+    const epoch = await this.#giveKernelChain(session);
     if (epoch !== null) this.#deps.log.info('executor_kernel_pin', { executor: child.name, kernel_epoch: epoch });
   }
 
@@ -149,7 +149,7 @@ export class KeyRotation {
     const underWay = this.#giving.get(child.name);
     if (underWay) return underWay;
     const giving = this.#exclusive(async () => {
-      const epoch = await this.#giveKernelChain((statements) => child.request('kernel.rotated', { statements }, { timeoutMs: this.#deps.timing.hello_timeout_ms, waitMs: this.#deps.timing.hello_timeout_ms }));
+      const epoch = await this.#giveKernelChain(child, this.#deps.timing.hello_timeout_ms);
       this.#deps.log.info('executor_kernel_pin', { executor: child.name, kernel_epoch: epoch, why: 'kernel_key_unpinned' });
     }).finally(() => this.#giving.delete(child.name));
     this.#giving.set(child.name, giving);
@@ -222,8 +222,16 @@ export class KeyRotation {
     }
   }
 
-  /** The kernel's chain, in messages of at most ROTATION_STATEMENTS_MAX, in order; the executor's kernel pin after the last. */
-  async #giveKernelChain(send: (statements: string[]) => Promise<ResultOf<'kernel.rotated'>>): Promise<number | null> {
+  /**
+   * The kernel's chain to one executor (kernel.rotated), in messages of at
+   * most ROTATION_STATEMENTS_MAX, in order; the executor's kernel pin after
+   * the last. The one way it is delivered: on the session a hello just
+   * opened, or through the handle, waiting up to `waitMs` for a session.
+   */
+  async #giveKernelChain(to: ChildSession | ChildHandle, waitMs?: number): Promise<number | null> {
+    const timeoutMs = this.#deps.timing.hello_timeout_ms;
+    const send = (statements: string[]): Promise<ResultOf<'kernel.rotated'>> =>
+      'channel' in to ? to.channel.request('kernel.rotated', { statements }, { timeoutMs }) : to.request('kernel.rotated', { statements }, { timeoutMs, waitMs });
     const chain = this.#deps.store.rotationsOf('kernel').map((row) => row.statement);
     let epoch: number | null = null;
     for (let at = 0; at < chain.length; at += ROTATION_STATEMENTS_MAX) epoch = (await send(chain.slice(at, at + ROTATION_STATEMENTS_MAX))).kernel_epoch;
@@ -264,7 +272,7 @@ export class KeyRotation {
         continue;
       }
       try {
-        const epoch = await this.#giveKernelChain((statements) => child.request('kernel.rotated', { statements }, { timeoutMs: this.#deps.timing.hello_timeout_ms, waitMs: 2_000 }));
+        const epoch = await this.#giveKernelChain(child, 2_000);
         results.push({ name: child.name, kernel_epoch: epoch });
       } catch (error) {
         this.#deps.log.warn('kernel_pin_deferred', { executor: child.name, ...{ code: toCustodyError(error).code } });

@@ -4,12 +4,13 @@
 // serve the control API. Stops gracefully on request; a failed kernel stops
 // it with a clear message and a non-zero exit.
 import { setTimeout as wait } from 'node:timers/promises';
-import { renameSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { CustodyError } from '../shared/errors.js';
 import { CLI_EXIT } from '../shared/exit-codes.js';
 import { type Logger, errorFields } from '../shared/log.js';
 import { killGroup } from '../shared/child/spawn.js';
 import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
+import { replacePrivateFile } from '../shared/store/private-fs.js';
 import { nowMs } from '../shared/clock.js';
 import { withTimeout } from '../shared/timeout.js';
 import { defineMachine, Machine } from '../shared/state-machine.js';
@@ -17,7 +18,7 @@ import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
 import { ExecutorPool } from './children/pool.js';
 import { ServiceMetrics, type StatsSource } from './metrics/metrics.js';
-import { bootTimeMs, isGone, processSession, processStartTicks } from './children/proc-stat.js';
+import { bootTimeMs, isGone, processSession, processStartTicks } from '../shared/child/proc-stat.js';
 import { liveGroupMembers } from '../shared/child/process-group.js';
 import { executorSpec, kernelSpec } from './children/specs.js';
 import { HeadWitnessStore } from './children/witness.js';
@@ -29,7 +30,6 @@ import { RecoverySweeper } from './operations/recovery.js';
 import { Archival } from './operations/archival.js';
 import { admitRequest, attributeCrash } from './operations/quarantine.js';
 import { type StatePaths, statePaths } from './paths.js';
-import { writePrivateFile } from './init.js';
 import { SupervisorStore } from './store/supervisor-store.js';
 import { KeyRotation } from './rotation.js';
 import { readEnvelope } from '../shared/artifacts/artifact.js';
@@ -299,11 +299,8 @@ export class Service {
     void this.sweeper.sweep();
     this.archival.start();
     this.#stopWalWatch = watchStoreWals(this.log.child({ component: 'store' }));
-    // Written aside and renamed, so a client never reads a half-written file.
-    const temporary = `${this.paths.serviceJson}.${process.pid}.tmp`;
-    rmSync(temporary, { force: true });
-    writePrivateFile(temporary, JSON.stringify({ pid: process.pid, port: this.#api.port, started_at: this.startedAt }) + '\n');
-    renameSync(temporary, this.paths.serviceJson);
+    // Replaced whole, so a client never reads a half-written file.
+    replacePrivateFile(this.paths.serviceJson, JSON.stringify({ pid: process.pid, port: this.#api.port, started_at: this.startedAt }) + '\n', { durable: false });
     // Serving now: its hot code optimized sooner (shared/tiering.ts).
     this.log.info('service_started', { state: this.paths.root, port: this.#api.port, pid: process.pid, optimized_sooner: optimizeSooner() });
   }

@@ -3,7 +3,8 @@
 // whatever it started: an executor's adapter host and the subprocesses
 // adapters spawn. A zombie cannot act, so members only waiting for their
 // reaper are not counted.
-import { readFileSync, readdirSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
+import { canAct, readStat } from './proc-stat.js';
 
 /** The pids of the group's live (not zombie) members; null where /proc cannot be read. */
 export function liveGroupMembers(pgid: number): number[] | null {
@@ -16,15 +17,8 @@ export function liveGroupMembers(pgid: number): number[] | null {
   const members: number[] = [];
   for (const entry of entries) {
     if (!/^\d+$/.test(entry)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-    } catch {
-      continue;
-    }
-    // After the parenthesized command name: state (field 3), ppid, pgrp (field 5).
-    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (Number(pgrp) === pgid && state !== 'Z' && state !== 'X') members.push(Number(entry));
+    const stat = readStat(entry);
+    if (stat?.group === pgid && canAct(stat)) members.push(Number(entry));
   }
   return members;
 }

@@ -33,7 +33,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { CustodyError } from '../errors.js';
-import { ensurePrivateDir } from './private-fs.js';
+import { ensurePrivateDir, replacePrivateFile } from './private-fs.js';
 
 export const DIR_LOCK_NAME = 'store.lock';
 export const DIR_LOCK_PID_NAME = 'store.lock.pid';
@@ -60,7 +60,8 @@ export async function acquireDirLock(dir: string): Promise<DirLock> {
   if (db === null) throw new CustodyError('store_locked', describeHolder(dir));
   HELD.add(db);
   try {
-    writePidFile(dir, pidPath);
+    // By rename, so a reader never sees a half-written pid.
+    replacePrivateFile(pidPath, `${process.pid}\n`, { durable: false });
   } catch (error) {
     HELD.delete(db);
     db.close();
@@ -149,20 +150,6 @@ function describeHolder(dir: string): string {
     return `store directory ${dir} is locked by a process that is starting${last}; another custody process is using it, retry in a moment or stop that process`;
   }
   return `store directory ${dir} is locked by pid ${pid}; another custody process is using it (a stopped process keeps its lock): stop that process first`;
-}
-
-/** Written by rename so a reader never sees a half-written pid. */
-function writePidFile(dir: string, pidPath: string): void {
-  const temp = path.join(dir, `${DIR_LOCK_PID_NAME}.${process.pid}.tmp`);
-  removeIfPresent(temp);
-  const fd = fs.openSync(temp, 'wx', 0o600);
-  try {
-    fs.fchmodSync(fd, 0o600);
-    fs.writeSync(fd, `${process.pid}\n`);
-  } finally {
-    fs.closeSync(fd);
-  }
-  fs.renameSync(temp, pidPath);
 }
 
 function readPidFile(pidPath: string): number | undefined {

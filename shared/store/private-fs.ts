@@ -136,6 +136,46 @@ function formatMode(mode: number): string {
   return `0${(mode & 0o7777).toString(8).padStart(3, '0')}`;
 }
 
+export interface ReplaceFileOptions {
+  /** Also sync the directory, so the rename itself survives a power loss (not only the bytes). */
+  readonly durable: boolean;
+}
+
+/**
+ * Replace `file` with `content`, private (0600), so that a reader sees the
+ * old bytes or the new ones, never a part: written to `<file>.next` beside
+ * it (O_EXCL, O_NOFOLLOW, whatever a killed earlier write left there removed
+ * first), synced, then renamed over it. The one way every small file custody
+ * rewrites (service.json, a lock's pid file, executor.statements) is
+ * written; each has one writer, the holder of its directory's lock, so one
+ * temporary name serves.
+ */
+export function replacePrivateFile(file: string, content: string, options: ReplaceFileOptions): void {
+  const temporary = `${file}.next`;
+  fs.rmSync(temporary, { force: true });
+  const fd = fs.openSync(temporary, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
+  try {
+    // The umask may have taken bits away; the file gets exactly 0600.
+    fs.fchmodSync(fd, 0o600);
+    const bytes = Buffer.from(content, 'utf8');
+    let written = 0;
+    while (written < bytes.length) written += fs.writeSync(fd, bytes, written);
+    fs.fsyncSync(fd);
+  } catch (error) {
+    fs.closeSync(fd);
+    fs.rmSync(temporary, { force: true });
+    throw error;
+  }
+  fs.closeSync(fd);
+  try {
+    fs.renameSync(temporary, file);
+  } catch (error) {
+    fs.rmSync(temporary, { force: true });
+    throw error;
+  }
+  if (options.durable) syncDirectory(path.dirname(file));
+}
+
 /** Make new directory entries durable (a created file, a rename), not only the files' contents. */
 export function syncDirectory(dir: string): void {
   const fd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);

@@ -10,7 +10,7 @@ import type { Machine } from '../../shared/state-machine.js';
 import { nowMs } from '../../shared/clock.js';
 import type { ChildSession } from '../../shared/child/spawn.js';
 import type { ChildDeps, ChildHandle, ChildState } from './child-handle.js';
-import { processStartTicks } from './proc-stat.js';
+import { processStartTicks } from '../../shared/child/proc-stat.js';
 import { RestartIntensity } from './restart-intensity.js';
 import type { KillIntent } from './run.js';
 

@@ -1,8 +1,8 @@
 // Processes as the tests see them through /proc: alive (a zombie awaiting its
-// reaper counts as gone, as supervisor/children/proc-stat.ts judges it) and
+// reaper counts as gone, as shared/child/proc-stat.ts judges it) and
 // its parent.
 import { readFileSync } from 'node:fs';
-import { isGone } from '../../supervisor/children/proc-stat.js';
+import { isGone } from '../../shared/child/proc-stat.js';
 
 export function alive(pid: number): boolean {
   return !isGone(pid, null);

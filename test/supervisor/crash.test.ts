@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { checkInvariants } from '../../scripts/chaos/invariants.js';
 import { operationIdFor } from '../../shared/protocol/binding.js';
-import { isGone } from '../../supervisor/children/proc-stat.js';
+import { isGone } from '../../shared/child/proc-stat.js';
 import { eventually } from '../helpers/eventually.js';
 import { type TestService, startService } from '../helpers/service.js';
 

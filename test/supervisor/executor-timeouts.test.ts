@@ -8,7 +8,7 @@ import path from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isGone } from '../../supervisor/children/proc-stat.js';
+import { isGone } from '../../shared/child/proc-stat.js';
 import { FIXTURE_EXECUTOR, startService, type TestService } from '../helpers/service.js';
 
 const run = promisify(execFile);

@@ -6,7 +6,7 @@ import { once } from 'node:events';
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { isGone } from '../../supervisor/children/proc-stat.js';
+import { isGone } from '../../shared/child/proc-stat.js';
 import { programPath } from '../../shared/entry-points.js';
 import { CLI, custody, FIXTURE_EXECUTOR, initTestState, sqlite, startService, type TestService } from '../helpers/service.js';
 import { statePaths } from '../../supervisor/paths.js';

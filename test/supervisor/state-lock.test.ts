@@ -9,7 +9,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isCustodyError } from '../../shared/errors.js';
 import { acquireDirLock } from '../../shared/store/dir-lock.js';
-import { isGone } from '../../supervisor/children/proc-stat.js';
+import { isGone } from '../../shared/child/proc-stat.js';
 import { CLI, custody, FIXTURE_EXECUTOR, initTestState, sqlite, startService, type TestService } from '../helpers/service.js';
 
 /** proper-lockfile's staleness that this lock replaced: a stop longer than it used to cost the holder its lock. */

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { readEnvelope } from '../../shared/artifacts/artifact.js';
-import { isGone } from '../../supervisor/children/proc-stat.js';
+import { isGone } from '../../shared/child/proc-stat.js';
 import { groupAlive } from '../../supervisor/children/process-group.js';
 import { liveGroupMembers } from '../../shared/child/process-group.js';
 import { FIXTURE_EXECUTOR, sqlite, startService, type TestService } from '../helpers/service.js';

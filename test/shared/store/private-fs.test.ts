@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { isCustodyError } from '../../../shared/errors.js';
-import { checkPrivateFile, ensurePrivateDir } from '../../../shared/store/private-fs.js';
+import { checkPrivateFile, ensurePrivateDir, replacePrivateFile } from '../../../shared/store/private-fs.js';
 import { openStore, provisionStore, storeFileIdentity } from '../../../shared/store/sqlite-store.js';
 import { makeTempRoot, modeOf, removeTempRoot, specIn } from './helpers.js';
 
@@ -122,5 +122,41 @@ describe('private store files', () => {
     fs.symlinkSync(target, path.join(root, 'link'));
     expect(() => storeFileIdentity(path.join(root, 'link'))).to.throw('symbolic link');
     expect(storeFileIdentity(target).ino).to.equal(fs.lstatSync(target).ino);
+  });
+
+  describe('replacing a small file (service.json, a lock\'s pid file, executor.statements)', () => {
+    it('writes it whole at 0600 whatever the umask, over an old one and over what a killed write left at <file>.next', () => {
+      const file = path.join(root, 'service.json');
+      fs.writeFileSync(file, 'old\n', { mode: 0o600 });
+      fs.writeFileSync(`${file}.next`, 'half a wri', { mode: 0o644 });
+      const umask = process.umask(0o277); // would leave the file 0400
+      try {
+        replacePrivateFile(file, 'new\n', { durable: true });
+      } finally {
+        process.umask(umask);
+      }
+      expect(fs.readFileSync(file, 'utf8')).to.equal('new\n');
+      expect(modeOf(file)).to.equal(0o600);
+      expect(fs.existsSync(`${file}.next`)).to.equal(false);
+    });
+
+    it('never writes through a symlink planted at <file>.next', () => {
+      const file = path.join(root, 'executor.statements');
+      const target = path.join(root, 'elsewhere');
+      fs.writeFileSync(target, 'untouched\n', { mode: 0o600 });
+      fs.symlinkSync(target, `${file}.next`);
+      replacePrivateFile(file, 'statement\n', { durable: false });
+      expect(fs.readFileSync(target, 'utf8')).to.equal('untouched\n');
+      expect(fs.lstatSync(file).isFile()).to.equal(true);
+      expect(fs.readFileSync(file, 'utf8')).to.equal('statement\n');
+    });
+
+    it('leaves the old file as it was when the write cannot be made (a directory where <file>.next goes, as a full disk would)', () => {
+      const file = path.join(root, 'store.lock.pid');
+      fs.writeFileSync(file, '41\n', { mode: 0o600 });
+      fs.mkdirSync(`${file}.next`);
+      expect(() => replacePrivateFile(file, '42\n', { durable: true })).to.throw();
+      expect(fs.readFileSync(file, 'utf8')).to.equal('41\n');
+    });
   });
 });

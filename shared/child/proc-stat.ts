@@ -1,18 +1,22 @@
-// Telling a process apart from a later one with the same pid: the start time
-// in clock ticks since boot, field 22 of /proc/<pid>/stat. A restarted
-// supervisor kills a recorded child only when pid AND start time match.
+// The one reader of /proc/<pid>/stat (Linux). Telling a process apart from a
+// later one with the same pid: the start time in clock ticks since boot,
+// field 22. A restarted supervisor kills a recorded child only when pid AND
+// start time match; group members are found by field 5 (process-group.ts).
 import { readFileSync } from 'node:fs';
 
-interface Stat {
+export interface Stat {
   /** Field 3: R, S, D, Z (zombie), X (dead), … */
   readonly state: string;
+  /** Field 5: the process group id. */
+  readonly group: number;
   /** Field 6: the session id (a child is spawned as its session's leader, and what it starts inherits it). */
   readonly session: number;
   /** Field 22: start time in clock ticks after boot. */
   readonly startTicks: number | undefined;
 }
 
-function readStat(pid: number): Stat | undefined {
+/** The fields above of a process, or undefined where it is gone or /proc cannot be read. */
+export function readStat(pid: number | string): Stat | undefined {
   let stat: string;
   try {
     stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -22,7 +26,12 @@ function readStat(pid: number): Stat | undefined {
   // The command name (field 2) is in parentheses and may hold spaces or ')'.
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   const ticks = Number(rest[19]);
-  return { state: rest[0] ?? '', session: Number(rest[3]), startTicks: Number.isSafeInteger(ticks) ? ticks : undefined };
+  return { state: rest[0] ?? '', group: Number(rest[2]), session: Number(rest[3]), startTicks: Number.isSafeInteger(ticks) ? ticks : undefined };
+}
+
+/** A zombie awaits its reaper and a dead process is going: neither can act. */
+export function canAct(stat: Stat): boolean {
+  return stat.state !== 'Z' && stat.state !== 'X';
 }
 
 /** The session id of a live process, or undefined. */
@@ -51,6 +60,6 @@ export function processStartTicks(pid: number): number | undefined {
  */
 export function isGone(pid: number, startTicks: number | null): boolean {
   const stat = readStat(pid);
-  if (!stat || stat.state === 'Z' || stat.state === 'X') return true;
+  if (!stat || !canAct(stat)) return true;
   return startTicks !== null && stat.startTicks !== startTicks;
 }
