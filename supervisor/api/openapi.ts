@@ -4,6 +4,7 @@
 // list below must name every route of server.ts: a test compares them.
 import { z } from 'zod';
 import { identifier, toolPattern } from '../../shared/protocol/common.js';
+import { operationName } from '../../shared/protocol/names.js';
 import * as answers from './answers.js';
 import type { Access } from './http.js';
 import { archiveBody, authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
@@ -28,7 +29,9 @@ interface RouteDoc {
 export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
 const drive = { 200: answers.outcomeAnswer, 202: answers.outcomeAnswer };
-const limit = ({ fallback, most }: { readonly fallback: number; readonly most: number }) => ({ limit: { schema: z.number().int().min(1).max(most), description: `at most this many (default ${fallback}, at most ${most})` } });
+const limit = ({ fallback, most }: { readonly fallback: number; readonly most: number }) => ({
+  limit: { schema: z.number().int().min(0).max(most), description: `at most this many (default ${fallback}, also for 0; at most ${most}, a larger one is cut to it)` },
+});
 
 export const API_ROUTES: readonly RouteDoc[] = [
   { method: 'GET', path: '/v1/health', access: 'open', summary: 'liveness', answers: { 200: answers.healthAnswer } },
@@ -97,11 +100,30 @@ const ERROR_STATUSES: Record<number, string> = {
   404: 'no such endpoint or operation',
   405: 'the method is not served on this path',
   409: 'refused, or the outcome is not known yet',
+  408: 'the request line, headers or body did not arrive in time (connection closed)',
   413: 'request body too large',
+  431: 'the request headers exceed their bound (connection closed)',
   500: 'internal error (the message says only that; see the service log)',
   502: 'a process broke the wire rules',
   503: 'a process or the service cannot be reached, it is shutting down, or (service_busy) it is at a bound on requests or reads in flight (bounds.max_requests_in_flight, max_reads_in_flight, a child\'s channel) and recorded nothing of this one',
+  507: 'storage_full: a store could not write (the disk or its quota is full); nothing of this request was decided, ask again with the same name once space is freed',
 };
+
+/** Which error statuses a route can answer: 401 where a token is read, 403 where the control token is needed, 413 where a body is read, 507 where something is written. */
+function errorStatusesOf(route: RouteDoc): number[] {
+  return Object.keys(ERROR_STATUSES)
+    .map(Number)
+    .filter((status) => {
+      if (status === 401) return route.access !== 'open' || route.tokenConfigurable !== undefined;
+      if (status === 403) return route.access === 'control';
+      if (status === 413) return route.body !== undefined;
+      if (status === 507) return route.method !== 'GET';
+      return true;
+    });
+}
+
+/** A path parameter is checked as server.ts checks it: an operation's, child's or executor's name by the name rule, a grant id as an identifier. */
+const PATH_PARAMETERS: Record<string, z.ZodType> = { name: operationName, id: identifier };
 
 /**
  * JSON Schema of a zod schema, with its local definitions moved into the
@@ -143,7 +165,7 @@ function buildDocument(): Record<string, unknown> {
         in: 'path',
         required: true,
         description: name === 'id' ? 'capability id' : route.path.startsWith('/v1/children/') ? 'child name (kernel or an executor)' : route.path.startsWith('/v1/executors/') ? 'executor name' : 'operation name (its request id)',
-        schema: schemaOf(identifier, 'input', components, `${id}_${name}`),
+        schema: schemaOf(PATH_PARAMETERS[name!]!, 'input', components, `${id}_${name}`),
       })),
       ...Object.entries(route.query ?? {}).map(([name, { schema, description }]) => ({ name, in: 'query', required: false, description, schema: schemaOf(schema, 'input', components, `${id}_${name}`) })),
     ];
@@ -152,8 +174,7 @@ function buildDocument(): Record<string, unknown> {
     for (const [status, schema] of Object.entries(route.answers)) {
       responses[status] = { description: status === '202' ? 'not ended within wait_ms; the service carries it on' : 'done', content: { 'application/json': { schema: schemaOf(schema, 'output', components, `${id}_${status}`) } } };
     }
-    const errors = Object.keys(ERROR_STATUSES).map(Number).filter((status) => (status !== 401 || route.access !== 'open' || route.tokenConfigurable) && (status !== 403 || route.access === 'control') && (status !== 413 || route.body));
-    for (const status of errors) responses[status] = { description: ERROR_STATUSES[status], content: { 'application/json': { schema: errorRef } } };
+    for (const status of errorStatusesOf(route)) responses[status] = { description: ERROR_STATUSES[status], content: { 'application/json': { schema: errorRef } } };
     paths[openApiPath(route.path)] ??= {};
     paths[openApiPath(route.path)]![route.method.toLowerCase()] = {
       operationId: id,
@@ -162,7 +183,8 @@ function buildDocument(): Record<string, unknown> {
       ...(route.tokenConfigurable ? { 'x-custody-token-configurable': route.tokenConfigurable } : {}),
       security: route.access === 'open' ? (route.tokenConfigurable ? [{}, { bearer: [] }] : []) : [{ bearer: [] }],
       ...(parameters.length > 0 ? { parameters } : {}),
-      ...(route.body ? { requestBody: { required: false, content: { 'application/json': { schema: schemaOf(route.body, 'input', components, `${id}_body`) } } } } : {}),
+      // A body is required where an empty one would be refused (a field without a default).
+      ...(route.body ? { requestBody: { required: !route.body.safeParse({}).success, content: { 'application/json': { schema: schemaOf(route.body, 'input', components, `${id}_body`) } } } } : {}),
       responses,
     };
   }

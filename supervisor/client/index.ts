@@ -33,9 +33,24 @@ export interface Health {
   readonly uptime_ms: number;
 }
 
+export interface ChildStatus {
+  readonly name: string;
+  readonly role: 'kernel' | 'executor';
+  readonly state: 'stopped' | 'starting' | 'running' | 'backoff' | 'failed' | 'stopping';
+  readonly pid: number | null;
+  readonly sid: string | null;
+  readonly restarts: number;
+  readonly uptime_ms: number | null;
+  readonly failure: string | null;
+  /** A failed executor's automatic retry (restart.failed_cooldown_s), ms since the epoch. */
+  readonly next_retry_at: number | null;
+  /** Executors: operations in flight on it now and completed on it since the service started; null for the kernel. */
+  readonly operations: { readonly in_flight: number; readonly completed: number } | null;
+}
+
 export interface Status {
   readonly service: { pid: number; port: number; state_dir: string; started_at: number; uptime_ms: number; stopping: boolean };
-  readonly children: Array<{ name: string; role: string; state: string; pid: number | null; sid: string | null; restarts: number; uptime_ms: number | null; failure: string | null }>;
+  readonly children: ChildStatus[];
   readonly in_flight: number;
 }
 
@@ -61,10 +76,17 @@ export interface OperationSummary {
   readonly name: string;
   readonly operation_id: string;
   readonly tool: string;
-  readonly state: string;
+  /** The kernel's state; null for a request quarantined before the kernel recorded it (listed on the first page). */
+  readonly state: string | null;
   readonly phase: string | null;
   readonly updated_at: number;
   readonly flag: string | null;
+}
+
+/** One page of a listing, newest first: `next_after` is the `after` that asks for the next page, null after the last. */
+export interface Page<T> {
+  readonly items: T[];
+  readonly next_after: string | null;
 }
 
 export interface OperationDetail {
@@ -271,6 +293,13 @@ export function retryPause(delayMs: number, attempt: number, random: () => numbe
 }
 const segment = (name: string) => encodeURIComponent(name);
 
+/** A query string of the options that are set (`?limit=10&after=…`), or ''. */
+function query(options: Record<string, string | number | boolean | undefined>): string {
+  const set = new URLSearchParams();
+  for (const [name, value] of Object.entries(options)) if (value !== undefined) set.append(name, String(value));
+  return set.size === 0 ? '' : `?${set.toString()}`;
+}
+
 export class CustodyClient {
   readonly url: string;
   readonly #token: string;
@@ -362,9 +391,15 @@ export class CustodyClient {
     return this.#drive(`/v1/operations/${segment(name)}/reconcile`, options, name);
   }
 
+  /** The newest operations: the first page (`limit`, default 200); `opsPage` pages further. */
   async ops(options: { limit?: number } = {}): Promise<OperationSummary[]> {
-    const answer = await this.#get<{ operations: OperationSummary[] }>(`/v1/operations${options.limit ? `?limit=${options.limit}` : ''}`);
-    return answer.operations;
+    return (await this.opsPage(options)).items;
+  }
+
+  /** One page of operations, newest first, after `after` (a previous page's `next_after`). */
+  async opsPage(options: { limit?: number; after?: string } = {}): Promise<Page<OperationSummary>> {
+    const answer = await this.#get<{ operations: OperationSummary[]; next_after: string | null }>(`/v1/operations${query(options)}`);
+    return { items: answer.operations, next_after: answer.next_after };
   }
 
   operation(name: string): Promise<OperationDetail> {
@@ -381,8 +416,21 @@ export class CustodyClient {
 
   // ---------------------------------------------------------------- grants
 
-  async grants(): Promise<Grant[]> {
-    return (await this.#get<{ grants: Grant[] }>('/v1/grants')).grants;
+  /** Every grant, newest first, read page by page (`live`: only those neither expired nor revoked). */
+  async grants(options: { live?: boolean } = {}): Promise<Grant[]> {
+    const all: Grant[] = [];
+    for (let after: string | undefined; ; ) {
+      const page = await this.grantsPage({ ...options, after });
+      all.push(...page.items);
+      if (page.next_after === null) return all;
+      after = page.next_after;
+    }
+  }
+
+  /** One page of grants, newest first, after `after` (a previous page's `next_after`). */
+  async grantsPage(options: { limit?: number; after?: string; live?: boolean } = {}): Promise<Page<Grant>> {
+    const answer = await this.#get<{ grants: Grant[]; next_after: string | null }>(`/v1/grants${query(options)}`);
+    return { items: answer.grants, next_after: answer.next_after };
   }
 
   /** Not retried after a transport failure that may have reached the service: a second grant would be a second grant. */

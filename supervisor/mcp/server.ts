@@ -255,7 +255,7 @@ export async function serveMcpOnStdio(options: McpOptions): Promise<void> {
 /** Refuse the control token: an agent host gets the agent token only (GET /v1/grants answers only the control token). */
 export async function refuseControlToken(client: CustodyClient): Promise<void> {
   try {
-    await client.grants();
+    await client.grantsPage({ limit: 1 });
   } catch (error) {
     if (error instanceof CustodyError && error.code === 'forbidden') return;
     throw error;

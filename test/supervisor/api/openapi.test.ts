@@ -5,7 +5,10 @@ import { expect } from 'chai';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
-import { API_ROUTES } from '../../../supervisor/api/openapi.js';
+import net from 'node:net';
+import { API_ROUTES, openApiDocument } from '../../../supervisor/api/openapi.js';
+import { statusOf } from '../../../supervisor/api/http.js';
+import { CustodyError, ERROR_CODES } from '../../../shared/errors.js';
 import { type TestService, startService } from '../../helpers/service.js';
 import { distPath } from '../../helpers/children.js';
 
@@ -50,6 +53,34 @@ describe('the OpenAPI description', function () {
     expect(served.length, 'routes found in server.ts').to.be.greaterThan(10);
     expect(API_ROUTES.map((r) => `${r.method} ${r.path} ${r.access}`).sort()).to.deep.equal(served);
     for (const route of API_ROUTES) expect(doc.paths[route.path.replace(/:([a-z_]+)/g, '{$1}')]).to.have.property(route.method.toLowerCase());
+  });
+
+  it('describes every status an error can be answered with: 507 wherever something is written, 408 and 431 everywhere', () => {
+    const generated = openApiDocument() as unknown as { paths: Record<string, Record<string, { responses: Record<string, unknown>; requestBody?: { required: boolean }; parameters?: Array<{ name: string; in: string; schema: { pattern?: string } }> }>> };
+    const statuses = new Set([...ERROR_CODES.map((code) => statusOf(new CustodyError(code, 'x'))), 408, 431]);
+    expect(statuses).to.include(507);
+    for (const route of API_ROUTES) {
+      const described = generated.paths[route.path.replace(/:([a-z_]+)/g, '{$1}')]![route.method.toLowerCase()]!;
+      for (const status of [408, 431, 500, 502, 503, 400]) expect(described.responses, `${route.method} ${route.path}`).to.have.property(String(status));
+      if (route.method !== 'GET') expect(described.responses, `${route.method} ${route.path} writes`).to.have.property('507');
+    }
+    const everywhere = new Set(Object.values(generated.paths).flatMap((methods) => Object.values(methods).flatMap((op) => Object.keys(op.responses).map(Number))));
+    for (const status of statuses) expect(everywhere, `status ${status} is described`).to.include(status);
+  });
+
+  it('says which bodies are required and checks path parameters by the rule the server applies', () => {
+    const generated = openApiDocument() as unknown as { paths: Record<string, Record<string, { requestBody?: { required: boolean }; parameters?: Array<{ name: string; in: string; schema: Record<string, unknown> }> }>> };
+    expect(generated.paths['/v1/invoke']!.post!.requestBody!.required).to.equal(true);
+    expect(generated.paths['/v1/authorize']!.post!.requestBody!.required).to.equal(true);
+    expect(generated.paths['/v1/grants']!.post!.requestBody!.required).to.equal(true);
+    expect(generated.paths['/v1/operations/{name}/execute']!.post!.requestBody!.required).to.equal(false);
+    const named = generated.paths['/v1/operations/{name}']!.get!.parameters!.find((p) => p.name === 'name')!;
+    const accepts = validator.getValidator(named.schema);
+    expect(accepts('note-1').valid).to.equal(true);
+    expect(accepts('a@b').valid, 'the server refuses a@b with name_invalid').to.equal(false);
+    expect(accepts('a/b').valid).to.equal(false);
+    const limit = generated.paths['/v1/operations']!.get!.parameters!.find((p) => p.name === 'limit')!;
+    expect(validator.getValidator(limit.schema)(0).valid, 'limit=0 lists the default page').to.equal(true);
   });
 
   it('needs the agent token', async () => {
@@ -101,6 +132,20 @@ describe('the OpenAPI description', function () {
     await call('POST', '/v1/kernel/rotate', '/v1/kernel/rotate', {});
     await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'x'.repeat(300_000) } }, 'agent'); // 413 (over max_body_bytes, 256 KiB)
     await call('POST', '/v1/invoke', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'x'.repeat(5000) } }, 'agent'); // 409 arguments_too_large
+    // Refused by the HTTP parser before any route: described all the same.
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = net.connect(service.port, '127.0.0.1');
+      let text = '';
+      socket.on('data', (chunk) => (text += chunk.toString('latin1')));
+      socket.on('close', () => resolve(text));
+      socket.on('error', reject);
+      socket.write(`GET /v1/status HTTP/1.1\r\nhost: x\r\nx-padding: ${'a'.repeat(20_000)}\r\n\r\n`);
+    });
+    expect(raw).to.match(/^HTTP\/1\.1 431 /);
+    const refusedBody = JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)) as unknown;
+    const described431 = doc.paths['/v1/status']!.get!.responses['431']!;
+    expect(validator.getValidator({ allOf: [described431.content["application/json"].schema], components: doc.components } as Record<string, unknown>)(refusedBody).valid).to.equal(true);
+    checked.add('GET /v1/status 431');
     // Every described route was exercised at least once.
     const exercised = new Set([...checked].map((key) => key.split(' ').slice(0, 2).join(' ')));
     for (const route of API_ROUTES) expect(exercised, `${route.method} ${route.path} exercised`).to.include(`${route.method} ${route.path}`);

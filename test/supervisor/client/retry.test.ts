@@ -274,3 +274,29 @@ describe('the pause before a retry', () => {
     expect(new Set(pauses.map((pause) => Math.floor(pause / 10))).size, 'spread over the range, not one instant').to.be.above(5);
   });
 });
+
+describe('CustodyClient listings', () => {
+  it('pages: grants() follows next_after to the last page, opsPage() and grantsPage() send limit, after and live and return next_after', async () => {
+    const grant = (id: string) => ({ capability: '{}', capability_id: id, revoked_at: null, invocations_used: 0, invocations_held: 0, cost_units_used: 0, cost_units_held: 0 });
+    const pages: Record<string, { grants: unknown[]; next_after: string | null }> = {
+      '': { grants: [grant('g3'), grant('g2')], next_after: '2.g2' },
+      '2.g2': { grants: [grant('g1')], next_after: null },
+    };
+    const { url, seen, server } = await flakyServer(0, (request) => {
+      const query = new URL(request.url, 'http://x').searchParams;
+      if (request.url.startsWith('/v1/grants')) return { status: 200, body: pages[query.get('after') ?? ''] };
+      return { status: 200, body: { operations: [], next_after: query.get('after') === null ? '5.op' : null } };
+    });
+    try {
+      const client = new CustodyClient({ url, token: 'x', retries: 0 });
+      expect((await client.grants({ live: true })).map((g) => g.capability_id), 'every page, not the first 1,000').to.deep.equal(['g3', 'g2', 'g1']);
+      expect(seen.map((s) => s.url)).to.deep.equal(['/v1/grants?live=true', '/v1/grants?live=true&after=2.g2']);
+      expect((await client.grantsPage({ limit: 2 })).next_after).to.equal('2.g2');
+      expect((await client.opsPage({ limit: 10 })).next_after).to.equal('5.op');
+      expect(await client.opsPage({ after: '5.op' })).to.deep.equal({ items: [], next_after: null });
+      expect(seen.slice(-3).map((s) => s.url)).to.deep.equal(['/v1/grants?limit=2', '/v1/operations?limit=10', '/v1/operations?after=5.op']);
+    } finally {
+      server.close();
+    }
+  });
+});
