@@ -3,6 +3,7 @@
 // exit code, so a code, once published, keeps its meaning. Each entry says
 // which outcome class it belongs to; the CLI and the HTTP API derive their
 // answers from that class, never from the code's spelling.
+import { WIRE_ERROR_MESSAGE_MAX, cutText } from './text/cut.js';
 
 /** How a failure looks from outside: the CLI exit code and HTTP status follow from it. */
 export type ErrorClass =
@@ -183,8 +184,9 @@ export class CustodyError extends Error {
     return classOf(this.code);
   }
 
+  /** The wire's form: the message cut to what every receiver accepts (WIRE_ERROR_MESSAGE_MAX code points, well-formed), so a long one never breaks the channel it is sent on. */
   toWire(): WireError {
-    return { code: this.code, message: this.message };
+    return { code: this.code, message: cutText(this.message, WIRE_ERROR_MESSAGE_MAX) };
   }
 
   /** Rebuild the typed error on the receiving side; an unknown code is a protocol fault of the peer. */

@@ -15,6 +15,7 @@ import { nowMs } from '../../shared/clock.js';
 import { crashPoint } from '../../shared/fault.js';
 import { CustodyError } from '../../shared/errors.js';
 import { errorFields } from '../../shared/log.js';
+import { cutText } from '../../shared/text/cut.js';
 import { REPORT_REFUSAL_MESSAGE_MAX_CHARS, type ReportStatus } from '../../shared/protocol/artifacts.js';
 import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { checkArguments, type VerifiedAuthorization, verifyAuthorization } from '../authorization.js';
@@ -129,7 +130,7 @@ export function epochRetired(verified: VerifiedAuthorization, why: string): Cust
 function refuseBeforeClaim(context: ExecutorContext, verified: VerifiedAuthorization, cause: CustodyError): ExecuteResult {
   const { config } = context.ledger;
   const operationId = verified.subject.operationId;
-  const refusal = { code: cause.code, message: cause.message.slice(0, REPORT_REFUSAL_MESSAGE_MAX_CHARS) };
+  const refusal = { code: cause.code, message: cutText(cause.message, REPORT_REFUSAL_MESSAGE_MAX_CHARS) };
   const sign = reportSigner(
     context.signer,
     config,

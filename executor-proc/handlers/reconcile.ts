@@ -18,6 +18,7 @@ import type { OperationRecord } from '../ledger/records.js';
 import { reportSigner } from '../report.js';
 import { type ReportAnswer, replayable, retainObservation } from './answers.js';
 import { epochRetired } from './execute.js';
+import { cutText } from '../../shared/text/cut.js';
 import { REPORT_REFUSAL_MESSAGE_MAX_CHARS } from '../../shared/protocol/artifacts.js';
 
 export async function reconcileOperation(context: ExecutorContext, body: RequestOf<'reconcile_operation'>): Promise<ReportAnswer> {
@@ -37,7 +38,7 @@ export async function reconcileOperation(context: ExecutorContext, body: Request
       status: 'never_claimed',
       output: null,
       costUnits: null,
-      ...(refusalCause ? { refusal: { code: refusalCause.code, message: refusalCause.message.slice(0, REPORT_REFUSAL_MESSAGE_MAX_CHARS) } } : {}),
+      ...(refusalCause ? { refusal: { code: refusalCause.code, message: cutText(refusalCause.message, REPORT_REFUSAL_MESSAGE_MAX_CHARS) } } : {}),
     },
     context.reportBound,
   );

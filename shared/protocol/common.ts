@@ -2,6 +2,7 @@
 // exact: hex is lowercase and of fixed width, timestamps are integer
 // milliseconds in (0, 2^53 − 1], identifiers are short and printable.
 import { z } from 'zod';
+import { WIRE_ERROR_MESSAGE_MAX } from '../text/cut.js';
 
 export const hex = (bytes: number) =>
   z.string().regex(new RegExp(`^[0-9a-f]{${bytes * 2}}$`), `expected ${bytes * 2} lowercase hex characters`);
@@ -22,9 +23,12 @@ export const nonNegativeInt = z.number().int().min(0).max(MAX_TIMESTAMP_MS);
 export const positiveInt = z.number().int().min(1).max(MAX_TIMESTAMP_MS);
 
 /** Request ids, operation names, grant ids, executor ids: 1–128 printable characters. */
+/** What an identifier may be: 1-128 characters of A-Z a-z 0-9 _ . : @ / + -, not starting with punctuation. */
+export const IDENTIFIER_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$/;
+
 export const identifier = z
   .string()
-  .regex(/^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$/, 'expected 1-128 characters of A-Z a-z 0-9 _ . : @ / + - (not starting with punctuation)');
+  .regex(IDENTIFIER_PATTERN, 'expected 1-128 characters of A-Z a-z 0-9 _ . : @ / + - (not starting with punctuation)');
 
 /** A tool name: lowercase path segments, e.g. `review-notes/append`. */
 export const toolName = z
@@ -73,5 +77,5 @@ export type ChildRole = z.infer<typeof childRole>;
 
 export const wireError = z.strictObject({
   code: z.string().regex(/^[a-z][a-z0-9_]{0,63}$/),
-  message: z.string().max(4096),
+  message: z.string().max(WIRE_ERROR_MESSAGE_MAX),
 });

@@ -207,7 +207,12 @@ export class ClientChannel {
     this.#pending.delete(frame.id);
     if (frame.kind === ERROR_KIND) {
       const parsed = errorBody.safeParse(frame.body);
-      if (!parsed.success) throw new CustodyError('schema_violation', `error body: ${describeIssues(parsed.error)}`);
+      if (!parsed.success) {
+        // The channel is poisoned below; the request it answered is settled with the same fault (it is no longer pending, so the close would not reach it).
+        const fault = new CustodyError('schema_violation', `error body: ${describeIssues(parsed.error)}`);
+        pending.reject(fault);
+        throw fault;
+      }
       pending.reject(CustodyError.fromWire(parsed.data));
       return;
     }

@@ -43,6 +43,12 @@ function decodeEnvelope(covered: Buffer, maxDepth: number): Frame {
   if (!fromRole.success || seq > MAX_TIMESTAMP_MS) {
     throw new CustodyError('frame_malformed', `frame envelope: from ${JSON.stringify(from)} or seq ${seqText} is out of range`);
   }
+  // The body is the object's own bytes, from its `{` to the `}` where the MAC
+  // trailer begins: no whitespace on either side, which JSON.parse would skip
+  // and a strict reader of the envelope would not (docs/PROTOCOL.md §4.4).
+  if (covered[matched.length] !== 0x7b || covered[covered.length - 1] !== 0x7d) {
+    throw new CustodyError('frame_malformed', 'frame body must be a JSON object starting right after "body": and ending where the MAC trailer begins, with no whitespace around it (docs/PROTOCOL.md §4.4)');
+  }
   // The body nests one level below the envelope's own object.
   const body = decodeJsonObject(covered.subarray(matched.length), maxDepth - 1, 'frame body');
   return { sid, seq, from: fromRole.data, kind, id, body };

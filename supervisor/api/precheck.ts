@@ -1,6 +1,7 @@
-// Refusing before reserving: a call whose arguments the adapter refuses (its
-// byte bound, its schema) or whose tool no adapter serves could only be
-// reserved, dispatched, refused by the executor before any claim and then
+// Refusing before reserving. A call whose tool no executor serves is refused
+// at once (tool_unknown): the kernel would name the missing grant first. A
+// call whose arguments the adapter refuses (its byte bound, its schema) or
+// whose tool no adapter serves could only be reserved, dispatched, refused by the executor before any claim and then
 // reconciled as never_claimed — the caller would learn "released", not why.
 // So a new request is first shown to the executor that serves its tool
 // (`arguments.check`, the adapter's own check, the one execute runs first);
@@ -21,9 +22,13 @@ const ADAPTER_REFUSALS: ReadonlySet<string> = new Set(['adapter_unknown', 'adapt
 
 export async function refuseBeforeReserve(service: Service, requestId: string | undefined, tool: string, args: JsonObject): Promise<void> {
   if (requestId !== undefined && service.store.getRequest(requestId)) return;
+  const serving = service.pool.candidates(tool);
+  // The real cause first: asked of the kernel, a tool nobody serves would be refused for want of a grant, and a grant added for it would change nothing.
+  if (serving.length === 0) {
+    throw new CustodyError('tool_unknown', `no executor serves ${tool}: the tools served are those custody.json's executors[].tools name (GET /v1/tools lists them); nothing was recorded`);
+  }
   // Test switch (docs/RELIABILITY.md): as if the executor could not be asked.
   if (faultArmed('supervisor', 'skip_arguments_check')) return;
-  const serving = service.pool.candidates(tool);
   // Executor pools: wait (bounded) for a running executor of the tool, else executor_unavailable, before anything is logged.
   const chosen = await service.pool.pick(tool);
   const executor = chosen && service.executors.get(chosen.name);

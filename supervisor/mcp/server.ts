@@ -20,6 +20,7 @@ import { CallToolRequestSchema, type CallToolResult, ListToolsRequestSchema, typ
 import { canonicalDigest } from '../../shared/canonical/digest.js';
 import { artifactDigest, readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { IDENTIFIER_PATTERN, identifier } from '../../shared/protocol/common.js';
 import { type Logger, errorFields } from '../../shared/log.js';
 import type { CustodyClient, DriveAnswer } from '../client/index.js';
 import { causeOf } from '../operations/causes.js';
@@ -73,7 +74,7 @@ function withRequestKey(schema: Record<string, unknown> | null): Tool['inputSche
       ...properties,
       [REQUEST_KEY_ARGUMENT]: {
         type: 'string',
-        pattern: '^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$',
+        pattern: IDENTIFIER_PATTERN.source,
         description: 'optional: names this call. The same tool and arguments are one operation (a retry never runs twice); give a new value to run the same arguments again.',
       },
     },
@@ -119,7 +120,8 @@ export function resultOf(tool: string, requestId: string, answer: DriveAnswer, c
   }
   if ((answer.outcome && WITHOUT_EFFECT.has(answer.outcome)) || answer.phase === 'refused') {
     const cause = causeOf({ tool, request_id: requestId, reason: answer.reason, report: answer.report });
-    const hint = answer.reason !== null && GRANT_REFUSALS.has(answer.reason) ? ` ${grantHint(tool)}.` : '';
+    // The cause may already name the grant to add (causes.ts); a grant that is not yet valid needs time, not another grant.
+    const hint = answer.reason !== null && GRANT_REFUSALS.has(answer.reason) && answer.reason !== 'capability_not_yet_valid' && !cause?.includes('custody grant add') ? ` ${grantHint(tool)}.` : '';
     // The same tool and arguments are the same request: its answer stays this refusal, whatever changed since.
     const again = repeated
       ? ` This is the answer given at ${firstCalledAt} to an earlier call with the same tool and arguments; to try again (after a grant was added, say), call with a new ${REQUEST_KEY_ARGUMENT}: nothing ran, so nothing can run twice.`
@@ -182,8 +184,12 @@ export function createMcpServer(options: McpOptions): McpServer {
     const metaKey = request.params._meta?.[REQUEST_KEY_META];
     const argKey = given[REQUEST_KEY_ARGUMENT];
     delete given[REQUEST_KEY_ARGUMENT];
-    if (argKey !== undefined && typeof argKey !== 'string') {
-      return errorResult(`${REQUEST_KEY_ARGUMENT} must be a string (letters, digits and _.:@/+-, at most 128), got ${typeof argKey}; nothing was done`);
+    // The pattern the listed schema declares for the key is the one held here: a host that does not validate input schemas gets the same answer.
+    for (const [where, value] of [[REQUEST_KEY_ARGUMENT, argKey], [`_meta.${REQUEST_KEY_META}`, metaKey]] as const) {
+      if (value !== undefined && (typeof value !== 'string' || !identifier.safeParse(value).success)) {
+        const got = typeof value === 'string' ? JSON.stringify(value.slice(0, 80)) : typeof value;
+        return errorResult(`${where} must be 1-128 letters, digits and _ . : @ / + -, starting with a letter or digit; got ${got}. Nothing was done: call again with a valid ${REQUEST_KEY_ARGUMENT}, or none.`);
+      }
     }
     const key = typeof argKey === 'string' ? argKey : typeof metaKey === 'string' ? metaKey : null;
     let requestId: string;

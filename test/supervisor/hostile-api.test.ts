@@ -223,8 +223,9 @@ describe('hostile input at the control API', function () {
       expect((await rawHttp(service.port, { method: 'POST', target: '/v1/invoke', token: agent, headers: { 'content-encoding': 'gzip' }, body: Buffer.from(json) })).status).to.equal(400);
       expect(await requestCount()).to.equal(rows);
       const identity = await rawHttp(service.port, { method: 'POST', target: '/v1/invoke', token: agent, headers: { 'content-encoding': 'identity' }, body: Buffer.from(JSON.stringify({ tool: 'nosuch/tool', arguments: {} })) });
-      expect(identity.status, identity.text).to.equal(200);
-      expect(JSON.parse(identity.text)).to.include({ tool: 'nosuch/tool', outcome: 'denied' });
+      // Read as plain JSON: the tool it names is judged (no executor serves it).
+      expect(identity.status, identity.text).to.equal(409);
+      expect(errorOf(identity.text).code).to.equal('tool_unknown');
     });
 
     // JSON.parse would keep the last "tool" (fixture/refuse, which the grant covers) and the last note;

@@ -114,6 +114,21 @@ describe('channel over a real child process', function () {
     });
   }
 
+  it('sends an error whose message is past the wire\'s 4,096 code points cut to them, well-formed, and the channel stays open', async () => {
+    const child = await startFixture();
+    const refused = await child.channel.request('echo', { misbehave: 'refuse_long' }).then(
+      () => expect.fail('the echo is refused'),
+      (error: unknown) => error as Error & { code: string },
+    );
+    expect(refused.code).to.equal('bad_request');
+    expect([...refused.message]).to.have.length(4096);
+    expect(refused.message.startsWith('\ufffdlong refusal ')).to.equal(true);
+    expect(child.channel.state).to.equal('open');
+    expect(await child.channel.request('ping', {})).to.be.an('object');
+    child.kill();
+    await child.exited;
+  });
+
   it('discards the child after a corrupted frame (bad_mac), and a fresh session works', async () => {
     const child = await startFixture();
     const capture = interceptWrites(child);

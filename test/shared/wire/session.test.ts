@@ -119,6 +119,9 @@ describe('session endpoints', () => {
       ['an escaped member name equal to another', (h) => `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"body":{"a":1,"\\u0061":2}`],
       ['a seq with a leading zero', (h) => `{${[h.v, h.sid, '"seq":00', h.from, h.kind, h.id].join(',')},"body":{}`],
       ['a body that is not an object', (h) => `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"body":[1]`],
+      ['a space before the body', (h) => `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"body": {}`],
+      ['a space after the body', (h) => `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"body":{} `],
+      ['a tab and a carriage return after the body', (h) => `{${[h.v, h.sid, h.seq, h.from, h.kind, h.id].join(',')},"body":{}\t\r`],
     ];
     for (const [what, covered] of cases) {
       it(`refuse a correctly MACed frame with ${what}: frame_malformed`, () => {

@@ -1,18 +1,20 @@
 // Refusals carry their cause: a call the adapter would refuse (its byte bound,
 // its schema, no adapter for the tool) is refused before anything is
-// reserved, naming the size and the bound; a tool no grant covers says so,
-// naming the tool. Checked on the CLI's output and exit code, the API's
+// reserved, naming the size and the bound; a tool no executor serves says
+// so and nothing is recorded; a served tool no grant covers says so, naming
+// the tool. Checked on the CLI's output and exit code, the API's
 // answer, and the stores: no request logged, no operation, no hold.
 import { expect } from 'chai';
 import path from 'node:path';
-import { type TestService, sqlite, startService } from '../../helpers/service.js';
+import { FIXTURE_EXECUTOR, type TestService, sqlite, startService } from '../../helpers/service.js';
 
 describe('refusals before reserving', function () {
   this.timeout(90_000);
   let service: TestService;
 
   before(async () => {
-    service = await startService();
+    // fixture/* is served (its adapters loaded) but no grant covers it.
+    service = await startService({ config: { executors: [FIXTURE_EXECUTOR] } });
   });
 
   after(async () => {
@@ -60,12 +62,21 @@ describe('refusals before reserving', function () {
     expect(answer.body.message).to.match(/5000 UTF-8 bytes; at most 4096/);
   });
 
-  it('says that no grant covers a tool, naming it', async () => {
-    const result = await service.cli(['invoke', 'nosuch/tool']);
+  it('says that no executor serves a tool, not that a grant is missing, and records nothing', async () => {
+    const before = await requests();
+    const result = await service.cli(['invoke', 'nosuch/tool', '--request-id', 'unserved-1']);
     expect(result.code).to.equal(3);
-    expect(result.stdout).to.match(/denied: capability_unknown\): no grant covers nosuch\/tool; an operator can add one: custody grant add --tool nosuch\/tool/);
+    expect(result.stderr).to.match(/no executor serves nosuch\/tool: .*GET \/v1\/tools lists them.*nothing was recorded \[tool_unknown\]/);
+    expect(await requests(), 'no request logged').to.equal(before);
+    expect((await service.http('GET', '/v1/operations/unserved-1', undefined, 'agent')).status).to.equal(404);
+  });
+
+  it('says that no grant covers a served tool, naming it', async () => {
+    const result = await service.cli(['invoke', 'fixture/hang']);
+    expect(result.code).to.equal(3);
+    expect(result.stdout).to.match(/denied: capability_unknown\): no grant covers fixture\/hang; an operator can add one: custody grant add --tool fixture\/hang/);
     const name = /Refused: (\S+)/.exec(result.stdout)![1]!;
     const trace = await service.cli(['trace', name]);
-    expect(trace.stdout).to.match(/reason capability_unknown \(no grant covers nosuch\/tool/);
+    expect(trace.stdout).to.match(/reason capability_unknown \(no grant covers fixture\/hang/);
   });
 });

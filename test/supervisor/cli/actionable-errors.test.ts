@@ -25,11 +25,11 @@ interface Case {
 
 const CASES: readonly Case[] = [
   {
-    what: 'a tool no grant covers names the grant to add',
+    what: 'a tool no executor serves says so, not that a grant is missing',
     run: ['invoke', 'nosuch/tool', '--arg', 'x=1'],
     exit: 3,
-    stream: 'stdout',
-    says: /no grant covers nosuch\/tool; an operator can add one: custody grant add --tool nosuch\/tool --max N --ttl 1h/,
+    stream: 'stderr',
+    says: /no executor serves nosuch\/tool: the tools served are those custody.json's executors\[\]\.tools name \(GET \/v1\/tools lists them\); nothing was recorded \[tool_unknown\]/,
   },
   {
     what: 'a request id reused with other arguments says to choose another id',
@@ -212,12 +212,12 @@ describe('CLI against a stopped service', function () {
   it('takes a --wait from 0 to an hour and refuses one past it before sending (exit 2), with no timer warning', async () => {
     for (const bound of ['1h', '3600000ms']) {
       const result = await service.cli(['invoke', 'nosuch/tool', '--wait', bound]);
-      // Taken as a wait: the service is asked, and refuses the tool (no grant covers it), not the wait.
+      // Taken as a wait: the service is asked, and refuses the tool (no executor serves it), not the wait.
       expect(result.stderr, bound).to.not.contain('--wait');
       expect(result.code, `${bound}: ${result.stderr}`).to.equal(3);
     }
     // 0: answered at once with the state so far.
-    const zero = await service.cli(['invoke', 'nosuch/tool', '--wait', '0']);
+    const zero = await service.cli(['invoke', 'review-notes/append', '--arg', 'note=waited 0', '--wait', '0']);
     expect(zero.code, zero.stderr).to.equal(4);
     expect(zero.stdout).to.match(/^Not complete: /);
     // It goes on in the service: counted below only once it has ended.

@@ -133,7 +133,8 @@ describe('custody mcp', function () {
   it('answers a refusal as a tool error with its cause', async () => {
     const unknown = (await client.callTool({ name: 'nosuch__tool', arguments: {} })) as CallToolResult;
     expect(unknown.isError).to.equal(true);
-    expect(textOf(unknown)).to.match(/no grant covers nosuch\/tool/);
+    expect(textOf(unknown)).to.match(/tool_unknown: no executor serves nosuch\/tool: .*GET \/v1\/tools lists them.*nothing was done/);
+    expect(textOf(unknown)).to.not.contain("custody grant add");
     const huge = (await client.callTool({ name: TOOL, arguments: { note: 'a'.repeat(5000) } })) as CallToolResult;
     expect(huge.isError, textOf(huge)).to.equal(true);
     expect(textOf(huge)).to.match(/refused review-notes\/append \(arguments_too_large: .*note is 5000 UTF-8 bytes; at most 4096/);
@@ -144,8 +145,16 @@ describe('custody mcp', function () {
     expect(textOf(lone)).to.match(/cannot take these arguments for review-notes\/append \(canonical_unsupported: .*nothing was done/);
     const badKey = (await client.callTool({ name: TOOL, arguments: { note: 'keyed', custody_request_id: 7 } })) as CallToolResult;
     expect(badKey.isError, textOf(badKey)).to.equal(true);
-    expect(textOf(badKey)).to.match(/custody_request_id must be a string/);
+    expect(textOf(badKey)).to.match(/custody_request_id must be 1-128 letters, digits and _ \. : @ \/ \+ -.*; got number\. Nothing was done/);
+    // The pattern the listing declares is held, for hosts that do not check input schemas: a space, 129 characters.
+    for (const key of ['a b', 'k'.repeat(129)]) {
+      const refusedKey = (await client.callTool({ name: TOOL, arguments: { note: 'keyed', custody_request_id: key } })) as CallToolResult;
+      expect(refusedKey.isError, textOf(refusedKey)).to.equal(true);
+      expect(textOf(refusedKey)).to.contain('Nothing was done');
+    }
     expect(journalLines(service).filter((l) => l.note === 'keyed')).to.have.length(0);
+    const atBound = (await client.callTool({ name: TOOL, arguments: { note: 'keyed at the bound', custody_request_id: 'k'.repeat(128) } })) as CallToolResult;
+    expect(atBound.isError, textOf(atBound)).to.not.equal(true);
   });
 
   it('stops listing the tool once the grant runs out, and refuses the next call naming the tool', async () => {
@@ -165,6 +174,7 @@ describe('custody mcp', function () {
     const refused = (await client.callTool({ name: TOOL, arguments: { note: 'one too many' } })) as CallToolResult;
     expect(refused.isError).to.equal(true);
     expect(textOf(refused)).to.match(/review-notes\/append/).and.to.contain('custody grant add --tool review-notes/append');
+    expect(textOf(refused).split('custody grant add').length - 1, 'the grant to add is named once').to.equal(1);
     expect(journalLines(service).filter((l) => l.note === 'one too many')).to.have.length(0);
     // A grant added, the same call is the same request and keeps its answer; the agent is told how to try again.
     expect((await service.http('POST', '/v1/grants', { tool: 'review-notes/*', max_invocations: 2, ttl_ms: 3_600_000 })).status).to.equal(201);
