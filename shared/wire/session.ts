@@ -1,8 +1,10 @@
 // One end of an authenticated session: seals outgoing frames with this
 // side's directional key and sequence, and opens incoming lines in the order
-// ARCHITECTURE.md §4.2 fixes: MAC on the raw bytes first, then strict decoding, then
-// the envelope, session id, sender role and sequence. Any failure throws a
-// CustodyError with its own code; the caller poisons the channel.
+// docs/PROTOCOL.md §3 fixes: MAC on the raw bytes first, then the envelope's
+// layout (its header, from and seq, the body's braces), then the body's
+// strict decoding (UTF-8, depth, JSON), then session id, sender role and
+// sequence. Any failure throws a CustodyError with its own code; the caller
+// poisons the channel.
 import { z } from 'zod';
 import { CustodyError } from '../errors.js';
 import { MAX_TIMESTAMP_MS, type Role, role } from '../protocol/common.js';
@@ -10,6 +12,7 @@ import { decodeJsonObject, measureDepth } from './decode.js';
 import { type Frame, FRAME_VERSION, macMatches, sealCovered, sealFrame, splitTrailer } from './frame-codec.js';
 import type { FrameLimits } from './frame-reader.js';
 import { type SessionSecrets, deriveDirectionKey } from './session-keys.js';
+import { cutText } from '../text/cut.js';
 
 export const frameKind = z.string().regex(/^[a-z][a-z0-9_.]{0,63}$/);
 
@@ -161,10 +164,14 @@ export class SessionEndpoint {
 }
 
 /** A short, stable description of schema issues for error messages. */
+/** Characters of one schema issue in a message. */
+const ISSUE_TEXT_MAX = 300;
+
 export function describeIssues(error: z.ZodError, limit = 3): string {
   const parts = error.issues.slice(0, limit).map((issue) => {
     const where = issue.path.length > 0 ? issue.path.join('.') : '(top)';
-    return `${where}: ${issue.message}`;
+    // An issue may echo what was sent (zod's unrecognized keys, every one of them): each is cut, so the whole stays small.
+    return cutText(`${where}: ${issue.message}`, ISSUE_TEXT_MAX);
   });
   const more = error.issues.length > limit ? ` (+${error.issues.length - limit} more)` : '';
   return parts.join('; ') + more;

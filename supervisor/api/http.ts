@@ -73,15 +73,31 @@ const PARSER_REFUSALS: Record<string, { status: number; reason: string; error: C
 };
 const PARSER_DEFAULT = { status: 400, reason: 'Bad Request', error: new CustodyError('bad_request', 'the request is not valid HTTP/1.1 (request line, headers or framing)') };
 
-/** Node's HTTP parser refused the request itself: answer with a fixed body and close. */
-export function sendClientError(socket: Duplex, parserCode: string | undefined): void {
-  if (!socket.writable) {
+/** How long a refused connection may take to read its refusal before it is cut: a client that never reads must not keep its place. */
+export const REFUSAL_LINGER_MS = 1_000;
+
+/**
+ * Node's HTTP parser refused the request itself: answer with a fixed body and
+ * close the connection whole, freeing its place under bounds.max_connections
+ * (an end alone half-closes it, and a client that never closes its side kept
+ * the place for good). `answering`: a response to an earlier request on
+ * this connection is still being made (an invoke under way); then nothing
+ * is written, since a refusal written there would read as that request's
+ * answer (a 405 for an invoke that completed), and the connection is cut:
+ * the client learns the earlier answer was lost and asks again by name.
+ */
+export function sendClientError(socket: Duplex, parserCode: string | undefined, answering = false): void {
+  if (!socket.writable || answering) {
     socket.destroy();
     return;
   }
   const { status, reason, error } = (parserCode !== undefined && Object.hasOwn(PARSER_REFUSALS, parserCode) ? PARSER_REFUSALS[parserCode] : undefined) ?? PARSER_DEFAULT;
   const text = JSON.stringify(error.toWire());
-  socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n${text}`);
+  const linger = setTimeout(() => socket.destroy(), REFUSAL_LINGER_MS).unref();
+  socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n${text}`, () => {
+    clearTimeout(linger);
+    socket.destroy();
+  });
 }
 
 const digest = (token: string) => createHash('sha256').update(token, 'utf8').digest();
@@ -136,6 +152,57 @@ export interface BodyLimits {
  * parser nor schema validation ever recurses on unbounded input, and no
  * object with the same member name twice (compared after unescaping).
  */
+/**
+ * The body's bytes, at most `limit`. Past it, reading stops (the stream is
+ * paused, not destroyed, so the 413 can still be written) and the answer
+ * closes the connection (unreadBody), so the rest is never drained.
+ */
+function readBounded(request: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = () => {
+      request.off('data', onData);
+      request.off('end', onEnd);
+      request.off('error', onError);
+      request.off('close', onClose);
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        done();
+        request.pause();
+        reject(new CustodyError('body_too_large', `request body exceeds ${limit} bytes (bounds.max_body_bytes)`));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      done();
+      resolve(Buffer.concat(chunks, size));
+    };
+    const onError = (error: Error) => {
+      done();
+      reject(error);
+    };
+    const onClose = () => {
+      done();
+      reject(new CustodyError('bad_request', 'the connection closed before the request body was whole'));
+    };
+    request.on('data', onData);
+    request.once('end', onEnd);
+    request.once('error', onError);
+    request.once('close', onClose);
+  });
+}
+
+/** A body was announced and not read to its end: answering must close the connection, not drain what is left (at any rate a client sends). */
+export function unreadBody(request: IncomingMessage): boolean {
+  if (request.complete) return false;
+  const length = request.headers['content-length'];
+  return (length !== undefined && length !== '0') || request.headers['transfer-encoding'] !== undefined;
+}
+
 export async function readJsonBody(request: IncomingMessage, limits: BodyLimits): Promise<Record<string, unknown>> {
   // A compressed body would otherwise be read as text and refused as invalid UTF-8, which says nothing of the cause.
   const coding = request.headers['content-encoding']?.trim().toLowerCase();
@@ -145,18 +212,8 @@ export async function readJsonBody(request: IncomingMessage, limits: BodyLimits)
   const limit = limits.maxBytes;
   const declared = Number(request.headers['content-length'] ?? '0');
   if (declared > limit) throw new CustodyError('body_too_large', `request body of ${declared} bytes exceeds ${limit} bytes (bounds.max_body_bytes)`);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of request as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) {
-      request.destroy();
-      throw new CustodyError('body_too_large', `request body exceeds ${limit} bytes (bounds.max_body_bytes)`);
-    }
-    chunks.push(chunk);
-  }
-  if (size === 0) return {};
-  const bytes = Buffer.concat(chunks);
+  const bytes = await readBounded(request, limit);
+  if (bytes.length === 0) return {};
   const text = decodeUtf8OrRefuse(bytes, 'request body');
   // The wire's own scanner (docs/PROTOCOL.md §3, rule 6): the depth before JSON.parse, and a member twice in one object.
   const { depth, duplicate, reserved } = scanJson(text, limits.maxDepth);

@@ -19,7 +19,8 @@ import { readTokenFile } from '../tokens.js';
 import { checkOperationName } from '../../shared/protocol/names.js';
 import { identifier } from '../../shared/protocol/common.js';
 import { argumentBytesBound, argumentsDepthBudget, checkArgumentBytes } from '../../shared/protocol/bounds.js';
-import { type Access, type BodyLimits, type TokenRole, TokenGate, readJsonBody, sendClientError, sendError, sendJson, sendText } from './http.js';
+import { type Access, type BodyLimits, type TokenRole, TokenGate, readJsonBody, sendClientError, sendError, sendJson, sendText, unreadBody } from './http.js';
+import { cutText } from '../../shared/text/cut.js';
 import { boundConnections } from './connections.js';
 import { archiveBody, authorizeBody, executeBody, grantAddBody, invokeBody, stepBody } from './bodies.js';
 import { parseTarget } from './target.js';
@@ -28,6 +29,13 @@ import * as handlers from './handlers.js';
 import { listTools } from './tools.js';
 import { openApiDocument } from './openapi.js';
 import { ThrottledTally } from '../throttled-tally.js';
+
+/** Refusals logged a line each per second; past it they are tallied every REFUSAL_TALLY_MS. */
+const REFUSALS_LOGGED = 20;
+const REFUSAL_TALLY_MS = 10_000;
+/** A refused request's target and message in the log, cut to these many characters. */
+const LOGGED_PATH_MAX = 256;
+const LOGGED_MESSAGE_MAX = 1_024;
 
 export interface ApiServer {
   readonly port: number;
@@ -262,6 +270,7 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
       },
     };
     const answer = match.route.asksChild ? await readOfChild(service, () => match.route.handle(context), role, channelFull, () => refuseConnection(request, response)) : await match.route.handle(context);
+    if (unreadBody(request)) response.shouldKeepAlive = false;
     if ('text' in answer) sendText(response, 200, answer.contentType, answer.text);
     else sendJson(response, answer.status ?? 200, answer.body);
   };
@@ -270,22 +279,60 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
   // for a missing Host would be a body without {code, message}.
   // The two receive timeouts below are checked every connectionsCheckingInterval (Node's default, 30 s, let a
   // connection that never finished its headers hold its slot under bounds.max_connections for up to 40 s).
+  // Refusals are logged a line each up to REFUSALS_LOGGED a second, then tallied: a client
+  // pipelining garbage must not turn a few bytes into a log many times their size.
+  const refusalsTallied = new ThrottledTally(REFUSAL_TALLY_MS, (refused) =>
+    log.info('api_refused_tallied', { refused, message: `${refused} more requests refused past ${REFUSALS_LOGGED} lines a second; each was answered with its code` }),
+  );
+  let refusalWindow = { start: 0, lines: 0 };
+  const logRefusal = (event: string, fields: Record<string, unknown>) => {
+    const now = performance.now();
+    if (now - refusalWindow.start >= 1_000) refusalWindow = { start: now, lines: 0 };
+    if (refusalWindow.lines++ < REFUSALS_LOGGED) log.info(event, fields);
+    else refusalsTallied.add();
+  };
+  // The response being made on each connection, if any (a clientError on it must not write over it).
+  const answering = new WeakMap<object, ServerResponse>();
   const server = createServer({ requireHostHeader: false, connectionsCheckingInterval: 1_000 }, (request, response) => {
+    const socket = request.socket;
+    answering.set(socket, response);
+    response.once('close', () => {
+      if (answering.get(socket) === response) answering.delete(socket);
+    });
     serve(request, response).catch((error: unknown) => {
       // The refused request's name in the log, drawn only when one is refused. A flood's refusals at a bound on
       // requests or reads in flight are not a line each: requests_full, reads_full and channel_full tally them.
       if (!(error instanceof CustodyError && error.code === 'service_busy')) {
-        log.info('api_refused', { id: randomHex(4), method: request.method, path: request.url, ...errorFields(error) });
+        const { message, ...rest } = errorFields(error);
+        logRefusal('api_refused', { id: randomHex(4), method: request.method, path: cutText(request.url ?? '', LOGGED_PATH_MAX), ...rest, message: cutText(String(message), LOGGED_MESSAGE_MAX) });
       }
-      if (!response.headersSent) sendError(response, error);
-      else response.end();
+      if (response.headersSent) {
+        response.end();
+        return;
+      }
+      // Refused before its body was read (a token, a path, a bound): the connection closes after the answer, so the rest is not drained.
+      if (unreadBody(request)) response.shouldKeepAlive = false;
+      sendError(response, error);
     });
   });
   // What Node's HTTP parser refuses (a method it does not know, bytes a
   // request line may not hold, headers past its bound) gets a fixed body too.
   server.on('clientError', (error: Error & { code?: string }, socket) => {
-    log.info('api_client_error', { code: error.code ?? null, message: error.message });
-    sendClientError(socket, error.code);
+    logRefusal('api_client_error', { code: error.code ?? null, message: cutText(error.message, LOGGED_MESSAGE_MAX) });
+    sendClientError(socket, error.code, answering.has(socket));
+  });
+  // Expect: 100-continue: the client is told to send its body only when it holds a token and the body's announced
+  // size is within the bound; otherwise it is answered without the body (Node would send 100 Continue to anyone).
+  server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
+    const declared = Number(request.headers['content-length'] ?? '0');
+    let tokened = true;
+    try {
+      gate.check(request, 'agent');
+    } catch {
+      tokened = false;
+    }
+    if (tokened && declared <= limits.maxBytes) response.writeContinue();
+    server.emit('request', request, response);
   });
   // CONNECT is handed to a 'connect' listener, not to the router; Node would just close the socket.
   server.on('connect', (_request: IncomingMessage, socket: Duplex) => sendClientError(socket, 'HPE_INVALID_METHOD'));
@@ -313,9 +360,9 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
     port: bound,
     close: () =>
       new Promise<void>((resolve) => {
-        server.close(() => (channelFull.close(), resolve()));
+        server.close(() => (channelFull.close(), refusalsTallied.close(), resolve()));
         server.closeIdleConnections();
       }),
-    closeAll: () => (channelFull.close(), server.closeAllConnections()),
+    closeAll: () => (channelFull.close(), refusalsTallied.close(), server.closeAllConnections()),
   };
 }
