@@ -305,8 +305,16 @@ export async function addGrant(service: Service, body: z.infer<typeof grantAddBo
   return { status: 201, body: grant };
 }
 
+/** DELETE /v1/grants/:id. A grant id the kernel does not know is 404, as an unknown operation is (the kernel's capability_unknown is its refusal to reserve). */
 export async function revokeGrant(service: Service, id: string): Answer {
-  return { body: await service.kernel.request('grant.revoke', { capability_id: id }) };
+  try {
+    return { body: await service.kernel.request('grant.revoke', { capability_id: id }) };
+  } catch (error) {
+    if (error instanceof CustodyError && error.code === 'capability_unknown') {
+      throw new CustodyError('not_found', `no grant ${id}: GET /v1/grants (custody grant list) names every grant`);
+    }
+    throw error;
+  }
 }
 
 export function incidents(service: Service, query: URLSearchParams) {

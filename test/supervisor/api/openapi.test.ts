@@ -114,6 +114,7 @@ describe('the OpenAPI description', function () {
     expect(added.status).to.equal(201);
     await call('POST', '/v1/grants', '/v1/grants', { tool: 'review-notes/*', max_invocations: 0, ttl_ms: 60_000 }); // 400
     await call('DELETE', '/v1/grants/:id', `/v1/grants/${String(added.body.capability_id)}`);
+    expect((await call('DELETE', '/v1/grants/:id', '/v1/grants/no-such-grant')).status, 'an unknown grant is 404, as an unknown operation is').to.equal(404);
     await call('POST', '/v1/archive', '/v1/archive', {});
     await call('GET', '/v1/incidents', '/v1/incidents?limit=5', undefined, 'agent');
     // GET /metrics answers text: its content type is the one described, and nothing else is.
