@@ -22,10 +22,10 @@ export const timestampMs = z.number().int().min(1).max(MAX_TIMESTAMP_MS);
 export const nonNegativeInt = z.number().int().min(0).max(MAX_TIMESTAMP_MS);
 export const positiveInt = z.number().int().min(1).max(MAX_TIMESTAMP_MS);
 
-/** Request ids, operation names, grant ids, executor ids: 1–128 printable characters. */
 /** What an identifier may be: 1-128 characters of A-Z a-z 0-9 _ . : @ / + -, not starting with punctuation. */
 export const IDENTIFIER_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$/;
 
+/** Request ids, grant ids, executor ids, subjects: 1–128 printable characters (operation names follow the stricter rule of names.ts). */
 export const identifier = z
   .string()
   .regex(IDENTIFIER_PATTERN, 'expected 1-128 characters of A-Z a-z 0-9 _ . : @ / + - (not starting with punctuation)');

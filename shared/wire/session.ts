@@ -163,10 +163,10 @@ export class SessionEndpoint {
   }
 }
 
-/** A short, stable description of schema issues for error messages. */
 /** Characters of one schema issue in a message. */
 const ISSUE_TEXT_MAX = 300;
 
+/** A short, stable description of schema issues for error messages. */
 export function describeIssues(error: z.ZodError, limit = 3): string {
   const parts = error.issues.slice(0, limit).map((issue) => {
     const where = issue.path.length > 0 ? issue.path.join('.') : '(top)';

@@ -73,18 +73,27 @@ const PARSER_REFUSALS: Record<string, { status: number; reason: string; error: C
 };
 const PARSER_DEFAULT = { status: 400, reason: 'Bad Request', error: new CustodyError('bad_request', 'the request is not valid HTTP/1.1 (request line, headers or framing)') };
 
-/** How long a refused connection may take to read its refusal before it is cut: a client that never reads must not keep its place. */
+/**
+ * A refused connection is cut once its refusal is handed to the kernel (as
+ * Node's own refusals are), or after this long when a client that does not
+ * read keeps it from being handed over. Lingering after the write, for a
+ * client still sending to read the refusal first, kept places under
+ * bounds.max_connections from new clients for that long (measured: the
+ * next connection was dropped); never cutting let a client that does not
+ * close its side keep its place for good.
+ */
 export const REFUSAL_LINGER_MS = 1_000;
 
 /**
  * Node's HTTP parser refused the request itself: answer with a fixed body and
- * close the connection whole, freeing its place under bounds.max_connections
- * (an end alone half-closes it, and a client that never closes its side kept
- * the place for good). `answering`: a response to an earlier request on
- * this connection is still being made (an invoke under way); then nothing
- * is written, since a refusal written there would read as that request's
+ * close the connection whole (REFUSAL_LINGER_MS), freeing its place
+ * under bounds.max_connections (an end alone half-closes it, and a client
+ * that never closes its side kept the place for good). `answering`: a
+ * response to an earlier, whole request on this connection is still being
+ * made (an invoke under way), or this request's own answer has begun; then
+ * nothing is written, since a refusal written there would read as that
  * answer (a 405 for an invoke that completed), and the connection is cut:
- * the client learns the earlier answer was lost and asks again by name.
+ * the client learns the answer was lost and asks again by name.
  */
 export function sendClientError(socket: Duplex, parserCode: string | undefined, answering = false): void {
   if (!socket.writable || answering) {
@@ -146,16 +155,10 @@ export interface BodyLimits {
 }
 
 /**
- * Read a JSON object body: at most `maxBytes` (refused at the bound before
- * buffering more), strict UTF-8 (refused with the byte offset), nesting
- * measured on the text before JSON.parse builds anything, so neither the
- * parser nor schema validation ever recurses on unbounded input, and no
- * object with the same member name twice (compared after unescaping).
- */
-/**
  * The body's bytes, at most `limit`. Past it, reading stops (the stream is
  * paused, not destroyed, so the 413 can still be written) and the answer
- * closes the connection (unreadBody), so the rest is never drained.
+ * closes the connection (server.ts closes it after every body_too_large),
+ * so the rest is never drained.
  */
 function readBounded(request: IncomingMessage, limit: number): Promise<Buffer> {
   return new Promise<Buffer>((resolve, reject) => {
@@ -203,6 +206,13 @@ export function unreadBody(request: IncomingMessage): boolean {
   return (length !== undefined && length !== '0') || request.headers['transfer-encoding'] !== undefined;
 }
 
+/**
+ * Read a JSON object body: at most `maxBytes` (refused at the bound before
+ * buffering more), strict UTF-8 (refused with the byte offset), nesting
+ * measured on the text before JSON.parse builds anything, so neither the
+ * parser nor schema validation ever recurses on unbounded input, and no
+ * object with the same member name twice (compared after unescaping).
+ */
 export async function readJsonBody(request: IncomingMessage, limits: BodyLimits): Promise<Record<string, unknown>> {
   // A compressed body would otherwise be read as text and refused as invalid UTF-8, which says nothing of the cause.
   const coding = request.headers['content-encoding']?.trim().toLowerCase();

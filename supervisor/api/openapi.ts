@@ -30,7 +30,7 @@ export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
 const drive = { 200: answers.outcomeAnswer, 202: answers.outcomeAnswer };
 const limit = ({ fallback, most }: { readonly fallback: number; readonly most: number }) => ({
-  limit: { schema: z.number().int().min(0).max(most), description: `at most this many (default ${fallback}, also for 0; at most ${most}, a larger one is cut to it)` },
+  limit: { schema: z.number().int().min(0).max(most), description: `at most this many (default ${fallback}, also for 0; at most ${most})` },
 });
 
 export const API_ROUTES: readonly RouteDoc[] = [

@@ -291,13 +291,19 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
     if (refusalWindow.lines++ < REFUSALS_LOGGED) log.info(event, fields);
     else refusalsTallied.add();
   };
-  // The response being made on each connection, if any (a clientError on it must not write over it).
-  const answering = new WeakMap<object, ServerResponse>();
+  // The request being answered on each connection, if any: a clientError on it must not write over its answer.
+  const answering = new WeakMap<object, { request: IncomingMessage; response: ServerResponse }>();
+  /** A refusal written now would be read as another answer: that of an earlier request received whole, or this one's, begun. */
+  const answerUnderWay = (socket: object): boolean => {
+    const current = answering.get(socket);
+    return current !== undefined && (current.request.complete || current.response.headersSent);
+  };
   const server = createServer({ requireHostHeader: false, connectionsCheckingInterval: 1_000 }, (request, response) => {
     const socket = request.socket;
-    answering.set(socket, response);
+    const current = { request, response };
+    answering.set(socket, current);
     response.once('close', () => {
-      if (answering.get(socket) === response) answering.delete(socket);
+      if (answering.get(socket) === current) answering.delete(socket);
     });
     serve(request, response).catch((error: unknown) => {
       // The refused request's name in the log, drawn only when one is refused. A flood's refusals at a bound on
@@ -311,7 +317,8 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
         return;
       }
       // Refused before its body was read (a token, a path, a bound): the connection closes after the answer, so the rest is not drained.
-      if (unreadBody(request)) response.shouldKeepAlive = false;
+      // Past the body bound always: the read stopped there, even when the parser has since seen the body's end.
+      if (unreadBody(request) || (error instanceof CustodyError && error.code === 'body_too_large')) response.shouldKeepAlive = false;
       sendError(response, error);
     });
   });
@@ -319,7 +326,7 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
   // request line may not hold, headers past its bound) gets a fixed body too.
   server.on('clientError', (error: Error & { code?: string }, socket) => {
     logRefusal('api_client_error', { code: error.code ?? null, message: cutText(error.message, LOGGED_MESSAGE_MAX) });
-    sendClientError(socket, error.code, answering.has(socket));
+    sendClientError(socket, error.code, answerUnderWay(socket));
   });
   // Expect: 100-continue: the client is told to send its body only when it holds a token and the body's announced
   // size is within the bound; otherwise it is answered without the body (Node would send 100 Continue to anyone).

@@ -423,6 +423,8 @@ export class CustodyClient {
       const page = await this.grantsPage({ ...options, after });
       all.push(...page.items);
       if (page.next_after === null) return all;
+      // A listing moves on each page; one that does not would be asked forever.
+      if (page.next_after === after) throw new CustodyError('unexpected_message', `GET /v1/grants answered next_after ${page.next_after} again; the listing does not advance`);
       after = page.next_after;
     }
   }

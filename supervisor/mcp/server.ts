@@ -16,7 +16,9 @@
 // stdout carries MCP messages only; logs are JSON lines on stderr.
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import { CallToolRequestSchema, type CallToolResult, ListToolsRequestSchema, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolRequestSchema, type CallToolResult, ErrorCode, ListToolsRequestSchema, McpError, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import { z } from 'zod';
+import { describeIssues } from '../../shared/wire/session.js';
 import { canonicalDigest } from '../../shared/canonical/digest.js';
 import { artifactDigest, readEnvelope } from '../../shared/artifacts/artifact.js';
 import { CustodyError, toCustodyError } from '../../shared/errors.js';
@@ -30,6 +32,9 @@ import { mcpNameOf, toolOfMcpName } from './names.js';
 /** The argument an agent may add to any tool to name a call (stripped before the adapter sees the arguments). */
 export const REQUEST_KEY_ARGUMENT = 'custody_request_id';
 const REQUEST_KEY_META = 'custody/request_id';
+
+/** tools/call as the SDK routes it, its params checked by the handler (CallToolRequestSchema) so a malformed call is -32602. */
+const LOOSE_CALL_TOOL_REQUEST = CallToolRequestSchema.extend({ params: z.looseObject({ name: z.unknown() }) });
 
 /** Outcomes that ended an operation without effect. */
 const WITHOUT_EFFECT = new Set(['denied', 'start_denied', 'expired', 'released']);
@@ -176,7 +181,13 @@ export function createMcpServer(options: McpOptions): McpServer {
     return { tools: listed };
   });
 
-  mcp.server.setRequestHandler(CallToolRequestSchema, async (request): Promise<CallToolResult> => {
+  // Registered with a loose schema: the SDK's protocol layer answers a failure of the schema it is given as -32603
+  // Internal error, while its tools/call check (and the one below) answers -32602 Invalid params, which is what
+  // params that are not a call (arguments not an object) are.
+  mcp.server.setRequestHandler(LOOSE_CALL_TOOL_REQUEST, async (loose): Promise<CallToolResult> => {
+    const checked = CallToolRequestSchema.safeParse(loose);
+    if (!checked.success) throw new McpError(ErrorCode.InvalidParams, `tools/call params: ${describeIssues(checked.error)}; arguments must be a JSON object of the tool's arguments`);
+    const request = checked.data;
     const name = request.params.name;
     const tool = toolOfMcpName(name);
     if (tool === null) return errorResult(`no custody tool is named ${JSON.stringify(name)} (MCP names map / to __, e.g. review-notes__append); list the tools again`);
@@ -185,7 +196,8 @@ export function createMcpServer(options: McpOptions): McpServer {
     const argKey = given[REQUEST_KEY_ARGUMENT];
     delete given[REQUEST_KEY_ARGUMENT];
     // The pattern the listed schema declares for the key is the one held here: a host that does not validate input schemas gets the same answer.
-    for (const [where, value] of [[REQUEST_KEY_ARGUMENT, argKey], [`_meta.${REQUEST_KEY_META}`, metaKey]] as const) {
+    // The argument wins over _meta, which is checked only when it names the key.
+    for (const [where, value] of [[REQUEST_KEY_ARGUMENT, argKey], [`_meta.${REQUEST_KEY_META}`, argKey === undefined ? metaKey : undefined]] as const) {
       if (value !== undefined && (typeof value !== 'string' || !identifier.safeParse(value).success)) {
         const got = typeof value === 'string' ? JSON.stringify(value.slice(0, 80)) : typeof value;
         return errorResult(`${where} must be 1-128 letters, digits and _ . : @ / + -, starting with a letter or digit; got ${got}. Nothing was done: call again with a valid ${REQUEST_KEY_ARGUMENT}, or none.`);
@@ -228,7 +240,7 @@ export function createMcpServer(options: McpOptions): McpServer {
           structured,
         );
       }
-      if (GRANT_REFUSALS.has(failure.code)) {
+      if (GRANT_REFUSALS.has(failure.code) && failure.code !== 'capability_not_yet_valid') {
         return errorResult(`no live grant covers ${tool} (${failure.code}: ${failure.message}); nothing was done. ${grantHint(tool)}`, structured);
       }
       if (failure.errorClass === 'internal' || failure.errorClass === 'protocol') {

@@ -151,7 +151,7 @@ describe('private store files', () => {
       expect(fs.readFileSync(file, 'utf8')).to.equal('statement\n');
     });
 
-    it('leaves the old file as it was when the write cannot be made (a directory where <file>.next goes, as a full disk would)', () => {
+    it('leaves the old file as it was when the write cannot be made (a directory stands where <file>.next goes)', () => {
       const file = path.join(root, 'store.lock.pid');
       fs.writeFileSync(file, '41\n', { mode: 0o600 });
       fs.mkdirSync(`${file}.next`);

@@ -15,6 +15,17 @@ import { type TestService, startService } from '../../helpers/service.js';
 import { untilHolds } from '../../helpers/eventually.js';
 
 const MAX_BODY = 4096;
+const REQUEST_TIMEOUT_MS = 4_000;
+
+/** The body of a raw answer (after its header block). */
+const read413 = (text: string) => text.slice(text.indexOf('\r\n\r\n') + 4);
+
+/** `promise`, or a failure naming `what` after `ms`. */
+function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_resolve, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)));
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
 
 /**
  * A raw connection that keeps its side open after the server's FIN (a
@@ -42,7 +53,7 @@ describe('the control API against a client that misuses its connection', functio
   let agent: string;
 
   before(async () => {
-    service = await startService({ config: { timing: { api_headers_timeout_ms: 1_000, api_request_timeout_ms: 2_000 }, bounds: { max_connections: 3, max_body_bytes: MAX_BODY } } });
+    service = await startService({ config: { timing: { api_headers_timeout_ms: 1_000, api_request_timeout_ms: REQUEST_TIMEOUT_MS }, bounds: { max_connections: 3, max_body_bytes: MAX_BODY } } });
     agent = readFileSync(service.paths.agentToken, 'utf8').trim();
   });
 
@@ -78,6 +89,14 @@ describe('the control API against a client that misuses its connection', functio
     expect(again.body).to.include({ outcome: 'completed' });
   });
 
+  it('answers 408 with its body a request whose own body stops arriving (no earlier answer is under way to protect)', async () => {
+    const { socket, read, closed } = await halfOpen(service.port);
+    socket.write(`POST /v1/invoke HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${agent}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"tool":`);
+    await within(closed, REQUEST_TIMEOUT_MS + 4_000, 'the refusal');
+    expect(read()).to.match(/^HTTP\/1\.1 408 /);
+    expect(read()).to.contain('"code":"bad_request"');
+  });
+
   it('answers a chunked body one byte past max_body_bytes 413 body_too_large, and one at the bound is read', async () => {
     const send = async (bytes: number) => {
       const { socket, read, closed } = await halfOpen(service.port);
@@ -85,17 +104,20 @@ describe('the control API against a client that misuses its connection', functio
       const suffix = '"}}';
       const json = prefix + 'n'.repeat(bytes - prefix.length - suffix.length) + suffix;
       expect(Buffer.byteLength(json)).to.equal(bytes);
-      socket.write(`POST /v1/invoke HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${agent}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n`);
-      socket.write(`${bytes.toString(16)}\r\n${json}\r\n0\r\n\r\n`);
-      await closed;
-      return read();
+      // Keep-alive asked for, the whole body in one write: the parser has seen its end when the bound is judged.
+      socket.write(`POST /v1/invoke HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${agent}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n${bytes.toString(16)}\r\n${json}\r\n0\r\n\r\n`);
+      await untilHolds('an answer', () => Promise.resolve(/\r\n\r\n/.test(read())), 10_000);
+      return { text: read(), closed };
     };
     const past = await send(MAX_BODY + 1);
-    expect(past).to.match(/^HTTP\/1\.1 413 /);
-    expect(past).to.contain('"code":"body_too_large"');
+    expect(past.text).to.match(/^HTTP\/1\.1 413 /);
+    expect(past.text.toLowerCase(), 'the read stopped at the bound: the connection is not kept').to.contain('connection: close');
+    await within(past.closed, 3_000, 'the connection after a 413 closes');
+    expect(read413(past.text)).to.contain('"code":"body_too_large"');
     // At the bound the body is read and judged on its content (the note is past the tool's own schema: not 413 for the body).
     const at = await send(MAX_BODY);
-    expect(at).to.not.contain('body_too_large');
+    await untilHolds('the whole answer', () => Promise.resolve(read413(at.text).length > 0 || at.text.includes('"code"')), 10_000).catch(() => undefined);
+    expect(at.text).to.not.contain('body_too_large');
   });
 
   it('closes the connection after answering a request whose announced body it did not read, rather than drain it', async () => {
@@ -104,12 +126,14 @@ describe('the control API against a client that misuses its connection', functio
     // A client streaming on would be read for as long as it sends: here it keeps writing, and the server must still close.
     const feeding = setInterval(() => socket.writable && socket.write('x'.repeat(65_536)), 5);
     try {
-      await closed;
+      // Well before the request timeout (which would end the drain with a 408 of its own).
+      await within(closed, REQUEST_TIMEOUT_MS / 2, 'the connection closes after the answer');
     } finally {
       clearInterval(feeding);
     }
-    expect(read()).to.match(/^HTTP\/1\.1 200 /);
-    expect(read().toLowerCase()).to.contain('connection: close');
+    const head = read().slice(0, read().indexOf('\r\n\r\n')).toLowerCase();
+    expect(head).to.match(/^http\/1\.1 200 /);
+    expect(head, 'the 200 itself says the connection closes').to.contain('connection: close');
   });
 
   it('sends 100 Continue only to a client with a token and a body within the bound', async () => {

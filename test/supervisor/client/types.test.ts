@@ -23,10 +23,15 @@ const checks: Record<string, true> = {
   operationFields: true satisfies Assignable<keyof Output<typeof answers.operationsAnswer>['operations'][number], keyof OperationSummary>,
   grant: true satisfies Assignable<Output<typeof answers.grantAnswer>, Grant>,
   tools: true satisfies Assignable<Output<typeof answers.toolsAnswer>, Tools>,
+  healthFields: true satisfies Assignable<keyof Output<typeof answers.healthAnswer>, keyof Health>,
+  serviceFields: true satisfies Assignable<keyof Output<typeof answers.statusAnswer>['service'], keyof Status['service']>,
+  grantFields: true satisfies Assignable<keyof Output<typeof answers.grantAnswer>, keyof Grant>,
+  toolsFields: true satisfies Assignable<keyof Output<typeof answers.toolsAnswer>, keyof Tools>,
+  toolFields: true satisfies Assignable<keyof Output<typeof answers.toolsAnswer>['tools'][number], keyof Tools['tools'][number]>,
 };
 
 describe('the client library\'s types', () => {
   it('admit every answer the service\'s schemas describe (checked by tsc at build)', () => {
-    expect(Object.keys(checks)).to.have.length(9);
+    expect(Object.keys(checks)).to.have.length(14);
   });
 });

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { type CallToolResult, CallToolResultSchema, ErrorCode } from '@modelcontextprotocol/sdk/types.js';
 import { artifactDigest, readEnvelope } from '../../../shared/artifacts/artifact.js';
 import { requestIdFor } from '../../../supervisor/mcp/server.js';
 import { mcpNameOf, toolOfMcpName } from '../../../supervisor/mcp/names.js';
@@ -153,6 +153,15 @@ describe('custody mcp', function () {
       expect(textOf(refusedKey)).to.contain('Nothing was done');
     }
     expect(journalLines(service).filter((l) => l.note === 'keyed')).to.have.length(0);
+    // Params that are not a call at all (arguments not an object) are JSON-RPC's invalid params, not an internal error.
+    for (const args of [[1, 2], null, 'text']) {
+      const invalid = await client.request({ method: 'tools/call', params: { name: TOOL, arguments: args as unknown as Record<string, unknown> } }, CallToolResultSchema).then(
+        () => expect.fail('refused'),
+        (error: unknown) => error as { code: number; message: string },
+      );
+      expect(invalid.code, JSON.stringify(args)).to.equal(ErrorCode.InvalidParams);
+      expect(invalid.message).to.contain('Invalid tools/call request');
+    }
     const atBound = (await client.callTool({ name: TOOL, arguments: { note: 'keyed at the bound', custody_request_id: 'k'.repeat(128) } })) as CallToolResult;
     expect(atBound.isError, textOf(atBound)).to.not.equal(true);
   });
