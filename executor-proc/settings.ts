@@ -102,7 +102,7 @@ export interface ExecutorSettings {
 export function parseExecutorSettings(raw: unknown): ExecutorSettings {
   const parsed = executorSettingsSchema.safeParse(raw);
   if (!parsed.success) {
-    throw new CustodyError('config_invalid', `executor settings: ${describeIssues(parsed.error)}`);
+    throw new CustodyError('config_invalid', `executor settings (custody.json executors[].settings): ${describeIssues(parsed.error)}`);
   }
   const s = parsed.data;
   return {

@@ -69,7 +69,7 @@ export type KernelSettings = Readonly<Omit<z.infer<typeof kernelSettingsSchema>,
 /** Validate the preamble's settings; refuses unknown keys and values outside their bounds (config_invalid). */
 export function parseKernelSettings(raw: unknown): KernelSettings {
   const parsed = kernelSettingsSchema.safeParse(raw);
-  if (!parsed.success) throw new CustodyError('config_invalid', `kernel settings: ${describeIssues(parsed.error)}`);
+  if (!parsed.success) throw new CustodyError('config_invalid', `kernel settings (custody.json kernel.settings): ${describeIssues(parsed.error)}`);
   const settings = {
     ...parsed.data,
     argument_bytes_default: parsed.data.argument_bytes_default ?? Math.min(ARGUMENT_BYTES_DEFAULT, parsed.data.max_request_bytes),

@@ -352,7 +352,7 @@ export async function startApiServer(service: Service, port: number): Promise<Ap
   server.requestTimeout = service.config.timing.api_request_timeout_ms;
   server.headersTimeout = Math.min(service.config.timing.api_headers_timeout_ms, server.requestTimeout);
   await new Promise<void>((resolve, reject) => {
-    const refused = (error: Error) => reject(new CustodyError('config_invalid', `cannot listen on 127.0.0.1:${port}: ${error.message}`, { cause: error }));
+    const refused = (error: Error) => reject(new CustodyError('config_invalid', `cannot listen on 127.0.0.1:${port}: ${error.message}; is custody or another server using the port? choose another (port in custody.json, or custody start --port N; 0 picks a free one)`, { cause: error }));
     server.once('error', refused);
     server.listen(port, '127.0.0.1', () => {
       server.off('error', refused);

@@ -32,8 +32,15 @@ export interface ExitRecord extends KillIntent {
   readonly code: number | null;
 }
 
-/** Starts refused for good: restarting would only be refused again (a rolled-back store: docs/ROLLBACK.md). */
-const REFUSED_FOR_GOOD: ReadonlySet<string> = new Set(['identity_mismatch', 'hello_invalid', 'store_rolled_back']);
+/**
+ * Starts refused for good: restarting would only be refused again. A
+ * rolled-back store (docs/ROLLBACK.md), an identity that does not verify,
+ * settings the child refuses (config_invalid: its part of custody.json, an
+ * adapter module that does not load, argv that does not start it), or a
+ * ledger that is missing or another's. Each waits for the operator; a
+ * failed child is tried again every restart.failed_cooldown_s.
+ */
+const REFUSED_FOR_GOOD: ReadonlySet<string> = new Set(['identity_mismatch', 'hello_invalid', 'store_rolled_back', 'config_invalid', 'ledger_identity', 'ledger_missing']);
 
 /**
  * Starts that failed for a cause outside the child: its store still locked

@@ -241,15 +241,23 @@ receipt
 /**
  * A write to a stdout whose reader has gone (`custody export | head`): what
  * a Unix tool ended by SIGPIPE does, quietly. Not the service: its stdout
- * carries one line, and a reader that left after it stops nothing.
+ * carries one line, and no failure to write it stops anything.
  */
 const outputClosed = (error: unknown): boolean => (error as NodeJS.ErrnoException | null)?.code === 'EPIPE';
 let serving = false;
 // stderr is the service's log: a reader that left (EPIPE) or stopped reading never ends the process or swells it (shared/log-sink.ts).
 stderrSink();
-process.stdout.on('error', (error) => {
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  // The service's stdout carries one line ("custody is running"): a stdout that cannot take it (/dev/full, a log
+  // file on a full disk) is said on stderr, a reader gone is not, and neither ends the service (the first was a
+  // crash loop under a supervisor whose log disk filled).
+  if (serving) {
+    if (outputClosed(error)) return;
+    stderrSink().write(`${JSON.stringify({ ts: new Date().toISOString(), level: "warn", pid: process.pid, event: "stdout_unwritable", code: error.code ?? null, message: error.message })}\n`);
+    return;
+  }
   if (!outputClosed(error)) throw error;
-  if (!serving) process.exit(CLI_EXIT.outputClosed);
+  process.exit(CLI_EXIT.outputClosed);
 });
 
 try {

@@ -53,6 +53,8 @@ function checkConsistency(file: string, config: CustodyConfig): void {
   const names = new Set<string>();
   config.executors.forEach((executor, index) => {
     if (names.has(executor.name)) problems.push(`executors.${index}.name: ${JSON.stringify(executor.name)} is used twice`);
+    // Children are named in pins, status, `custody restart NAME`: the kernel's name is taken.
+    if (executor.name === 'kernel') problems.push(`executors.${index}.name: "kernel" is the kernel's name; choose another`);
     names.add(executor.name);
     for (const key of Object.keys(executor.deadlines_ms)) {
       if (key !== '*' && !toolName.safeParse(key).success) problems.push(`executors.${index}.deadlines_ms: key ${JSON.stringify(key)} is not a tool name or "*"`);

@@ -1,7 +1,7 @@
 // Reads and writes of supervisor.db, each a prepared statement made once.
 import type Database from 'better-sqlite3';
 import { nowMs } from '../../shared/clock.js';
-import { CustodyError, isStorageFull, toCustodyError } from '../../shared/errors.js';
+import { CustodyError, isStorageFull, isStoreBusy, toCustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
 import { openStore, provisionStore, type StoreSpec } from '../../shared/store/sqlite-store.js';
 import { type BatchRider, GroupCommit } from '../../shared/store/group-commit.js';
@@ -285,15 +285,20 @@ export class SupervisorStore {
 
   /**
    * Bookkeeping (children, sessions, incidents) must not stop the service
-   * when the disk is full: the write is skipped and reported, and the stop
-   * or restart in progress goes on. Anything else still throws.
+   * when the disk is full, or when supervisor.db is locked past the busy
+   * timeout (a sqlite3 shell holding BEGIN IMMEDIATE while a child exits:
+   * the throw, from a child's exit handler, ended the supervisor): the
+   * write is skipped and reported, and the stop or restart in progress goes
+   * on. What is skipped is the record of a child's run; a restart's kill of
+   * what a dead child left still judges by pid and start time. Anything
+   * else still throws.
    */
   #bookkeeping(what: string, write: () => void): void {
     try {
       write();
     } catch (error) {
-      if (!isStorageFull(error)) throw error;
-      this.onBookkeepingFailed(what, toCustodyError(error));
+      if (!isStorageFull(error) && !isStoreBusy(error)) throw error;
+      this.onBookkeepingFailed(what, isStoreBusy(error) ? new CustodyError('store_busy', `supervisor.db is locked by another connection (a sqlite3 shell?): ${toCustodyError(error).message}`) : toCustodyError(error));
     }
   }
 

@@ -33,6 +33,7 @@ describe('custody.json', () => {
     expect(messageOf({ executors: [{ name: 'a' }, { name: 'a' }] })).to.match(/executors\.1\.name: "a" is used twice/);
     expect(messageOf({ executors: [{ name: 'a', deadlines_ms: { 'Not A Tool': 5 } }] })).to.match(/deadlines_ms: key "Not A Tool"/);
     expect(messageOf({ restart: { backoff_initial_ms: 900, backoff_max_ms: 100 } })).to.match(/backoff_initial_ms: 900 is above/);
+    expect(messageOf({ executors: [{ name: 'kernel' }] })).to.match(/executors\.0\.name: "kernel" is the kernel's name; choose another/);
   });
 
   it('holds each bound at its limit and refuses one past it', () => {

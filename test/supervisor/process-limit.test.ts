@@ -63,9 +63,10 @@ describe('a child command that cannot be started', function () {
       config.executors.find((e) => e.name === 'ghost')!.argv = [path.join(root, 'no-such-launcher')];
       writeFileSync(configFile, JSON.stringify(config));
       const started = await custody(['--state', root, 'start'], { timeoutMs: 30_000 });
-      expect(started.code, started.stderr).to.not.equal(0);
+      // Refused for good at its first start (config_invalid: usage, exit 2), not restarted as a crash.
+      expect(started.code, started.stderr).to.equal(2);
       const last = started.stderr.trim().split('\n').at(-1)!;
-      expect(last).to.contain('ghost failed').and.to.contain('ENOENT').and.to.contain('executors[].argv');
+      expect(last).to.contain('custody: ghost: cannot start').and.to.contain('ENOENT').and.to.contain('executors[].argv').and.to.contain('[config_invalid]');
     } finally {
       rmSync(path.dirname(root), { recursive: true, force: true });
     }

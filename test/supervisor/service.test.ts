@@ -3,7 +3,7 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { isGone } from '../../shared/child/proc-stat.js';
@@ -286,17 +286,36 @@ describe('custody start on an empty state', function () {
   this.timeout(60_000);
 
   /** `custody start` on a state not yet made, under a new temporary folder. */
-  function startFresh(prefix: string) {
+  /** Still running half a second on, and answering `custody status`. */
+  async function expectServing(child: ReturnType<typeof startFresh>['child'], state: string): Promise<void> {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(child.exitCode, 'still running').to.equal(null);
+    const status = await custody(['--state', state, 'status', '--json']);
+    expect(status.code).to.equal(0);
+  }
+
+  /** SIGTERM a service that must still be running, remove its directory, and hold that it was running and stopped cleanly. */
+  async function stopStillRunning(child: ReturnType<typeof startFresh>['child'], dir: string): Promise<void> {
+    const running = child.exitCode === null && child.signalCode === null;
+    const exited = running ? once(child, 'exit') : null;
+    child.kill('SIGTERM');
+    const code = exited === null ? child.exitCode : ((await exited) as [number | null])[0];
+    rmSync(dir, { recursive: true, force: true });
+    expect(running, 'the service was still running when it was asked to stop').to.equal(true);
+    expect(code, 'a clean stop').to.equal(0);
+  }
+
+  function startFresh(prefix: string, stdout: 'pipe' | number = 'pipe') {
     const dir = mkdtempSync(path.join(tmpdir(), prefix));
     const state = path.join(dir, 'state');
-    const child = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', stdout, 'pipe'] });
     return { dir, state, child };
   }
 
   it('initializes it first, then serves', async () => {
     const { dir, state, child } = startFresh('custody-fresh-');
     try {
-      const [line] = (await once(child.stdout, 'data')) as [Buffer];
+      const [line] = (await once(child.stdout!, 'data')) as [Buffer];
       expect(line.toString()).to.match(/^custody is running: http:\/\/127\.0\.0\.1:\d+/);
       const status = await custody(['--state', state, 'status', '--json']);
       expect(status.code).to.equal(0);
@@ -312,27 +331,54 @@ describe('custody start on an empty state', function () {
 
   it('keeps serving when the reader of its stdout is gone before its one line (a closed pipe stops a CLI command, not the service)', async () => {
     const { dir, state, child } = startFresh('custody-closed-');
-    child.stdout.destroy();
+    child.stdout!.destroy();
     let stderr = '';
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
     try {
       // The banner is written once the service serves; its write meets the closed pipe.
       await until('the service serving', () => Promise.resolve(existsSync(path.join(state, 'supervisor', 'service.json')) ? true : undefined));
       await until('the service started', () => Promise.resolve(/"event":"service_started"/.test(stderr) ? true : undefined));
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      expect(child.exitCode, 'still running').to.equal(null);
-      const status = await custody(['--state', state, 'status', '--json']);
-      expect(status.code).to.equal(0);
+      await expectServing(child, state);
     } finally {
-      const running = child.exitCode === null && child.signalCode === null;
-      const exited = running ? once(child, 'exit') : null;
-      child.kill('SIGTERM');
-      const code = exited === null ? child.exitCode : ((await exited) as [number | null])[0];
-      rmSync(dir, { recursive: true, force: true });
-      expect(running, 'the service was still running when it was asked to stop').to.equal(true);
-      expect(code, 'a clean stop').to.equal(0);
+      await stopStillRunning(child, dir);
       expect(stderr, 'it stopped as asked').to.match(/"event":"service_stopped"/);
       expect(stderr, 'the closed pipe raised nothing').to.not.match(/EPIPE|uncaught/i);
+    }
+  });
+
+  it('keeps serving when its stdout cannot be written (/dev/full: a log file on a full disk), saying so on stderr', async () => {
+    const full = openSync('/dev/full', 'w');
+    const { dir, state, child } = startFresh('custody-full-out-', full);
+    closeSync(full);
+    let stderr = '';
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+    try {
+      await until('the failed write said', () => Promise.resolve(/"event":"stdout_unwritable"/.test(stderr) ? true : undefined));
+      expect(stderr).to.match(/"event":"stdout_unwritable","code":"ENOSPC"/);
+      await expectServing(child, state);
+    } finally {
+      await stopStillRunning(child, dir);
+    }
+  });
+
+  it('stops at once, exit 2, when a child refuses its settings from custody.json: refused for good, not restarted as a crash', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-bad-settings-'));
+    const state = path.join(dir, 'state');
+    try {
+      expect((await custody(['init', '--state', state])).code).to.equal(0);
+      const file = path.join(state, 'custody.json');
+      const config = JSON.parse(readFileSync(file, 'utf8')) as { port: number; kernel: { settings?: Record<string, unknown> } };
+      config.port = 0;
+      config.kernel.settings = { ...config.kernel.settings, bogus: 1 };
+      writeFileSync(file, JSON.stringify(config));
+      const started = Date.now();
+      const result = await custody(['start', '--state', state], { timeoutMs: 60_000 });
+      expect(result.code, result.stderr).to.equal(2);
+      expect(result.stderr).to.match(/custody: kernel settings \(custody\.json kernel\.settings\): .*bogus.* \[config_invalid\]/);
+      expect(result.stderr.match(/"event":"setup_refused"/g) ?? [], 'refused once, not restarted').to.have.length(1);
+      expect(Date.now() - started, 'no restarts waited out').to.be.below(20_000);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

@@ -161,6 +161,24 @@ describe('a store locked from the sqlite3 shell as its child starts', function (
     expect(answer.status, JSON.stringify(answer.body)).to.equal(200);
     expect(answer.body).to.include({ outcome: 'completed' });
   });
+
+  it('survives a child that exits while supervisor.db is locked: the record of its run is skipped and said, the child restarts once the lock ends', async () => {
+    const status = async () => (await service.http('GET', '/v1/status', undefined, 'agent')).body.children as Array<{ name: string; pid: number | null; state: string }>;
+    const executor = (await status()).find((c) => c.name === 'default')!;
+    const lock = await lockStore(path.join(service.paths.supervisorDir, 'supervisor.db'));
+    try {
+      process.kill(executor.pid!, 'SIGKILL');
+      await untilHolds('the skipped record said', () => logEvents(service, 'store_write_skipped').some((l) => l.code === 'store_busy'), 30_000);
+    } finally {
+      await lock.release();
+    }
+    expect(service.process.exitCode, 'the supervisor is still running').to.equal(null);
+    await untilHolds('the executor running again', async () => {
+      const now = (await status()).find((c) => c.name === 'default')!;
+      return now.state === 'running' && now.pid !== executor.pid;
+    }, 60_000);
+    const answer = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'after the exit under the lock' } }, 'agent');
+    expect(answer.status, JSON.stringify(answer.body)).to.equal(200);
+    expect(answer.body).to.include({ outcome: 'completed' });
+  });
 });
-
-
