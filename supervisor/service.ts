@@ -396,7 +396,7 @@ async function killPredecessorChildren(store: SupervisorStore, log: Logger): Pro
   const recorded = store.listChildren().filter((row) => row.pid !== null && row.pid_start_ticks !== null && row.updated_at >= booted);
   const survivors = recorded.filter((row) => !isGone(row.pid!, row.pid_start_ticks));
   for (const row of survivors) {
-    log.warn('predecessor_child_killed', { child: row.name, pid: row.pid });
+    log.warn('predecessor_child_killed', { child: row.name, child_pid: row.pid });
     store.recordIncident({ child: row.name, kind: 'predecessor_killed', code: null, message: `killed ${row.name} pid ${row.pid} left running by a previous supervisor` });
     killGroup(row.pid!, 'SIGKILL');
   }
@@ -411,7 +411,7 @@ async function killPredecessorChildren(store: SupervisorStore, log: Logger): Pro
       continue;
     }
     signalled.push({ row, pid });
-    log.warn('predecessor_group_killed', { child: row.name, leader: row.pid, pid });
+    log.warn('predecessor_group_killed', { child: row.name, leader: row.pid, child_pid: pid });
     store.recordIncident({ child: row.name, kind: 'predecessor_killed', code: null, message: `killed pid ${pid}, left running in the process group of ${row.name} (pid ${row.pid}, gone) by a previous supervisor` });
   }
   const deadline = performance.now() + 10_000;

@@ -143,7 +143,7 @@ export class AdapterHost {
           this.#descriptors = new Map(message.adapters.map((descriptor) => [descriptor.tool, descriptor]));
           this.#child = child;
           this.#generation += 1;
-          this.#log.info('adapter_host_ready', { pid: child.pid, tools: [...this.#descriptors.keys()] });
+          this.#log.info('adapter_host_ready', { host_pid: child.pid, tools: [...this.#descriptors.keys()] });
           resolve(child);
         } else if (message.type === 'load_failed') {
           clearTimeout(timer);
@@ -194,7 +194,7 @@ export class AdapterHost {
       this.#child = null;
       this.#generation += 1;
     }
-    if (!this.#closing) this.#log.warn('adapter_host_exited', { pid: child.pid, code, signal, running: this.#pending.size });
+    if (!this.#closing) this.#log.warn('adapter_host_exited', { host_pid: child.pid, code, signal, running: this.#pending.size });
     for (const id of [...this.#pending.keys()]) {
       this.#settle(id, { ok: false, error: hostFailure(`adapter host exited (code ${code}, signal ${signal}) during the call`) });
     }
@@ -220,7 +220,7 @@ export class AdapterHost {
       const source = child[stream];
       if (!source) continue;
       forwardLines(source, OUTPUT_LINE_MAX, (line, droppedBytes) => {
-        this.#log.info('adapter_output', { pid: child.pid, stream, line, ...(droppedBytes > 0 ? { dropped_bytes: droppedBytes } : {}) });
+        this.#log.info('adapter_output', { host_pid: child.pid, stream, line, ...(droppedBytes > 0 ? { dropped_bytes: droppedBytes } : {}) });
       });
     }
   }

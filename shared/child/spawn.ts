@@ -119,7 +119,7 @@ export async function spawnChild(options: SpawnChildOptions): Promise<ChildSessi
     try {
       options.onSpawned(started.pid);
     } catch (error) {
-      log.warn('child_pid_not_recorded', { pid: started.pid, ...errorFields(error) });
+      log.warn('child_pid_not_recorded', { child_pid: started.pid, ...errorFields(error) });
     }
   }
   const migrating = relayStderr(started.child, options, log);

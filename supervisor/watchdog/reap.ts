@@ -23,7 +23,7 @@ export async function killAndReap(session: Reapable, log: Logger): Promise<void>
 /** The leader is reaped; make sure nothing of its group is left (a survivor is logged, and does not hold the restart). */
 export async function reapGroup(session: Pick<ChildSession, 'pid'>, log: Logger): Promise<void> {
   const emptied = await killGroupAndWait(session.pid, GROUP_EXIT_WAIT_MS);
-  if (!emptied) log.error('process_group_survived', { pid: session.pid, waited_ms: GROUP_EXIT_WAIT_MS });
+  if (!emptied) log.error('process_group_survived', { child_pid: session.pid, waited_ms: GROUP_EXIT_WAIT_MS });
 }
 
 /** `shutdown`, then wait up to the grace for the exit, then SIGKILL; resolves once the leader has exited. */

@@ -66,7 +66,7 @@ describe('SIGUSR1 (Node would open its inspector)', function () {
     // Each process says it took the signal: the host's line reaches the log through its executor.
     await untilHolds('every process logged signal_ignored', () => {
       const direct = new Set(logEvents(service, 'signal_ignored').filter((line) => line.signal === 'SIGUSR1').map((line) => line.pid));
-      const relayed = logEvents(service, 'adapter_output').some((line) => line.pid === pids.host && String(line.line).includes('"event":"signal_ignored"'));
+      const relayed = logEvents(service, 'adapter_output').some((line) => line.host_pid === pids.host && String(line.line).includes('"event":"signal_ignored"'));
       return direct.has(supervisor) && direct.has(kernel) && direct.has(executor) && relayed;
     });
     for (const [name, pid] of Object.entries(pids)) {
