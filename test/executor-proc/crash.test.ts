@@ -113,7 +113,7 @@ describe('executor-proc crash matrix', function () {
     await reachedPause(home, 'pause_before_effect');
     await eventually(() => executor.stderr.some((line) => line.includes('"adapter_host_ready"')), 3000, 'adapter_host_ready logged');
     const ready = executor.stderr.find((line) => line.includes('"adapter_host_ready"'));
-    const hostPid = (JSON.parse(ready ?? '{}') as { pid?: number }).pid;
+    const hostPid = (JSON.parse(ready ?? '{}') as { host_pid?: number }).host_pid;
     expect(hostPid).to.be.a('number');
     process.kill(hostPid!, 'SIGKILL');
     expect(await codeOf(pending)).to.equal('outcome_unknown');
