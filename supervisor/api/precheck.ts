@@ -1,8 +1,9 @@
 // Refusing before reserving. A call whose tool no executor serves is refused
 // at once (tool_unknown): the kernel would name the missing grant first. A
 // call whose arguments the adapter refuses (its byte bound, its schema) or
-// whose tool no adapter serves could only be reserved, dispatched, refused by the executor before any claim and then
-// reconciled as never_claimed — the caller would learn "released", not why.
+// whose tool no adapter serves could only be reserved, dispatched, refused by
+// the executor before any claim and then reconciled as never_claimed — the
+// caller would learn "released", not why.
 // So a new request is first shown to the executor that serves its tool
 // (`arguments.check`, the adapter's own check, the one execute runs first);
 // a refusal is answered with its cause and nothing is logged or reserved.

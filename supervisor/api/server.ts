@@ -17,7 +17,7 @@ import { describeIssues } from '../../shared/wire/session.js';
 import type { Service } from '../service.js';
 import { readTokenFile } from '../tokens.js';
 import { checkOperationName } from '../../shared/protocol/names.js';
-import { identifier } from '../../shared/protocol/common.js';
+import { IDENTIFIER_PATTERN, identifier } from '../../shared/protocol/common.js';
 import { argumentBytesBound, argumentsDepthBudget, checkArgumentBytes } from '../../shared/protocol/bounds.js';
 import { type Access, type BodyLimits, type TokenRole, TokenGate, readJsonBody, sendClientError, sendError, sendJson, sendText, unreadBody } from './http.js';
 import { cutText } from '../../shared/text/cut.js';
@@ -174,7 +174,7 @@ const QUERY_VALUES: Record<string, { pattern: RegExp; what: string }> = {
   limit: { pattern: /^[0-9]{1,7}$/, what: 'a whole number of at most 7 digits' },
   after: { pattern: PAGE_KEY, what: 'the next_after of a previous answer (<time>.<id>)' },
   live: { pattern: /^(true|false)$/, what: 'true or false' },
-  subject: { pattern: /^[A-Za-z0-9][A-Za-z0-9_.:@/+-]{0,127}$/, what: 'a subject id (1-128 letters, digits and _ . : @ / + -)' },
+  subject: { pattern: IDENTIFIER_PATTERN, what: 'a subject id (1-128 letters, digits and _ . : @ / + -)' },
 };
 
 function checkQuery(route: Route, query: ReadonlyMap<string, string>): URLSearchParams {

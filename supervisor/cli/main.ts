@@ -253,7 +253,7 @@ process.stdout.on('error', (error: NodeJS.ErrnoException) => {
   // crash loop under a supervisor whose log disk filled).
   if (serving) {
     if (outputClosed(error)) return;
-    stderrSink().write(`${JSON.stringify({ ts: new Date().toISOString(), level: "warn", pid: process.pid, event: "stdout_unwritable", code: error.code ?? null, message: error.message })}\n`);
+    createLogger({ pid: process.pid, program: 'custody' }).warn('stdout_unwritable', { code: error.code ?? null, message: error.message });
     return;
   }
   if (!outputClosed(error)) throw error;

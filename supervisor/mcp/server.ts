@@ -39,13 +39,9 @@ const LOOSE_CALL_TOOL_REQUEST = CallToolRequestSchema.extend({ params: z.looseOb
 /** Outcomes that ended an operation without effect. */
 const WITHOUT_EFFECT = new Set(['denied', 'start_denied', 'expired', 'released']);
 
-/** Refusals an operator ends by granting the tool (custody grant add). */
+/** Refusals for want of a live grant (causes.ts says what ends each: a grant added, or a start awaited). */
 const GRANT_REFUSALS = new Set(['capability_unknown', 'capability_expired', 'capability_revoked', 'capability_not_yet_valid', 'tool_not_granted', 'subject_not_granted', 'budget_exhausted']);
 
-/** What an operator runs so that a tool refused for want of a grant is covered. */
-function grantHint(tool: string): string {
-  return `an operator can add a grant: custody grant add --tool ${tool} --max N --ttl 1h`;
-}
 
 export interface McpOptions {
   /** A client holding the agent token; asked for anew on each request (the service may have moved). */
@@ -125,13 +121,11 @@ export function resultOf(tool: string, requestId: string, answer: DriveAnswer, c
   }
   if ((answer.outcome && WITHOUT_EFFECT.has(answer.outcome)) || answer.phase === 'refused') {
     const cause = causeOf({ tool, request_id: requestId, reason: answer.reason, report: answer.report });
-    // The cause may already name the grant to add (causes.ts); a grant that is not yet valid needs time, not another grant.
-    const hint = answer.reason !== null && GRANT_REFUSALS.has(answer.reason) && answer.reason !== 'capability_not_yet_valid' && !cause?.includes('custody grant add') ? ` ${grantHint(tool)}.` : '';
     // The same tool and arguments are the same request: its answer stays this refusal, whatever changed since.
     const again = repeated
       ? ` This is the answer given at ${firstCalledAt} to an earlier call with the same tool and arguments; to try again (after a grant was added, say), call with a new ${REQUEST_KEY_ARGUMENT}: nothing ran, so nothing can run twice.`
       : ` To try again later, call with a new ${REQUEST_KEY_ARGUMENT}: the same arguments alone get this answer again.`;
-    return errorResult(`custody refused ${tool} (${answer.outcome ?? 'refused'}: ${answer.reason ?? 'no reason given'}${cause ? `: ${cause}` : ''}); nothing was done. Request ${requestId}.${hint}${again}`, structured);
+    return errorResult(`custody refused ${tool} (${answer.outcome ?? 'refused'}: ${answer.reason ?? 'no reason given'}${cause ? `: ${cause}` : ''}); nothing was done. Request ${requestId}.${again}`, structured);
   }
   if (answer.final) {
     return errorResult(
@@ -240,8 +234,10 @@ export function createMcpServer(options: McpOptions): McpServer {
           structured,
         );
       }
-      if (GRANT_REFUSALS.has(failure.code) && failure.code !== 'capability_not_yet_valid') {
-        return errorResult(`no live grant covers ${tool} (${failure.code}: ${failure.message}); nothing was done. ${grantHint(tool)}`, structured);
+      if (GRANT_REFUSALS.has(failure.code)) {
+        // What to do comes from causes.ts, as for a refusal answered above: the grant to add, or (not yet valid) when to ask again.
+        const cause = causeOf({ tool, request_id: requestId, reason: failure.code });
+        return errorResult(`no live grant covers ${tool} (${failure.code}: ${failure.message}); nothing was done.${cause ? ` ${cause}.` : ''}`, structured);
       }
       if (failure.errorClass === 'internal' || failure.errorClass === 'protocol') {
         // After the request was logged the service may still carry it: the same arguments find it, a new key could run it twice.

@@ -142,8 +142,14 @@ describe('a store locked from the sqlite3 shell as its child starts', function (
     service.cleanup();
   });
 
+  const status = async () => (await service.http('GET', '/v1/status', undefined, 'agent')).body.children as Array<{ name: string; pid: number | null; state: string }>;
+  const expectInvokeCompletes = async (note: string) => {
+    const answer = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note } }, 'agent');
+    expect(answer.status, JSON.stringify(answer.body)).to.equal(200);
+    expect(answer.body).to.include({ outcome: 'completed' });
+  };
+
   it('is not held against the child: refused starts past restart.max_restarts name the store, and it runs once the lock ends', async () => {
-    const status = async () => (await service.http('GET', '/v1/status', undefined, 'agent')).body.children as Array<{ name: string; pid: number | null; state: string }>;
     const kernel = (await status()).find((c) => c.name === 'kernel')!;
     const lock = await lockStore(path.join(service.paths.kernelDir, 'kernel.db'));
     try {
@@ -157,13 +163,10 @@ describe('a store locked from the sqlite3 shell as its child starts', function (
     expect(String(refusal.message)).to.contain('kernel store kernel.db');
     expect(logEvents(service, 'child_failed')).to.deep.equal([]);
     await untilHolds('the kernel running again', async () => (await status()).find((c) => c.name === 'kernel')!.state === 'running', 60_000);
-    const answer = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'after the lock' } }, 'agent');
-    expect(answer.status, JSON.stringify(answer.body)).to.equal(200);
-    expect(answer.body).to.include({ outcome: 'completed' });
+    await expectInvokeCompletes('after the lock');
   });
 
   it('survives a child that exits while supervisor.db is locked: the record of its run is skipped and said, the child restarts once the lock ends', async () => {
-    const status = async () => (await service.http('GET', '/v1/status', undefined, 'agent')).body.children as Array<{ name: string; pid: number | null; state: string }>;
     const executor = (await status()).find((c) => c.name === 'default')!;
     const lock = await lockStore(path.join(service.paths.supervisorDir, 'supervisor.db'));
     try {
@@ -177,8 +180,6 @@ describe('a store locked from the sqlite3 shell as its child starts', function (
       const now = (await status()).find((c) => c.name === 'default')!;
       return now.state === 'running' && now.pid !== executor.pid;
     }, 60_000);
-    const answer = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'after the exit under the lock' } }, 'agent');
-    expect(answer.status, JSON.stringify(answer.body)).to.equal(200);
-    expect(answer.body).to.include({ outcome: 'completed' });
+    await expectInvokeCompletes('after the exit under the lock');
   });
 });
