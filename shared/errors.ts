@@ -52,7 +52,7 @@ const CODES = {
   key_file_invalid: { class: 'internal', summary: 'a key file is missing, unreadable, loose or malformed' },
   canonical_unsupported: { class: 'usage', summary: 'a value cannot be canonicalized (non-finite number, lone surrogate, non-plain object)' },
   // stores
-  store_permissions: { class: 'internal', summary: 'a store directory or file is not private to its owner' },
+  store_permissions: { class: 'internal', summary: 'a store directory or file is not private to its owner, or not writable by it' },
   store_exists: { class: 'refused', summary: 'provisioning refused: the store already exists' },
   store_missing: { class: 'internal', summary: 'the store does not exist; provision it first' },
   store_locked: { class: 'refused', summary: 'another process holds the store lock' },

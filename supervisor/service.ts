@@ -262,7 +262,16 @@ export class Service {
     // A child that fails its first start may migrate its store again in the next (docs/PROTOCOL.md §5).
     const { timing, restart } = this.config;
     const bootWait = timing.hello_timeout_ms * (restart.max_restarts + 1) + restart.backoff_max_ms * restart.max_restarts + timing.migrate_timeout_ms;
-    const up = (child: ChildHandle) => child.start().catch(() => child.waitForSession(bootWait)).then(() => undefined);
+    // A start whose process failed is retried by the restart policy (backoff): boot waits for it. Any other
+    // failure (refused for good, or the supervisor's own store refusing the child's row) fails the boot now.
+    const up = (child: ChildHandle) =>
+      child
+        .start()
+        .catch((error: unknown) => {
+          if (child.state !== 'backoff') throw error;
+          return child.waitForSession(bootWait);
+        })
+        .then(() => undefined);
     // An executor refused for a rolled-back ledger stays failed while the
     // service serves the rest, so its operator can see it and take the way back.
     const upExecutor = (child: ChildHandle) =>

@@ -185,6 +185,7 @@ function finishOpen(spec: StoreSpec, file: string, db: Database.Database, mode: 
   try {
     applyPragmas(spec, file, db);
     applyMigrations(db, `${spec.label} store ${file}`, spec.migrations, { ...mode, label: spec.label });
+    proveWritable(spec, file, db);
     // The first read above created -wal and -shm; SQLite gives them the database's mode, which we verify rather than trust.
     checkSidecars(file);
     return db;
@@ -232,6 +233,53 @@ function applyPragmas(spec: StoreSpec, file: string, db: Database.Database): voi
       'internal',
       `${spec.label} store ${file}: pragmas did not take (synchronous=${String(synchronous)}, foreign_keys=${String(foreignKeys)}, temp_store=${String(tempStore)}, journal_size_limit=${String(walKeep)})`,
     );
+  }
+}
+
+/**
+ * SQLite opens a file its process may not write (mode 0400 to a non-root
+ * user, an immutable file, a read-only mount) read-only without a word, and
+ * only the first write fails: the supervisor booted on such a supervisor.db
+ * and then waited an hour for children it could not record. One write,
+ * rolled back, proves now that this store takes writes; nothing reaches the
+ * disk. It waits for no lock: a write transaction held elsewhere (an
+ * operator's sqlite3 shell) answers SQLITE_BUSY, which a read-only
+ * connection never does, and the store is opened as before.
+ */
+export function proveWritable(spec: StoreSpec, file: string, db: Database.Database): void {
+  const version = Number(db.pragma('user_version', { simple: true }));
+  const busyTimeout = Number(db.pragma('busy_timeout', { simple: true }));
+  db.pragma('busy_timeout = 0');
+  try {
+    db.exec('BEGIN');
+    db.pragma(`user_version = ${version}`);
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    // SQLITE_READONLY and its extended codes (a read-only -shm: _CANTLOCK; a directory: _DIRECTORY), but not _DBMOVED, the file renamed under us.
+    if (typeof code === 'string' && ((code.startsWith('SQLITE_READONLY') && code !== 'SQLITE_READONLY_DBMOVED') || code === 'SQLITE_PERM')) {
+      const readOnly = [file, ...SIDECAR_SUFFIXES.map((suffix) => file + suffix)].filter((each) => {
+        const mode = lstatMode(each);
+        return mode !== null && (mode & 0o200) === 0;
+      });
+      const fix = readOnly.length > 0 ? `run: chmod 600 ${readOnly.join(' ')}` : "check whether its filesystem is mounted read-only or the file is immutable (lsattr)";
+      throw new CustodyError(
+        'store_permissions',
+        `${spec.label} store ${file} cannot be written by this process (uid ${String(process.getuid?.())}): ${messageOf(error)}; ${fix}`,
+        { cause: error },
+      );
+    }
+    if (code !== 'SQLITE_BUSY') throw error;
+  } finally {
+    if (db.inTransaction) db.exec('ROLLBACK');
+    db.pragma(`busy_timeout = ${busyTimeout}`);
+  }
+}
+
+function lstatMode(file: string): number | null {
+  try {
+    return fs.lstatSync(file).mode;
+  } catch {
+    return null;
   }
 }
 

@@ -37,10 +37,11 @@ export interface ExitRecord extends KillIntent {
  * rolled-back store (docs/ROLLBACK.md), an identity that does not verify,
  * settings the child refuses (config_invalid: its part of custody.json, an
  * adapter module that does not load, argv that does not start it), or a
- * ledger that is missing or another's. Each waits for the operator; a
+ * ledger that is missing or another's, a store or key file missing, unreadable or
+ * not writable by this user. Each waits for the operator; a
  * failed child is tried again every restart.failed_cooldown_s.
  */
-const REFUSED_FOR_GOOD: ReadonlySet<string> = new Set(['identity_mismatch', 'hello_invalid', 'store_rolled_back', 'config_invalid', 'ledger_identity', 'ledger_missing']);
+const REFUSED_FOR_GOOD: ReadonlySet<string> = new Set(['identity_mismatch', 'hello_invalid', 'store_rolled_back', 'config_invalid', 'ledger_identity', 'ledger_missing', 'store_permissions', 'store_missing', 'key_file_invalid']);
 
 /**
  * Starts that failed for a cause outside the child: its store still locked

@@ -3,7 +3,7 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { isGone } from '../../shared/child/proc-stat.js';
@@ -11,6 +11,7 @@ import { programPath } from '../../shared/entry-points.js';
 import { CLI, custody, FIXTURE_EXECUTOR, initTestState, sqlite, startService, type TestService } from '../helpers/service.js';
 import { statePaths } from '../../supervisor/paths.js';
 import { until, untilHolds } from '../helpers/eventually.js';
+import { IS_ROOT, NOBODY, nobodyCanRead } from '../helpers/nobody.js';
 import { REPO_ROOT } from '../helpers/vectors.js';
 
 describe('the control API', function () {
@@ -358,6 +359,63 @@ describe('custody start on an empty state', function () {
       await expectServing(child, state);
     } finally {
       await stopStillRunning(child, dir);
+    }
+  });
+
+  it('stops at once when a store cannot be written by its user (SQLite opens it read-only in silence): the supervisor\'s own, then the kernel\'s, refused for good', async function () {
+    // Root writes any file whatever its mode: as root, the service runs as nobody over a state nobody owns.
+    if (IS_ROOT && !nobodyCanRead(CLI)) this.skip();
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-unwritable-'));
+    const state = path.join(dir, 'state');
+    const uid = IS_ROOT ? NOBODY : undefined;
+    try {
+      expect((await custody(['init', '--state', state])).code).to.equal(0);
+      const file = path.join(state, 'custody.json');
+      writeFileSync(file, JSON.stringify({ ...(JSON.parse(readFileSync(file, 'utf8')) as object), port: 0 }));
+      if (IS_ROOT) {
+        chmodSync(dir, 0o711);
+        for (const entry of [dir, ...readdirSync(dir, { recursive: true, encoding: 'utf8' }).map((name) => path.join(dir, name))]) chownSync(entry, NOBODY, NOBODY);
+      }
+      const paths = statePaths(state);
+      const supervisorDb = path.join(paths.supervisorDir, 'supervisor.db');
+      const kernelDb = path.join(paths.kernelDir, 'kernel.db');
+      const startOnce = async () => {
+        const started = Date.now();
+        const result = await custody(['start', '--state', state], { timeoutMs: 60_000, uid });
+        return { ...result, ms: Date.now() - started };
+      };
+
+      chmodSync(supervisorDb, 0o400);
+      const own = await startOnce();
+      expect(own.code, own.stderr).to.equal(1);
+      expect(own.stderr).to.include(`supervisor store ${supervisorDb} cannot be written by this process`).and.include(`chmod 600 ${supervisorDb}`).and.include('[store_permissions]');
+      expect(own.stderr, 'no child was started').to.not.match(/"event":"child_state"/);
+      expect(own.ms, 'it did not wait for children it cannot record').to.be.below(20_000);
+
+      // The operator does as told (SQLite gave the -shm it made the database's mode: the message names it too).
+      const told = (stderr: string) => /run: chmod 600 ([^;\]\n]+?) \[store_permissions\]/.exec(stderr)?.[1]?.split(' ') ?? [];
+      expect(told(own.stderr)).to.include(supervisorDb);
+      for (const each of told(own.stderr)) chmodSync(each, 0o600);
+      chmodSync(kernelDb, 0o400);
+      const kernel = await startOnce();
+      expect(kernel.code, kernel.stderr).to.not.equal(0);
+      expect(kernel.stderr).to.include(`kernel store ${kernelDb} cannot be written by this process`).and.include(`chmod 600 ${kernelDb}`);
+      expect(kernel.stderr.match(/"event":"setup_refused"/g) ?? [], 'refused once, not restarted as a crash').to.have.length(1);
+      expect(kernel.ms, 'no restarts waited out').to.be.below(20_000);
+
+      // Writable again as told, it serves.
+      expect(told(kernel.stderr)).to.include(kernelDb);
+      for (const each of told(kernel.stderr)) chmodSync(each, 0o600);
+      const child = spawn(process.execPath, [CLI, 'start', '--state', state], { stdio: ['ignore', 'pipe', 'pipe'], ...(uid === undefined ? {} : { uid, gid: uid }) });
+      try {
+        const [line] = (await once(child.stdout, 'data')) as [Buffer];
+        expect(line.toString()).to.match(/^custody is running/);
+      } finally {
+        child.kill('SIGTERM');
+        await once(child, 'exit');
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -1,10 +1,12 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import { type CustodyError, isCustodyError, type ErrorCode } from '../../../shared/errors.js';
-import { openStore, provisionStore, STORE_BUSY_TIMEOUT_MS, storeFileIdentity } from '../../../shared/store/sqlite-store.js';
+import { openStore, proveWritable, provisionStore, STORE_BUSY_TIMEOUT_MS, storeFileIdentity } from '../../../shared/store/sqlite-store.js';
+import { IS_ROOT, NOBODY, nobodyCanRead } from '../../helpers/nobody.js';
 import { CREATE_ITEMS, CREATE_NOTES, makeTempRoot, modeOf, removeTempRoot, specIn } from './helpers.js';
 
 function expectRefusal(action: () => unknown, code: ErrorCode): CustodyError {
@@ -25,6 +27,18 @@ function sqlite3Available(): boolean {
     return false;
   }
 }
+
+const SQLITE_STORE_MODULE = new URL('../../../shared/store/sqlite-store.js', import.meta.url).href;
+/** Opens the store in argv[2]'s directory and prints what it was refused with. */
+const OPEN_AND_SAY = `
+const { openStore } = await import(process.argv[1]);
+const spec = { label: 'test', dir: process.argv[2], file: 'test.db', migrations: [
+  { version: 1, description: 'items', sql: ${JSON.stringify(CREATE_ITEMS.sql)} },
+  { version: 2, description: 'notes on items', sql: ${JSON.stringify(CREATE_NOTES.sql)} },
+] };
+try { openStore(spec).close(); console.log(JSON.stringify({ code: 'opened', message: '' })); }
+catch (error) { console.log(JSON.stringify({ code: error.code, message: error.message })); }
+`;
 
 describe('sqlite store', () => {
   let root: string;
@@ -178,6 +192,48 @@ describe('sqlite store', () => {
       db.prepare('INSERT INTO items (body) VALUES (?)').run('visible');
       const out = execFileSync('sqlite3', [file, 'SELECT body FROM items;'], { encoding: 'utf8' });
       expect(out.trim()).to.equal('visible');
+    });
+
+    it('refuses a store its user cannot write (SQLite would open it read-only in silence), naming the files to chmod', function () {
+      provisionStore(specIn(dir)).close();
+      fs.chmodSync(file, 0o400);
+      if (!IS_ROOT) {
+        const refusal = expectRefusal(() => openStore(specIn(dir)), 'store_permissions');
+        expect(refusal.message).to.include('cannot be written by this process').and.include(`chmod 600 ${file}`);
+        return;
+      }
+      // Root writes any file: the same open, as a user the mode binds, in a process of its own.
+      if (!nobodyCanRead(fileURLToPath(SQLITE_STORE_MODULE))) this.skip();
+      for (const target of [root, path.dirname(dir), dir, file]) fs.chownSync(target, NOBODY, NOBODY);
+      fs.chmodSync(root, 0o711);
+      const opened = spawnSync(process.execPath, ['--input-type=module', '-e', OPEN_AND_SAY, SQLITE_STORE_MODULE, dir], { uid: NOBODY, gid: NOBODY, encoding: 'utf8' });
+      expect(opened.stderr).to.equal('');
+      const said = JSON.parse(opened.stdout) as { code: string; message: string };
+      expect(said.code).to.equal('store_permissions');
+      expect(said.message).to.include('uid 65534').and.include(`chmod 600 ${file}`);
+    });
+
+    it('proves the store takes a write by one rolled back: a read-only connection is refused store_permissions and nothing is written', () => {
+      provisionStore(specIn(dir)).close();
+      fs.chmodSync(file, 0o400);
+      const before = fs.readFileSync(file);
+      const readOnly = keep(new Database(file, { readonly: true }));
+      const refusal = expectRefusal(() => proveWritable(specIn(dir), file, readOnly), 'store_permissions');
+      expect(refusal.message).to.include('attempt to write a readonly database').and.include(`chmod 600 ${file}`);
+      expect(readOnly.inTransaction, 'the probe rolled back').to.equal(false);
+      expect(fs.readFileSync(file).equals(before), 'the store file is unchanged').to.equal(true);
+    });
+
+    it('opens at once while another connection holds a write transaction (the write probe waits for no lock)', () => {
+      provisionStore(specIn(dir)).close();
+      const holder = keep(new Database(file));
+      holder.exec('BEGIN IMMEDIATE');
+      const started = performance.now();
+      const db = keep(openStore(specIn(dir)));
+      expect(performance.now() - started).to.be.below(STORE_BUSY_TIMEOUT_MS / 2);
+      expect(db.pragma('busy_timeout', { simple: true }), 'the busy timeout is back').to.equal(STORE_BUSY_TIMEOUT_MS);
+      expect(db.inTransaction).to.equal(false);
+      holder.exec('ROLLBACK');
     });
 
     it('reports the file identity as the device and inode of the store file', () => {
