@@ -52,6 +52,8 @@ export interface McpOptions {
   /** How long one call waits for its operation to end before answering "not known yet" (default 50 s, under the usual 60 s MCP request timeout). */
   readonly waitMs?: number;
   readonly version: string;
+  /** Told of each tools/call under way, to wait for it before closing (serveMcpOnStdio at stdin's end). */
+  readonly track?: (call: Promise<unknown>) => void;
 }
 
 /** The request id a call gets: the same tool, arguments and key give the same id. */
@@ -178,7 +180,12 @@ export function createMcpServer(options: McpOptions): McpServer {
   // Registered with a loose schema: the SDK's protocol layer answers a failure of the schema it is given as -32603
   // Internal error, while its tools/call check (and the one below) answers -32602 Invalid params, which is what
   // params that are not a call (arguments not an object) are.
-  mcp.server.setRequestHandler(LOOSE_CALL_TOOL_REQUEST, async (loose): Promise<CallToolResult> => {
+  mcp.server.setRequestHandler(LOOSE_CALL_TOOL_REQUEST, (loose) => {
+    const call = callTool(loose);
+    options.track?.(call);
+    return call;
+  });
+  const callTool = async (loose: z.infer<typeof LOOSE_CALL_TOOL_REQUEST>): Promise<CallToolResult> => {
     const checked = CallToolRequestSchema.safeParse(loose);
     if (!checked.success) throw new McpError(ErrorCode.InvalidParams, `tools/call params: ${describeIssues(checked.error)}; arguments must be a JSON object of the tool's arguments`);
     const request = checked.data;
@@ -249,17 +256,31 @@ export function createMcpServer(options: McpOptions): McpServer {
       }
       return errorResult(`custody refused ${tool} (${failure.code}: ${failure.message}); nothing was done`, structured);
     }
-  });
+  };
   return mcp;
 }
 
 /** Serve MCP on this process's stdin/stdout until stdin ends. */
 export async function serveMcpOnStdio(options: McpOptions): Promise<void> {
-  const mcp = createMcpServer(options);
+  // A host that closes stdin after its last call (`printf '...' | custody mcp`, or a host shutting down) still
+  // hears every call it made: one dropped at the close may have run, and its answer (and its request id) would be lost.
+  const calls = new Set<Promise<unknown>>();
+  const track = (call: Promise<unknown>) => {
+    calls.add(call);
+    void call.finally(() => calls.delete(call)).catch(() => undefined);
+  };
+  const mcp = createMcpServer({ ...options, track });
   const transport = new StdioServerTransport();
   const closed = new Promise<void>((resolve) => {
     transport.onclose = () => resolve();
-    process.stdin.once('end', () => void mcp.close().then(resolve, resolve));
+    process.stdin.once('end', () => {
+      if (calls.size > 0) options.log.info('mcp_input_closed', { calls_under_way: calls.size });
+      void Promise.allSettled([...calls])
+        // The SDK writes each answer once its handler's promise settles: one more turn, then close.
+        .then(() => new Promise((next) => setImmediate(next)))
+        .then(() => mcp.close())
+        .then(resolve, resolve);
+    });
   });
   await mcp.connect(transport);
   options.log.info('mcp_ready', {});

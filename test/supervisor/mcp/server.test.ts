@@ -4,6 +4,8 @@
 // was lost is the same operation (one journal line), refusals are tool
 // errors with their cause, and a grant that runs out ends the listing.
 import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -279,6 +281,43 @@ describe('custody mcp with a slow tool', function () {
     expect(answer.structuredContent).to.deep.include({ request_id: requestId, outcome: 'completed', output: { slept: 4000 } });
     const ops = (await service.http('GET', '/v1/operations', undefined, 'agent')).body as { operations: Array<{ tool: string }> };
     expect(ops.operations.filter((op) => op.tool === 'fixture/sleep')).to.have.length(1);
+  });
+});
+
+describe('custody mcp whose host closes stdin right after its call', function () {
+  this.timeout(90_000);
+  let service: TestService;
+
+  before(async () => {
+    service = await startService({ config: { executors: [FIXTURE_EXECUTOR] } });
+    await service.http('POST', '/v1/grants', { tool: 'fixture/sleep', max_invocations: 10, ttl_ms: 3_600_000 });
+  });
+
+  after(async () => {
+    await service?.stop();
+    service?.cleanup();
+  });
+
+  it('answers every call under way before it exits (`printf ... | custody mcp`): a call dropped at the close may have run, and its answer would be lost', async () => {
+    const child = spawn(process.execPath, [CLI, 'mcp', '--state', service.dir, '--wait', '20s'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+    const exited = once(child, 'exit') as Promise<[number | null]>;
+    const lines = [
+      { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'pipe', version: '1' } } },
+      { jsonrpc: '2.0', method: 'notifications/initialized' },
+      { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'fixture__sleep', arguments: { ms: 1500 } } },
+    ];
+    child.stdin.end(lines.map((line) => JSON.stringify(line)).join('\n') + '\n');
+    const [code] = await exited;
+    expect(code, stderr).to.equal(0);
+    const answers = stdout.split('\n').filter((line) => line !== '').map((line) => JSON.parse(line) as { id?: number; result?: CallToolResult });
+    const call = answers.find((answer) => answer.id === 2);
+    expect(call?.result?.isError, stdout).to.not.equal(true);
+    expect(call?.result?.structuredContent).to.deep.include({ outcome: 'completed', output: { slept: 1500 } });
+    expect(stderr, 'the close was seen while the call ran').to.match(/"event":"mcp_input_closed","calls_under_way":1/);
   });
 });
 
