@@ -355,8 +355,15 @@ async function awaitHello(
     return { process: child, pid, sid: proof.sid, channel, hello, exited, drained, kill };
   } catch (error) {
     const reason = error instanceof CustodyError ? error : new CustodyError('hello_invalid', String(error));
-    log.warn('child_refused', errorFields(reason));
-    channel.poison(reason);
+    // A start abandoned by a stop is neither the child's refusal nor a fault on its channel (the logs and
+    // supervisor.db's incidents said channel_poisoned for every SIGTERM during a boot).
+    if (reason.code === 'shutting_down') {
+      log.info('child_start_abandoned', errorFields(reason));
+      channel.close(reason);
+    } else {
+      log.warn('child_refused', errorFields(reason));
+      channel.poison(reason);
+    }
     kill('SIGKILL');
     await exited;
     throw reason;

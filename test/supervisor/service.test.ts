@@ -330,6 +330,64 @@ describe('custody start on an empty state', function () {
     }
   });
 
+  it('finishes making the state when SIGTERM comes while it is made, then stops cleanly; the next start serves on it', async () => {
+    const { dir, state, child } = startFresh('custody-term-init-');
+    let stderr = '';
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+    try {
+      // The signal lands while the keys and stores are being made (Node's default ended the process half-way).
+      await until('the state being made', () => Promise.resolve(/"event":"state_initializing"/.test(stderr) ? true : undefined));
+      const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+      child.kill('SIGTERM');
+      const [code, signal] = await exited;
+      expect({ code, signal }, stderr).to.deep.equal({ code: 0, signal: null });
+      expect(stderr).to.match(/"event":"signal","signal":"SIGTERM"/);
+      const again = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      try {
+        const [line] = (await once(again.stdout, 'data')) as [Buffer];
+        expect(line.toString()).to.match(/^custody is running/);
+        const invoked = await custody(['--state', state, 'invoke', 'review-notes/append', '--arg', 'note=after an interrupted init']);
+        expect(invoked.code, invoked.stderr).to.equal(0);
+      } finally {
+        again.kill('SIGTERM');
+        await once(again, 'exit');
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('abandons a child start that SIGTERM meets before its hello: exit 0 at once, the child\'s group gone, no fault recorded on its channel', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-term-boot-'));
+    const state = path.join(dir, 'state');
+    try {
+      expect((await custody(['init', '--state', state])).code).to.equal(0);
+      const file = path.join(state, 'custody.json');
+      const config = JSON.parse(readFileSync(file, 'utf8')) as { port: number; kernel: { argv: string[] | null } };
+      config.port = 0;
+      // A kernel slow to say hello (a long store migration): a shell that sleeps before it becomes the kernel.
+      config.kernel.argv = ['/bin/sh', '-c', 'sleep 60; exec "$@"', 'sh', process.execPath, programPath('kernel')];
+      writeFileSync(file, JSON.stringify(config));
+      const child = spawn(process.execPath, [CLI, 'start', '--state', state], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let stderr = '';
+      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+      const exited = once(child, 'exit') as Promise<[number | null]>;
+      const spawned = await until('the kernel spawned', () => Promise.resolve(/"child":"kernel","event":"child_state","from":"stopped","to":"starting"/.test(stderr) ? true : undefined));
+      expect(spawned).to.equal(true);
+      const supervisorDb = path.join(state, 'supervisor', 'supervisor.db');
+      const kernelPid = await until('the kernel pid recorded', async () => (await sqlite(supervisorDb, "SELECT pid FROM children WHERE name = 'kernel' AND pid IS NOT NULL"))[0]?.pid as number | undefined);
+      child.kill('SIGTERM');
+      const [code] = await exited;
+      expect(code, stderr).to.equal(0);
+      expect(stderr).to.match(/"child":"kernel".*"event":"child_start_abandoned","code":"shutting_down"/);
+      expect(stderr, 'a stop is no fault of the channel').to.not.match(/channel_poisoned|"event":"child_refused"/);
+      expect(await sqlite(supervisorDb, "SELECT count(*) AS n FROM incidents WHERE kind = 'channel_poisoned'")).to.deep.equal([{ n: 0 }]);
+      expect(isGone(Number(kernelPid), null), 'the sleeping kernel process is gone').to.equal(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('keeps serving when the reader of its stdout is gone before its one line (a closed pipe stops a CLI command, not the service)', async () => {
     const { dir, state, child } = startFresh('custody-closed-');
     child.stdout!.destroy();

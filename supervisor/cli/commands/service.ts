@@ -56,11 +56,6 @@ export async function initCommand(out: Output, stateDir: string, executors: numb
  */
 export async function startCommand(stateDir: string, port: number | undefined): Promise<number> {
   const log = createLogger({ component: 'supervisor', pid: process.pid });
-  const [{ initState }, { Service }] = await Promise.all([import('../../init.js'), import('../../service.js')]);
-  if (needsInit(stateDir)) {
-    log.info('state_initializing', { state: stateDir });
-    await initState(stateDir, { log });
-  }
   // A signal during the boot stops it (a child may be migrating its store for a long while): its children are stopped, none is left behind.
   // A second signal during the graceful stop is noted, not obeyed: the stop is
   // already bounded by timing.shutdown_grace_ms, and SIGKILL remains for an
@@ -75,6 +70,13 @@ export async function startCommand(stateDir: string, port: number | undefined): 
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
   process.on('SIGHUP', onSignal);
+  // Handlers first: a signal while the code loads or the state is made (keys, stores) lets that finish, then stops,
+  // instead of ending the process half-way through an init (Node's default).
+  const [{ initState }, { Service }] = await Promise.all([import('../../init.js'), import('../../service.js')]);
+  if (needsInit(stateDir)) {
+    log.info('state_initializing', { state: stateDir });
+    await initState(stateDir, { log });
+  }
   try {
     service = await Service.start({ stateDir, log, signal: booting.signal, ...(port === undefined ? {} : { port }) });
   } catch (error) {
