@@ -10,7 +10,7 @@ import { CLI_EXIT } from '../shared/exit-codes.js';
 import { type Logger, errorFields } from '../shared/log.js';
 import { killGroup } from '../shared/child/spawn.js';
 import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
-import { replacePrivateFile } from '../shared/store/private-fs.js';
+import { writeServiceFile } from './service-file.js';
 import { nowMs } from '../shared/clock.js';
 import { withTimeout } from '../shared/timeout.js';
 import { defineMachine, Machine } from '../shared/state-machine.js';
@@ -309,7 +309,7 @@ export class Service {
     this.archival.start();
     this.#stopWalWatch = watchStoreWals(this.log.child({ component: 'store' }));
     // Replaced whole, so a client never reads a half-written file.
-    replacePrivateFile(this.paths.serviceJson, JSON.stringify({ pid: process.pid, port: this.#api.port, started_at: this.startedAt }) + '\n', { durable: false });
+    writeServiceFile(this.paths, this.#api.port, this.startedAt);
     // Serving now: its hot code optimized sooner (shared/tiering.ts).
     this.log.info('service_started', { state: this.paths.root, port: this.#api.port, pid: process.pid, optimized_sooner: optimizeSooner() });
   }

@@ -1,13 +1,13 @@
 // The CLI's way to the running service: the state directory says where it
 // listens (supervisor/service.json) and holds the tokens. A missing service
 // is `service_unavailable` (exit 5), never a stack trace.
-import { readFileSync } from 'node:fs';
 import type { z } from 'zod';
 import { CustodyError, isCustodyError } from '../../shared/errors.js';
 import { describeIssues } from '../../shared/wire/session.js';
 import { CustodyClient, repeatable, resetUnanswered } from '../client/index.js';
 import { type StatePaths, statePaths } from '../paths.js';
 import { readTokenFile } from '../tokens.js';
+import { readServiceFile } from '../service-file.js';
 
 /**
  * Each call names the schema of the answer it expects (supervisor/api/answers.ts,
@@ -49,23 +49,6 @@ export async function* pagesOf<S extends z.ZodType<{ next_after: string | null }
   } while (after !== null);
 }
 
-function readServiceInfo(paths: StatePaths): { port: number; pid: number } {
-  let text: string;
-  try {
-    text = readFileSync(paths.serviceJson, 'utf8');
-  } catch {
-    throw new CustodyError('service_unavailable', `custody is not running on ${paths.root} (no ${paths.serviceJson}); start it with: custody start --state ${paths.root}`);
-  }
-  let info: { port?: unknown; pid?: unknown };
-  try {
-    info = JSON.parse(text) as { port?: unknown; pid?: unknown };
-  } catch {
-    info = {};
-  }
-  if (typeof info.port !== 'number' || typeof info.pid !== 'number') throw new CustodyError('service_unavailable', `${paths.serviceJson} is damaged; restart custody`);
-  return { port: info.port, pid: info.pid };
-}
-
 function readToken(paths: StatePaths): string {
   for (const file of [paths.controlToken, paths.agentToken]) {
     try {
@@ -83,7 +66,7 @@ export function connect(stateDir: string, options: { answerTimeoutMs?: number } 
   // may have restarted); the typed client (supervisor/client) does the HTTP,
   // retrying a transport failure with the same body, a request's name fixed.
   const call = async <S extends z.ZodType>(method: 'GET' | 'POST' | 'DELETE', path: string, body: unknown, schema: S): Promise<ClientAnswer<z.output<S>>> => {
-    const { port } = readServiceInfo(paths);
+    const { port } = readServiceFile(paths);
     const client = new CustodyClient({ url: `http://127.0.0.1:${port}`, token: readToken(paths), retries: 2, retryDelayMs: 100, answerTimeoutMs: options.answerTimeoutMs });
     try {
       return checkedAnswer(method, path, await client.request(method, path, body), schema);

@@ -5,11 +5,11 @@
 // never a second one. Failures are CustodyErrors with the codes the CLI and the
 // API use (shared/errors.ts); the README's "Exit codes" table says what each
 // class means.
-import { readFileSync } from 'node:fs';
 import { type IncomingMessage, request as httpRequest, type RequestOptions } from 'node:http';
 import { CustodyError, isErrorCode } from '../../shared/errors.js';
 import { newRequestId } from '../../shared/request-id.js';
 import { statePaths } from '../paths.js';
+import { readServiceFile } from '../service-file.js';
 import { readTokenFile } from '../tokens.js';
 import type { OperationOutcome } from '../operations/outcome-view.js';
 import { DEFAULT_WAIT_MS, MAX_WAIT_MS } from '../api/wait.js';
@@ -328,13 +328,7 @@ export class CustodyClient {
    */
   static fromState(stateDir: string, options: { role?: 'agent' | 'control'; retries?: number; retryDelayMs?: number; answerTimeoutMs?: number } = {}): CustodyClient {
     const paths = statePaths(stateDir);
-    let port: unknown;
-    try {
-      port = (JSON.parse(readFileSync(paths.serviceJson, 'utf8')) as { port?: unknown }).port;
-    } catch {
-      throw new CustodyError('service_unavailable', `custody is not running on ${paths.root} (no readable ${paths.serviceJson}); start it with: custody start --state ${paths.root}`);
-    }
-    if (typeof port !== 'number') throw new CustodyError('service_unavailable', `${paths.serviceJson} is damaged; restart custody`);
+    const { port } = readServiceFile(paths);
     const token = readTokenFile(options.role === 'control' ? paths.controlToken : paths.agentToken);
     return new CustodyClient({ url: `http://127.0.0.1:${port}`, token, ...options });
   }
