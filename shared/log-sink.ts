@@ -7,6 +7,15 @@
 // many were lost. A reader that is gone (EPIPE: a `| head` that left, a
 // collector that restarted) makes every write fail; that failure is the
 // log's only, and never ends the process.
+//
+// stderr redirected to a regular file (`2>>custody.log`) is written here
+// directly (fs.writeSync on its descriptor), not through process.stderr: a
+// write that failed there (ENOSPC: the log's disk full) destroyed the stream,
+// and the service logged nothing more for the rest of its life, even once
+// space was freed. Now each line that cannot be written is dropped and
+// counted, a line cut short by the full disk is ended before the next one,
+// and the first line written afterwards says how many were lost.
+import { fstatSync, writeSync } from 'node:fs';
 import type { Writable } from 'node:stream';
 
 /** Bytes of log a process queues for a reader that does not keep up (CUSTODY_LOG_BACKLOG_BYTES). */
@@ -23,12 +32,19 @@ export function logBacklogBytes(value = process.env.CUSTODY_LOG_BACKLOG_BYTES): 
 export class LogSink {
   readonly #stream: Writable;
   readonly #maxBytes: number;
+  /** The descriptor of a regular file the stream writes to, written directly; null for a pipe or a terminal. */
+  readonly #file: number | null;
   #dropped = 0;
   #droppedBytes = 0;
+  /** The file holds the start of a line whose end could not be written. */
+  #torn = false;
+  /** Why lines were dropped from the file (the error's code). */
+  #fileError = '';
 
-  constructor(stream: Writable, maxBytes: number) {
+  constructor(stream: Writable, maxBytes: number, file: number | null = null) {
     this.#stream = stream;
     this.#maxBytes = maxBytes;
+    this.#file = file;
     // Errors are the reader's going away: nothing to do but stop caring.
     stream.on('error', () => undefined);
   }
@@ -45,11 +61,12 @@ export class LogSink {
    * still reaches a reader that keeps up.
    */
   write(text: string): void {
+    if (this.#file !== null) return this.#writeFile(this.#file, text);
     const stream = this.#stream;
     if (stream.destroyed) return;
     const bytes = Buffer.byteLength(text);
     if (this.#dropped > 0) {
-      const report = droppedLine(this.#dropped, this.#droppedBytes, this.#maxBytes);
+      const report = droppedLine(this.#dropped, this.#droppedBytes, `stderr's reader did not keep up once ${this.#maxBytes} bytes waited for it (CUSTODY_LOG_BACKLOG_BYTES)`);
       if (!this.#fits(Buffer.byteLength(report) + bytes)) return this.#drop(bytes);
       stream.write(report);
       this.#dropped = 0;
@@ -58,6 +75,25 @@ export class LogSink {
       return this.#drop(bytes);
     }
     stream.write(text);
+  }
+
+  /** The whole of `text`, after the report of what was dropped; what a full disk refuses is counted, never retried. */
+  #writeFile(fd: number, text: string): void {
+    const report = this.#dropped > 0 ? droppedLine(this.#dropped, this.#droppedBytes, `stderr's file could not be written (${this.#fileError})`) : '';
+    const bytes = Buffer.from((this.#torn ? '\n' : '') + report + text);
+    let at = 0;
+    try {
+      while (at < bytes.length) at += writeSync(fd, bytes, at);
+    } catch (error) {
+      this.#fileError = (error as NodeJS.ErrnoException).code ?? 'error';
+      // Some of it reached the file: what follows starts on a line of its own.
+      if (at > 0) this.#torn = true;
+      this.#drop(Buffer.byteLength(text));
+      return;
+    }
+    this.#torn = false;
+    this.#dropped = 0;
+    this.#droppedBytes = 0;
   }
 
   #fits(bytes: number): boolean {
@@ -71,7 +107,7 @@ export class LogSink {
   }
 }
 
-function droppedLine(lines: number, bytes: number, maxBytes: number): string {
+function droppedLine(lines: number, bytes: number, why: string): string {
   return `${JSON.stringify({
     ts: new Date().toISOString(),
     level: 'warn',
@@ -79,7 +115,7 @@ function droppedLine(lines: number, bytes: number, maxBytes: number): string {
     event: 'log_lines_dropped',
     lines,
     bytes,
-    message: `stderr's reader did not keep up: ${lines} log lines were dropped once ${maxBytes} bytes waited for it (CUSTODY_LOG_BACKLOG_BYTES)`,
+    message: `${lines} log lines were dropped: ${why}`,
   })}\n`;
 }
 
@@ -87,6 +123,16 @@ let stderr: LogSink | null = null;
 
 /** This process's stderr sink, made (and its error listener attached) on first use. */
 export function stderrSink(): LogSink {
-  stderr ??= new LogSink(process.stderr, logBacklogBytes());
+  stderr ??= new LogSink(process.stderr, logBacklogBytes(), isRegularFile(STDERR_FD) ? STDERR_FD : null);
   return stderr;
+}
+
+const STDERR_FD = 2;
+
+function isRegularFile(fd: number): boolean {
+  try {
+    return fstatSync(fd).isFile();
+  } catch {
+    return false;
+  }
 }

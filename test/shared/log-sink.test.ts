@@ -3,6 +3,11 @@
 // then they are dropped and counted, and the count is the first line once
 // the reader catches up; a reader that left never ends the process.
 import { expect } from 'chai';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { Writable } from 'node:stream';
 import { LOG_BACKLOG_DEFAULT_BYTES, LogSink, logBacklogBytes } from '../../shared/log-sink.js';
 import { startService, type TestService } from '../helpers/service.js';
@@ -88,6 +93,63 @@ describe('the log sink', () => {
     expect(logBacklogBytes(String(1024 ** 3 + 1))).to.equal(LOG_BACKLOG_DEFAULT_BYTES);
     expect(logBacklogBytes('8k')).to.equal(LOG_BACKLOG_DEFAULT_BYTES);
     expect(logBacklogBytes('-1')).to.equal(LOG_BACKLOG_DEFAULT_BYTES);
+  });
+});
+
+/** Writes ten 330-byte lines through the stderr sink, says "full" on stdout, and three more lines on SIGUSR2. */
+const TEN_THEN_THREE = `
+const { stderrSink } = await import(process.argv[1]);
+const sink = stderrSink();
+let i = 0;
+const line = () => sink.write(JSON.stringify({ i: i++, pad: 'x'.repeat(300) }) + '\\n');
+for (let k = 0; k < 10; k++) line();
+process.stdout.write('full\\n');
+process.on('SIGUSR2', () => { for (let k = 0; k < 3; k++) line(); process.exit(0); });
+setInterval(() => undefined, 1000);
+`;
+
+function hasPrlimit(): boolean {
+  return spawnSync('prlimit', ['--version']).status === 0;
+}
+
+describe('stderr redirected to a file that fills', () => {
+  it('drops what the file refuses, ends a line cut short, and once the file takes writes again says how many lines were lost', async function () {
+    if (!hasPrlimit()) {
+      if (process.env.CI === 'true') throw new Error('prlimit (util-linux) missing; CI requires it');
+      this.skip();
+    }
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-log-full-'));
+    const file = path.join(dir, 'custody.log');
+    const fd = openSync(file, 'a');
+    try {
+      // The file's size is bounded for this process (RLIMIT_FSIZE, 2000 bytes): the 7th line is cut short, the rest refused (EFBIG), as a full disk would.
+      const module = new URL('../../shared/log-sink.js', import.meta.url).href;
+      const child = spawn('prlimit', ['--fsize=2000:unlimited', process.execPath, '--input-type=module', '-e', TEN_THEN_THREE, module], { stdio: ['ignore', 'pipe', fd] });
+      const exited = once(child, 'exit') as Promise<[number | null]>;
+      await once(child.stdout!, 'data');
+      // Room again: the limit is lifted, and three more lines come.
+      expect(spawnSync('prlimit', ['--pid', String(child.pid), '--fsize=unlimited:unlimited']).status).to.equal(0);
+      child.kill('SIGUSR2');
+      expect((await exited)[0]).to.equal(0);
+      const lines = readFileSync(file, 'utf8').split('\n');
+      expect(lines.pop(), 'the file ends with a whole line').to.equal('');
+      const parsed = lines.map((line) => {
+        try {
+          return JSON.parse(line) as { i?: number; event?: string; lines?: number; message?: string };
+        } catch {
+          return null;
+        }
+      });
+      expect(parsed.slice(0, 6).map((line) => line?.i)).to.deep.equal([0, 1, 2, 3, 4, 5]);
+      expect(parsed[6], 'the line cut short stands alone').to.equal(null);
+      expect(lines[6]).to.match(/^\{"i":6,"pad":"x+$/);
+      expect(parsed[7]).to.deep.include({ event: 'log_lines_dropped', lines: 4 });
+      expect(parsed[7]?.message).to.include('(EFBIG)');
+      expect(parsed.slice(8).map((line) => line?.i), 'logging goes on once the file takes writes').to.deep.equal([10, 11, 12]);
+    } finally {
+      closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
