@@ -62,15 +62,16 @@ export function outcomeOf(row: RequestRow): OperationOutcome {
   };
 }
 
-/** How much earlier than a call its request must have been logged to count as made before it (the clocks of two processes of one machine). */
-const FIRST_ASKED_MARGIN_MS = 1_000;
-
 /**
  * Whether a request logged at `createdAt` was made before a call that began
- * at `calledAt` (both ms since the epoch): then the call was answered with
- * that request's outcome, and nothing ran again for it. False when the
- * service said nothing of when (a service older than this build).
+ * at `calledAt` (both ms since the epoch, on this machine's one wall clock):
+ * then the call was answered with that request's outcome, and nothing ran
+ * again for it. A call's own request is logged after the call began, never
+ * before. No margin: with the one it had (a second), an agent that repeated a
+ * call at once, meaning to append the same note twice, was told it had run
+ * twice. False when the service said nothing of when (a service older than
+ * this build).
  */
 export function askedBefore(createdAt: number | undefined, calledAt: number): boolean {
-  return Number.isSafeInteger(createdAt) && createdAt! < calledAt - FIRST_ASKED_MARGIN_MS;
+  return Number.isSafeInteger(createdAt) && createdAt! < calledAt;
 }
