@@ -21,9 +21,15 @@
 // children (a missed ping) that had answered. setImmediate runs after that
 // poll (test/shared/timeout.test.ts stalls the loop past a deadline while a
 // child answers).
+//
+// And the time this process did not run does not count (runningNow below): a
+// supervisor stopped for 30 s (SIGSTOP, a debugger, swap) came back to find
+// every execute's deadline passed, though the executor had been waiting on
+// the supervisor itself (its head witnessed before the effect), and killed
+// it, releasing operations that would have completed.
 export function withTimeout<T, F = T>(work: PromiseLike<T>, ms: number, onTimeout: () => F | Promise<F>): Promise<T | F> {
   const bound = Math.max(1, ms);
-  const startedAt = performance.now();
+  const startedAt = runningNow();
   return new Promise<T | F>((resolve, reject) => {
     let timer: NodeJS.Timeout;
     let pending: NodeJS.Immediate | undefined;
@@ -36,7 +42,7 @@ export function withTimeout<T, F = T>(work: PromiseLike<T>, ms: number, onTimeou
       }
     };
     const expire = () => {
-      const left = bound - (performance.now() - startedAt);
+      const left = bound - (runningNow() - startedAt);
       if (left > 0) {
         timer = setTimeout(expire, Math.ceil(left));
         return;
@@ -58,4 +64,31 @@ export function withTimeout<T, F = T>(work: PromiseLike<T>, ms: number, onTimeou
       },
     );
   });
+}
+
+/** How often the sampler below looks at the clock while this process has a deadline to keep. */
+export const RUN_SAMPLE_MS = 250;
+/** A gap between two samples longer than the period by more than this is time the process did not run. */
+export const STALL_MIN_MS = 250;
+
+let lastSample = -1;
+let stalledMs = 0;
+let sampler: NodeJS.Timeout | null = null;
+
+/**
+ * The monotonic clock less the time this process's event loop did not run
+ * (stopped, swapped out, or blocked) for longer than STALL_MIN_MS at a time:
+ * a sampler unref'd every RUN_SAMPLE_MS, and every read, see the gap since
+ * the last sample. What a deadline measures, so that a process that was not
+ * running does not blame another for the wait (supervisor/watchdog/deadlines.ts).
+ */
+export function runningNow(): number {
+  sampler ??= setInterval(() => void runningNow(), RUN_SAMPLE_MS).unref();
+  const now = performance.now();
+  if (lastSample >= 0) {
+    const late = now - lastSample - RUN_SAMPLE_MS;
+    if (late > STALL_MIN_MS) stalledMs += late;
+  }
+  lastSample = now;
+  return now - stalledMs;
 }

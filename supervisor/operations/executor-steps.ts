@@ -9,7 +9,7 @@ import { crashPoint } from '../../shared/fault.js';
 import type { JsonObject } from '../../shared/protocol/common.js';
 import { authorizationBody } from '../../shared/protocol/artifacts.js';
 import { nowMs } from '../../shared/clock.js';
-import { withTimeout } from '../../shared/timeout.js';
+import { runningNow, withTimeout } from '../../shared/timeout.js';
 import type { ChildSession } from '../../shared/child/spawn.js';
 import type { ChildHandle } from '../children/child-handle.js';
 import type { RequestRow } from '../store/supervisor-store.js';
@@ -64,7 +64,7 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
       session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
       row = await ctx.store.startAttemptGrouped(row.request_id);
       frameId = `exec-${row.operation_id.slice(0, 16)}-${row.attempts}`;
-      sentAt = performance.now();
+      sentAt = runningNow();
       const result = await executor.send(
         session,
         'execute',

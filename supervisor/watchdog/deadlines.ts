@@ -6,6 +6,7 @@ import type { CustodyError } from '../../shared/errors.js';
 import { toolPatternCovers } from '../../shared/protocol/common.js';
 import type { ChildHandle } from '../children/child-handle.js';
 import { ADAPTER_DEADLINE_MARGIN_MS } from '../children/specs.js';
+import { runningNow } from '../../shared/timeout.js';
 import type { OperationContext } from '../operations/context.js';
 
 /** The watchdog deadline of a tool on an executor: its own entry, else `*`, else 30 s. */
@@ -24,7 +25,9 @@ export function reconcileDeadlineFor(ctx: OperationContext, executor: ChildHandl
 /**
  * Whether a failure is this supervisor's own deadline, after the whole of
  * it: a deadline_exceeded in the peer's answer, or one that came early, is not.
+ * `sentAt` is on runningNow() (shared/timeout.ts): time this supervisor
+ * did not run is not the executor's.
  */
 export function ownDeadlinePassed(failure: CustodyError, sentAt: number | null, deadlineMs: number): boolean {
-  return failure.code === 'deadline_exceeded' && sentAt !== null && performance.now() - sentAt >= deadlineMs;
+  return failure.code === 'deadline_exceeded' && sentAt !== null && runningNow() - sentAt >= deadlineMs;
 }

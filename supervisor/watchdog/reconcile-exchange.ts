@@ -10,6 +10,7 @@ import type { Invocation } from '../../shared/protocol/artifacts.js';
 import type { ChildHandle } from '../children/child-handle.js';
 import type { OperationContext } from '../operations/context.js';
 import { ownDeadlinePassed } from './deadlines.js';
+import { runningNow } from '../../shared/timeout.js';
 
 /** What a reconcile asks about: one authorized operation, whether or not a request of this supervisor carries it. */
 export interface ReconcileTarget {
@@ -30,7 +31,7 @@ export async function reconcileExchange(ctx: OperationContext, executor: ChildHa
   let sentAt: number | null = null;
   try {
     const session = await executor.waitForSession(ctx.config.timing.hello_timeout_ms);
-    sentAt = performance.now();
+    sentAt = runningNow();
     const result = await executor.send(session, 'reconcile_operation', { authorization: target.authorization, expected: target.expected }, { timeoutMs: exchangeMs, requestId: target.requestId });
     ctx.store.recordIncident({ child: executor.name, kind: 'reconciled', code: null, message: `reconcile_operation: ${result.status}${result.replayed ? ' (retained report)' : ''}`, operation_id: target.operationId });
     return { report: result.report };

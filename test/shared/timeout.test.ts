@@ -53,6 +53,35 @@ describe('withTimeout', () => {
     }
   });
 
+  it('does not count time its process was stopped (SIGSTOP, then SIGCONT): an answer that comes soon after the resume is taken; one that never comes still times out', async function () {
+    this.timeout(20_000);
+    // Two races of 1 s each in a process that is stopped for 2 s a moment after it armed them: the first's work
+    // settles 100 ms after SIGCONT (an executor that waited on the stopped supervisor), the second's never does.
+    const module = new URL('../../shared/timeout.js', import.meta.url).href;
+    const script = `
+      const { withTimeout } = await import(process.argv[1]);
+      const resumed = new Promise((resolve) => process.once('SIGCONT', () => setTimeout(() => resolve('answered'), 100)));
+      const started = performance.now();
+      const races = [withTimeout(resumed, 1000, () => 'timed out'), withTimeout(new Promise(() => undefined), 1000, () => 'timed out')];
+      process.stdout.write('armed\\n');
+      const results = await Promise.all(races);
+      process.stdout.write(JSON.stringify({ results, ms: Math.round(performance.now() - started) }) + '\\n');
+    `;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script, module], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString('utf8')));
+    const exited = once(child, 'exit');
+    while (!out.includes('armed')) await new Promise((resolve) => setTimeout(resolve, 10));
+    child.kill('SIGSTOP');
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    child.kill('SIGCONT');
+    await exited;
+    const { results, ms } = JSON.parse(out.split('\n')[1]!) as { results: string[]; ms: number };
+    expect(results).to.deep.equal(['answered', 'timed out']);
+    // The second waited about its 1 s of running time besides the 2 s stop (up to one sample period of the stop counts as running).
+    expect(ms, 'without the fix it ends at the resume, ~2,050 ms').to.be.at.least(2_500);
+  });
+
   it('takes the timeout branch when the work is still pending: its value is the answer', async () => {
     expect(await withTimeout(never, 10, () => 'timed out')).to.equal('timed out');
   });
