@@ -174,6 +174,12 @@ export interface WireError {
 export class CustodyError extends Error {
   override readonly name = 'CustodyError';
   readonly code: ErrorCode;
+  /**
+   * The client request a failure is about, once the service has logged it:
+   * the control API's error body names it (`request_id`), so a client that
+   * sent none can ask again by it instead of sending a new request.
+   */
+  requestId?: string;
 
   constructor(code: ErrorCode, message?: string, options?: { cause?: unknown }) {
     super(message ?? summaryOf(code), options);

@@ -10,8 +10,12 @@ import { type GrantKey, OPERATION_STATES, type OperationKey, grantKey, grantView
 import { artifactText } from '../../shared/protocol/message-spec.js';
 import { REQUEST_PHASES } from '../operations/phases.js';
 
-/** Every error: a stable code (shared/errors.ts) and a human message. */
-export const errorAnswer = z.strictObject({ code: z.enum(ERROR_CODES as [string, ...string[]]), message: z.string() });
+/** Every error: a stable code (shared/errors.ts) and a human message; `request_id` once the request it answers was logged (ask again by it). */
+export const errorAnswer = z.strictObject({
+  code: z.enum(ERROR_CODES as [string, ...string[]]),
+  message: z.string(),
+  request_id: z.string().optional().describe('The request this error answers, once the service has logged it (503 store_busy, 507 storage_full, 500 after logging): ask again with this request_id to learn where it stands. A request sent again without it is a new request.'),
+});
 
 export const healthAnswer = z.strictObject({ status: z.enum(['ok', 'stopping']), pid: positiveInt, uptime_ms: nonNegativeInt });
 

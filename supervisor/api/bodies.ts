@@ -9,7 +9,11 @@ const wait = z.number().int().min(0).max(MAX_WAIT_MS).optional();
 export const invokeBody = z.strictObject({
   tool: toolName,
   arguments: jsonObject.default({}),
-  request_id: operationName.optional(),
+  request_id: operationName
+    .optional()
+    .describe(
+      'The name that makes a retry safe: the same request_id with the same body is the same request, answered with its one outcome and never run twice; with another body it is 409 request_conflict. Without one the service picks a name (the answer gives it): a retry must then use that name, since a body sent again without a request_id is a new request and runs again.',
+    ),
   subject: identifier.default('agent'),
   cost_units: z.number().int().min(0).default(0),
   /** How long to wait for the end, counted from the call's arrival, before answering 202 with the state so far (default 120 s, supervisor/api/wait.ts). */

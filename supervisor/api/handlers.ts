@@ -73,6 +73,8 @@ async function answerDrive(service: Service, requestId: string, drive: Promise<R
   } catch (error) {
     const failure = toCustodyError(error);
     const current = service.store.getRequest(requestId);
+    // Logged: the error names the request, so a client that sent no name can ask again by this one.
+    if (current) failure.requestId = requestId;
     if (!current || !STILL_CARRIED.has(failure.errorClass) || NOT_CARRIED.has(failure.code)) throw failure;
     return { status: 202, body: { ...outcomeOf(current), reason: failure.code } };
   }
@@ -85,9 +87,11 @@ async function answerDrive(service: Service, requestId: string, drive: Promise<R
 const STILL_CARRIED: ReadonlySet<string> = new Set(['unreachable', 'unknown']);
 /**
  * Codes of those classes that the caller must see as they are: a full disk
- * or a store locked from outside (the sqlite3 shell) ends the drive (asking
- * again with the same name once space is freed or the lock ends resumes
- * it), and a quarantined request waits for an operator.
+ * or a store locked from outside (the sqlite3 shell) ends the drive (the
+ * recovery sweep carries the request on once space is freed or the lock
+ * ends, operations/recovery.ts; asking again by its name, which the error
+ * body gives, answers where it stands), and a quarantined request waits
+ * for an operator.
  */
 const NOT_CARRIED: ReadonlySet<string> = new Set(['reply_dropped', 'storage_full', 'store_busy', 'request_quarantined']);
 
@@ -104,7 +108,15 @@ export async function invoke(service: Service, body: z.infer<typeof invokeBody>,
   } finally {
     release();
   }
-  return answerDrive(service, requestId, drive, wait());
+  if (body.request_id !== undefined) return answerDrive(service, requestId, drive, wait());
+  // A name the service picked: an error after it was logged says how to use it ("the same name" was one the client never had).
+  return answerDrive(service, requestId, drive, wait()).catch((error: unknown) => {
+    const failure = toCustodyError(error);
+    if (failure.requestId === undefined) throw failure;
+    const named = new CustodyError(failure.code, `${failure.message} — this request was logged as ${requestId}: ask again with request_id ${requestId}; sent again without it, it is a new request and may run twice`, { cause: failure });
+    named.requestId = requestId;
+    throw named;
+  });
 }
 
 /** An authorize is the control token's (its route's access): never held to bounds.max_requests_in_flight. */

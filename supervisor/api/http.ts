@@ -61,7 +61,7 @@ export function sendError(response: ServerResponse, error: unknown): void {
       : failure.errorClass === 'protocol'
         ? { code: failure.code, message: 'a child process answered outside the protocol; see the service log' }
         : failure.toWire();
-  sendJson(response, statusOf(failure), body);
+  sendJson(response, statusOf(failure), failure.requestId === undefined ? body : { ...body, request_id: failure.requestId });
 }
 
 /** What Node's HTTP parser refuses, by its error code: status line and fixed body. Anything else is a 400 bad_request. */

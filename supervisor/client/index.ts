@@ -513,7 +513,10 @@ export class CustodyClient {
       }
       if (response.status >= 400) {
         const code = typeof answer.code === 'string' && isErrorCode(answer.code) ? answer.code : 'internal';
-        throw new CustodyError(code, typeof answer.message === 'string' ? answer.message : `HTTP ${response.status} from ${method} ${path}`);
+        const failure = new CustodyError(code, typeof answer.message === 'string' ? answer.message : `HTTP ${response.status} from ${method} ${path}`);
+        // The request the service logged before it failed: ask again by it (error.requestId).
+        if (typeof answer.request_id === 'string') failure.requestId = answer.request_id;
+        throw failure;
       }
       return { status: response.status, body: answer };
     }

@@ -50,3 +50,6 @@ export const FINAL_PHASES: ReadonlySet<RequestPhase> = new Set(['settled', 'refu
  * flight, not the history (docs/PERFORMANCE.md "History on the start path").
  */
 export const OPEN_PHASES: readonly RequestPhase[] = REQUEST_PHASES.filter((phase) => !FINAL_PHASES.has(phase) && phase !== 'quarantined');
+
+/** Open phases whose request the kernel does not list as in doubt (operations/recovery.ts carries them on): before its start, or after its report. */
+export const BEFORE_OR_AFTER_KERNEL: readonly RequestPhase[] = ['received', 'reserved', 'reported'];

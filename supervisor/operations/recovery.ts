@@ -109,6 +109,35 @@ export class RecoverySweeper {
         this.#settleOrphan(op);
       }
     }
+    this.#carryUnlisted();
+  }
+
+  /**
+   * Open requests the kernel cannot list as in doubt, that no drive carries:
+   * one never reserved (its reserve met kernel.db locked from a sqlite3
+   * shell, or a full disk), and one the kernel settled while the supervisor
+   * could not write that down. Each waited for the next start, which resumes
+   * every open request: an invoke answered 503 "ask again" then ran days
+   * later, after its caller had sent it again under a new name. Carried on
+   * now, with the same backoff as the kernel's operations in doubt; an
+   * operator's manual walk is left where they left it.
+   */
+  #carryUnlisted(): void {
+    const ctx = this.#ctx;
+    for (const row of ctx.store.requestsBeforeOrAfterKernel(ctx.config.bounds.recovery_sweep_operations)) {
+      if (ctx.signal.aborted) return;
+      this.#seenThisRound.add(row.operation_id);
+      // A manual walk (custody authorize, execute, report) stops where its operator left it.
+      if (row.kind === 'authorize' || this.#driver.isDriving(row.request_id) || performance.now() < (this.#pending.get(row.operation_id)?.due ?? 0)) continue;
+      ctx.log.info('request_carried_on', { request_id: row.request_id, phase: row.phase });
+      this.#driver.drive(row.request_id, 'resume').then(
+        () => this.#pending.delete(row.operation_id),
+        (error: unknown) => {
+          this.#postpone(row.operation_id);
+          ctx.log.warn('sweep_drive_failed', { request_id: row.request_id, ...errorFields(error) });
+        },
+      );
+    }
   }
 
   /**

@@ -5,7 +5,7 @@ import { CustodyError, isStorageFull, isStoreBusy, toCustodyError } from '../../
 import { crashPoint } from '../../shared/fault.js';
 import { openStore, provisionStore, type StoreSpec } from '../../shared/store/sqlite-store.js';
 import { type BatchRider, GroupCommit } from '../../shared/store/group-commit.js';
-import { OPEN_PHASES, type RequestPhase, REQUEST_MACHINE, releasePhaseOf } from '../operations/phases.js';
+import { BEFORE_OR_AFTER_KERNEL, OPEN_PHASES, type RequestPhase, REQUEST_MACHINE, releasePhaseOf } from '../operations/phases.js';
 import { SUPERVISOR_MIGRATIONS } from './schema.js';
 
 export interface PinRow {
@@ -174,6 +174,7 @@ export class SupervisorStore {
   readonly #endOf: Database.Statement<[string], Pick<RequestRow, 'phase' | 'executor' | 'outcome'>>;
   readonly #setPhase: Database.Statement;
   readonly #openRequests: Database.Statement<[], RequestRow>;
+  readonly #beforeOrAfterKernel: Database.Statement<[number], RequestRow>;
   readonly #quarantined: Database.Statement<[], RequestRow>;
   readonly #crashesOf: Database.Statement<[string], { n: number }>;
   /** Where bookkeeping writes that a full disk refused are reported (they are skipped, not fatal). */
@@ -270,6 +271,7 @@ export class SupervisorStore {
     // their second copy in the sort's memory (temp_store,
     // shared/store/sqlite-store.ts) is as small.
     this.#openRequests = db.prepare(`SELECT * FROM requests WHERE phase IN (${OPEN_PHASES.map((phase) => `'${phase}'`).join(', ')}) ORDER BY created_at, rowid`);
+    this.#beforeOrAfterKernel = db.prepare(`SELECT * FROM requests WHERE phase IN (${BEFORE_OR_AFTER_KERNEL.map((phase) => `'${phase}'`).join(', ')}) ORDER BY created_at, rowid LIMIT ?`);
     this.#quarantined = db.prepare("SELECT * FROM requests WHERE phase = 'quarantined' ORDER BY created_at");
     this.#crashesOf = db.prepare(`SELECT count(*) AS n FROM incidents WHERE operation_id = ? AND kind = '${CRASH_INCIDENT}'`);
     this.#getWitness = db.prepare('SELECT head FROM witness WHERE name = ?');
@@ -653,6 +655,16 @@ export class SupervisorStore {
   /** Where the request log's row of an operation stands, as written: its phase, executor and outcome (supervisor/operations/archival.ts). */
   endOf(operationId: string): Pick<RequestRow, 'phase' | 'executor' | 'outcome'> | undefined {
     return this.#endOf.get(operationId);
+  }
+
+  /**
+   * Up to `limit` open requests, oldest first, in a phase the kernel's
+   * listing of operations in doubt does not cover (received, reserved:
+   * before its start; reported: its report retained, the kernel perhaps
+   * settled). Read by phase through requests_by_phase.
+   */
+  requestsBeforeOrAfterKernel(limit: number): RequestRow[] {
+    return this.#beforeOrAfterKernel.all(limit).map((row) => this.#known(row)!);
   }
 
   openRequests(): RequestRow[] {

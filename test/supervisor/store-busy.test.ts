@@ -90,19 +90,52 @@ describe('a store locked from the sqlite3 shell', function () {
     expect(journalLines('supervisor locked')).to.equal(1);
   });
 
-  it('answers 503 store_busy naming kernel.db, the request logged as received; asked again after the commit, it runs once', async () => {
-    const busy = await invokeWhileLocked(path.join(service.paths.kernelDir, 'kernel.db'), 'busy-kernel', 'kernel locked');
-    expect(busy.status, JSON.stringify(busy.body)).to.equal(503);
-    expect(busy.body.code).to.equal('store_busy');
-    expect(String(busy.body.message)).to.contain('kernel store kernel.db').and.to.contain('sqlite3 shell');
-    const logged = await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT phase FROM requests WHERE request_id = 'busy-kernel'");
-    expect(logged).to.deep.equal([{ phase: 'received' }]);
-    expect(journalLines('kernel locked'), 'nothing ran while the kernel could not decide').to.equal(0);
+  it('answers 503 store_busy naming kernel.db and the request, logged as received; once the shell commits the service carries it on by itself, and it runs once', async () => {
+    const supervisorDb = path.join(service.paths.supervisorDir, 'supervisor.db');
+    const lock = await lockStore(path.join(service.paths.kernelDir, 'kernel.db'));
+    try {
+      const busy = await invoke('busy-kernel', 'kernel locked');
+      expect(busy.status, JSON.stringify(busy.body)).to.equal(503);
+      expect(busy.body).to.include({ code: 'store_busy', request_id: 'busy-kernel' });
+      expect(String(busy.body.message)).to.contain('kernel store kernel.db').and.to.contain('sqlite3 shell');
+      expect(await sqlite(supervisorDb, "SELECT phase FROM requests WHERE request_id = 'busy-kernel'")).to.deep.equal([{ phase: 'received' }]);
+      expect(journalLines('kernel locked'), 'nothing ran while the kernel could not decide').to.equal(0);
+    } finally {
+      await lock.release();
+    }
+    // Nobody asks again: the recovery sweep finds the request the kernel never saw (it waited for the next start).
+    await untilHolds('carried on without being asked', async () => (await sqlite(supervisorDb, "SELECT phase FROM requests WHERE request_id = 'busy-kernel'"))[0]?.phase === 'settled');
+    expect(journalLines('kernel locked')).to.equal(1);
+    expect(logEvents(service, 'request_carried_on').some((l) => l.request_id === 'busy-kernel')).to.equal(true);
     const again = await invoke('busy-kernel', 'kernel locked');
     expect(again.status, JSON.stringify(again.body)).to.equal(200);
     expect(again.body).to.include({ outcome: 'completed' });
     expect(journalLines('kernel locked')).to.equal(1);
     expect(service.stderr.some((line) => line.includes('"code":"store_busy"') && line.includes('kernel store kernel.db')), 'the service log names the store').to.equal(true);
+  });
+
+  it('names the request it picked for an invoke sent without one, so the client asks by it; the request runs once, and not again at the next start', async () => {
+    const lock = await lockStore(path.join(service.paths.kernelDir, 'kernel.db'));
+    let busy: Awaited<ReturnType<typeof service.http>>;
+    try {
+      busy = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', arguments: { note: 'unnamed while locked' } }, 'agent');
+    } finally {
+      await lock.release();
+    }
+    expect(busy.status, JSON.stringify(busy.body)).to.equal(503);
+    const requestId = String(busy.body.request_id);
+    expect(requestId).to.match(/^req-/);
+    expect(String(busy.body.message)).to.contain(`ask again with request_id ${requestId}`).and.to.contain('sent again without it, it is a new request');
+    await untilHolds('the named request completed', async () => {
+      const asked = await service.http('GET', `/v1/operations/${requestId}`, undefined, 'agent');
+      return (asked.body.request as { outcome?: string } | undefined)?.outcome === 'completed';
+    });
+    expect(journalLines('unnamed while locked')).to.equal(1);
+    // A restart resumes every open request: this one is settled, and does not run again.
+    expect(await service.stop()).to.equal(0);
+    service = await service.restart();
+    expect((await invoke('after-restart', 'after restart')).body).to.include({ outcome: 'completed' });
+    expect(journalLines('unnamed while locked')).to.equal(1);
   });
 
   it('asks a locked ledger again instead of marking the outcome unknown; nothing runs, and the operation is released once the lock ends', async () => {
