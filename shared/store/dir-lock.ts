@@ -32,7 +32,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { CustodyError } from '../errors.js';
+import { CustodyError, isStorageFull } from '../errors.js';
 import { ensurePrivateDir, replacePrivateFile } from './private-fs.js';
 
 export const DIR_LOCK_NAME = 'store.lock';
@@ -117,6 +117,10 @@ function tryLock(lockPath: string): Database.Database | null {
   } catch (error) {
     db.close();
     if ((error as { code?: string }).code === 'SQLITE_BUSY') return null;
+    // Taking the lock writes its journal: on a full disk, say which file, and not "a store of this process".
+    if (isStorageFull(error)) {
+      throw new CustodyError('storage_full', `the disk is full: the lock ${lockPath} cannot be taken (${(error as Error).message}); free space on its filesystem, then start again`, { cause: error });
+    }
     throw error;
   }
 }

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { CustodyError, registerBusyDescriber, registerStorageDescriber } from '../errors.js';
+import { CustodyError, isStorageFull, registerBusyDescriber, registerStorageDescriber } from '../errors.js';
 import { applyMigrations, validateMigrations, type Migration } from './migrations.js';
 import { checkPrivateFile, checkPrivateFileIfPresent, ensurePrivateDir, isPathPresent, syncDirectory, type FileIdentity } from './private-fs.js';
 import type { Logger } from '../log.js';
@@ -190,10 +190,25 @@ function finishOpen(spec: StoreSpec, file: string, db: Database.Database, mode: 
     checkSidecars(file);
     return db;
   } catch (error) {
+    // Described while this store is still among the open ones: once closed, a full disk at a start named "a store of this process".
+    const full = fullAtOpen(error, file);
+    const failure = full ? new CustodyError('storage_full', describeFullStores(messageOf(full), 'start it again'), { cause: error }) : error;
     OPEN_STORES.delete(entry);
     db.close();
-    throw error;
+    throw failure;
   }
+}
+
+/**
+ * A full disk as an open meets it (the error that says so, or null):
+ * SQLITE_FULL, or the -shm that cannot be given its size
+ * (SQLITE_IOERR_SHMSIZE, which applyPragmas called "not a readable SQLite
+ * database").
+ */
+function fullAtOpen(error: unknown, file: string): unknown {
+  const cause = error instanceof CustodyError && error.code === 'store_schema' ? error.cause : error;
+  const code = (cause as { code?: unknown } | null)?.code;
+  return isStorageFull(cause) || (code === 'SQLITE_IOERR_SHMSIZE' && (freeBytes(file) ?? MIN_ROOM_BYTES) < MIN_ROOM_BYTES) ? cause : null;
 }
 
 function applyPragmas(spec: StoreSpec, file: string, db: Database.Database): void {
@@ -320,7 +335,7 @@ function freeBytes(file: string): number | null {
  * store of this process whose filesystem has less room than it asks for
  * (all of them when none is that short), with its size and what to free.
  */
-export function describeFullStores(cause: string): string {
+export function describeFullStores(cause: string, then = 'ask again with the same name'): string {
   const stores = [...OPEN_STORES].filter((store) => store.db.open);
   for (const store of [...OPEN_STORES]) if (!store.db.open) OPEN_STORES.delete(store);
   const described = stores.map((store) => {
@@ -332,7 +347,7 @@ export function describeFullStores(cause: string): string {
   });
   const named = described.some((d) => d.short) ? described.filter((d) => d.short) : described;
   const which = named.length > 0 ? named.map((d) => d.text).join('; ') : 'a store of this process';
-  return `the disk is full: ${which} (${cause}); free space on its filesystem, then ask again with the same name`;
+  return `the disk is full: ${which} (${cause}); free space on its filesystem, then ${then}`;
 }
 
 registerStorageDescriber(describeFullStores);

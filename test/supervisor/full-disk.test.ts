@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { CustodyError } from '../../shared/errors.js';
 import { createKeyPair } from '../../shared/crypto/key-files.js';
-import { type TestService, initTestState, sqlite, startService } from '../helpers/service.js';
+import { type TestService, custody, initTestState, sqlite, startService } from '../helpers/service.js';
 
 /** Room for the state (four stores, keys, the journal) and little else. */
 const TMPFS_SIZE = '12m';
@@ -104,6 +104,22 @@ describe('a full disk', function () {
       }
       rmSync(mountPoint, { recursive: true, force: true });
     }
+  });
+
+  it('refuses to start on a full disk naming the file it could not write, and starts once space returns', async () => {
+    stateParent = mkdtempSync(path.join(mountPoint!, 'start-'));
+    const root = await initTestState({}, undefined, stateParent);
+    expect(fill(path.join(mountPoint!, 'filler'))).to.be.greaterThan(0);
+    const refused = await custody(['start', '--state', root], { timeoutMs: 30_000 });
+    expect(refused.code, refused.stderr).to.equal(4);
+    // It said "a store of this process" and "ask again with the same name", which means nothing to a start.
+    expect(refused.stderr).to.match(new RegExp(`custody: the disk is full: (the lock ${root}/supervisor/store\\.lock cannot be taken|supervisor store ${root}/supervisor/supervisor\\.db)`));
+    expect(refused.stderr).to.match(/free space on its filesystem, then start (it )?again \[storage_full\]/);
+    expect(refused.stderr).to.not.contain('a store of this process');
+    rmSync(path.join(mountPoint!, 'filler'));
+    service = await startService({ dir: root });
+    expect((await service.http('GET', '/v1/health', undefined, 'agent')).status).to.equal(200);
+    expect(await service.stop()).to.equal(0);
   });
 
   it('refuses a key pair it cannot write with storage_full naming the key file, and leaves no partial key behind', () => {
