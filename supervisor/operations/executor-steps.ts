@@ -55,6 +55,7 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
   const deadline = deadlineFor(ctx, executor, row.tool);
   const backoff = retryBackoff(ctx);
   let keysGiven = false;
+  let skewSaid = false;
   for (;;) {
     const release = await executor.slots.acquire(ctx.signal);
     let frameId = '';
@@ -89,6 +90,7 @@ export async function executeStep(ctx: OperationContext, row: RequestRow, option
         if (executor.state === 'failed' || ctx.signal.aborted) throw failure;
         if (nowMs() >= windowOf(authorization).expires_at) return await ctx.store.movePhaseGrouped(row.request_id, 'reconciling', { reason: 'window passed before execute' });
         ctx.log.info('execute_not_sent', { request_id: row.request_id, code: failure.code });
+        if (failure.code === 'window_not_open' && !skewSaid) skewSaid = sayClockSkew(ctx, executor, row, authorization, failure);
         await (failure.code === 'window_not_open' ? untilWindowOpens(authorization) : backoff.wait());
         continue;
       }
@@ -136,6 +138,30 @@ function windowOf(authorization: string): { not_before: number; expires_at: numb
 }
 
 /** Wait until the authorization's window opens (bounded: a skewed clock is re-checked every 5 s). */
+/** How far apart two processes' clocks may be before a window not yet open is said to an operator. */
+export const CLOCK_SKEW_SAID_MS = 2_000;
+
+/**
+ * The executor says the window has not opened: the kernel's clock that
+ * signed it runs ahead of the executor's. Said once per request (a warning
+ * and an incident, with how far ahead by this supervisor's clock): the
+ * execute waits for the window, which may be long after its caller gave up,
+ * and was logged only as info every 5 s without a word of why. Returns
+ * whether it was said.
+ */
+function sayClockSkew(ctx: OperationContext, executor: ChildHandle, row: RequestRow, authorization: string, failure: CustodyError): boolean {
+  const { not_before } = windowOf(authorization);
+  const ahead = not_before - nowMs();
+  if (ahead < CLOCK_SKEW_SAID_MS && ahead > -CLOCK_SKEW_SAID_MS) return false;
+  const message =
+    ahead > 0
+      ? `the kernel signed ${row.request_id}'s window to open at ${new Date(not_before).toISOString()}, ${Math.round(ahead / 1000)} s ahead of this supervisor's clock: the kernel's clock runs ahead. The execute waits for the window; set the clocks right (NTP)`
+      : `${executor.name} says ${row.request_id}'s window, open since ${new Date(not_before).toISOString()} by this supervisor's clock, has not opened: its clock runs ${Math.round(-ahead / 1000)} s or more behind the kernel's. The execute waits for the window; set the clocks right (NTP)`;
+  ctx.log.warn('clock_skew', { request_id: row.request_id, executor: executor.name, not_before, ahead_ms: ahead, message, executor_says: failure.message });
+  ctx.store.recordIncident({ child: executor.name, kind: 'clock_skew', code: failure.code, message, operation_id: row.operation_id });
+  return true;
+}
+
 function untilWindowOpens(authorization: string): Promise<void> {
   return sleep(Math.min(Math.max(windowOf(authorization).not_before - nowMs(), 50), 5_000));
 }

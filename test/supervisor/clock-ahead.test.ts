@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { untilHolds } from '../helpers/eventually.js';
 import { logEvents, startService, type TestService } from '../helpers/service.js';
+import { programPath } from '../../shared/entry-points.js';
 
 describe('a clock that ran ahead and was set back', function () {
   this.timeout(60_000);
@@ -38,5 +39,42 @@ describe('a clock that ran ahead and was set back', function () {
     const line = logEvents(service, 'execute_unanswered').find((entry) => entry.request_id === 'set-back')!;
     expect(line.code).to.equal('outside_window');
     expect(String(line.message)).to.match(/this executor's clock is 3[56]\d\d s behind the latest time it has answered by \(it ran ahead and was set back\)/);
+  });
+});
+
+describe("a kernel whose clock runs ahead of the executor's", function () {
+  this.timeout(60_000);
+  let dir: string;
+  let service: TestService;
+  const clockFile = () => path.join(dir, 'kernel-clock-offset');
+
+  before(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'custody-kernel-clock-'));
+    writeFileSync(clockFile(), '0\n');
+    // The kernel alone reads the offset: its argv sets the variable for it.
+    service = await startService({
+      config: (root: string) => ({ kernel: { argv: ['/usr/bin/env', `CUSTODY_TEST_CLOCK_FILE=${clockFile()}`, process.execPath, programPath('kernel'), '--dir', path.join(root, 'kernel')] } }),
+    });
+    expect((await service.http('POST', '/v1/grants', { tool: 'review-notes/append', max_invocations: 10, ttl_ms: 3 * 3_600_000 })).status).to.equal(201);
+  });
+  after(async () => {
+    await service?.stop();
+    service?.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('says so once, as a warning and an incident naming how far ahead, while the execute waits for its window', async () => {
+    writeFileSync(clockFile(), `${600_000}\n`);
+    const waiting = await service.http('POST', '/v1/invoke', { tool: 'review-notes/append', request_id: 'kernel-ahead', arguments: { note: 'ahead' }, wait_ms: 1_000 }, 'agent');
+    expect(waiting.status, JSON.stringify(waiting.body)).to.equal(202);
+    await untilHolds('clock_skew said', () => logEvents(service, 'clock_skew').some((line) => line.request_id === 'kernel-ahead'), 10_000);
+    const said = logEvents(service, 'clock_skew').find((line) => line.request_id === 'kernel-ahead')!;
+    expect(said.level).to.equal('warn');
+    expect(String(said.message)).to.match(/the kernel signed kernel-ahead's window to open at .*, (59\d|600) s ahead of this supervisor's clock: the kernel's clock runs ahead/);
+    const { body } = await service.http('GET', '/v1/incidents?limit=50');
+    expect((body.incidents as Array<{ kind: string }>).filter((incident) => incident.kind === 'clock_skew')).to.have.length(1);
+    // The execute is asked again every 5 s until its window opens (signed ten minutes ahead): not said again each time.
+    await new Promise((resolve) => setTimeout(resolve, 6_000));
+    expect(logEvents(service, 'clock_skew').filter((line) => line.request_id === 'kernel-ahead'), 'said once').to.have.length(1);
   });
 });
