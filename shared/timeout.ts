@@ -74,15 +74,30 @@ export const STALL_MIN_MS = 250;
 let lastSample = -1;
 let stalledMs = 0;
 let sampler: NodeJS.Timeout | null = null;
+let discounting = false;
 
 /**
- * The monotonic clock less the time this process's event loop did not run
- * (stopped, swapped out, or blocked) for longer than STALL_MIN_MS at a time:
- * a sampler unref'd every RUN_SAMPLE_MS, and every read, see the gap since
- * the last sample. What a deadline measures, so that a process that was not
- * running does not blame another for the wait (supervisor/watchdog/deadlines.ts).
+ * From now on, this process's deadlines leave out the time it did not run
+ * (runningNow). The supervisor's alone (supervisor/service.ts): it is the one
+ * that judges other processes by its deadlines. A child keeps the plain
+ * monotonic clock, so an executor whose own loop stalled does not stretch its
+ * adapter's deadline past the watchdog's.
+ */
+export function discountStalls(): void {
+  discounting = true;
+}
+
+/**
+ * The monotonic clock less, once discountStalls() was called, the time this
+ * process's event loop did not run (stopped, swapped out, or blocked): a
+ * sampler unref'd every RUN_SAMPLE_MS, and every read, see the gap since the
+ * last sample; of a gap longer than RUN_SAMPLE_MS + STALL_MIN_MS, all beyond
+ * RUN_SAMPLE_MS counts as not running. What a deadline measures, so that a
+ * supervisor that was not running does not blame a child for the wait
+ * (supervisor/watchdog/deadlines.ts).
  */
 export function runningNow(): number {
+  if (!discounting) return performance.now();
   sampler ??= setInterval(() => void runningNow(), RUN_SAMPLE_MS).unref();
   const now = performance.now();
   if (lastSample >= 0) {

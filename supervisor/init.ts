@@ -4,16 +4,18 @@
 // the executors' public keys, and writes the two API tokens. An existing
 // state is never overwritten.
 import { randomBytes } from 'node:crypto';
-import { closeSync, fsyncSync, mkdirSync, openSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import path from 'node:path';
 import { CustodyError } from '../shared/errors.js';
 import type { Logger } from '../shared/log.js';
 import { type ChildSession, spawnChild } from '../shared/child/spawn.js';
-import { ensurePrivateDir } from '../shared/store/private-fs.js';
+import { ensurePrivateDir, syncDirectory } from '../shared/store/private-fs.js';
+import { isGone, processStartTicks } from '../shared/child/proc-stat.js';
 import { nowMs } from '../shared/clock.js';
 import { defaultConfig } from './config/load.js';
 import type { CustodyConfig } from './config/schema.js';
 import { executorArgv, executorSettings, kernelArgv } from './children/specs.js';
-import { needsInit, type StatePaths, statePaths } from './paths.js';
+import { INIT_ENTRIES, INIT_MARKER, needsInit, type StatePaths, statePaths } from './paths.js';
 import { SupervisorStore } from './store/supervisor-store.js';
 import { withTimeout } from '../shared/timeout.js';
 
@@ -52,6 +54,48 @@ export async function initState(root: string, options: InitOptions): Promise<Ini
   const log = options.log.child({ phase: 'init' });
   mkdirSync(paths.root, { recursive: true, mode: 0o700 });
   ensurePrivateDir(paths.root, { create: true });
+  clearInterrupted(paths.root, log);
+  // First in, last out: until it is removed, this state is one the next init makes again.
+  const marker = path.join(paths.root, INIT_MARKER);
+  writePrivateFile(marker, JSON.stringify({ pid: process.pid, pid_start_ticks: processStartTicks(process.pid) ?? null }) + '\n');
+  syncDirectory(paths.root);
+  const made = await provision(paths, config, options, log);
+  rmSync(marker);
+  syncDirectory(paths.root);
+  return made;
+}
+
+/**
+ * What an init killed half-way left (keys, stores, pins of a state that never
+ * served an operation): removed, so the init that follows starts clean. Not
+ * while that init still runs (its pid and start time in the marker), and
+ * never anything init does not make: an unknown file is the operator's.
+ */
+function clearInterrupted(root: string, log: Logger): void {
+  const marker = path.join(root, INIT_MARKER);
+  let holder: { pid?: unknown; pid_start_ticks?: unknown };
+  try {
+    holder = JSON.parse(readFileSync(marker, 'utf8')) as typeof holder;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
+    holder = {};
+  }
+  const pid = typeof holder.pid === 'number' ? holder.pid : null;
+  if (pid !== null && !isGone(pid, typeof holder.pid_start_ticks === 'number' ? holder.pid_start_ticks : null)) {
+    throw new CustodyError('state_exists', `${root} is being made by custody pid ${pid} (${INIT_MARKER} names it); wait for it, or stop it and run this again`);
+  }
+  const entries = readdirSync(root);
+  const foreign = entries.filter((entry) => !INIT_ENTRIES.has(entry));
+  if (foreign.length > 0) {
+    throw new CustodyError('state_exists', `${root} holds an init that never finished (${INIT_MARKER}) and also ${foreign.join(', ')}, which init does not make; move those aside, then run this again`);
+  }
+  for (const entry of entries) if (entry !== INIT_MARKER) rmSync(path.join(root, entry), { recursive: true, force: true });
+  rmSync(marker);
+  syncDirectory(root);
+  log.warn('init_interrupted_cleared', { state: root, removed: entries.filter((entry) => entry !== INIT_MARKER), message: `${root} was left by an init that never finished${pid === null ? '' : ` (pid ${pid})`}: what it made is removed and the state is made again` });
+}
+
+async function provision(paths: StatePaths, config: CustodyConfig, options: InitOptions, log: Logger): Promise<InitResult> {
   writePrivateFile(paths.config, JSON.stringify(config, null, 2) + '\n');
   ensurePrivateDir(paths.supervisorDir, { create: true });
   ensurePrivateDir(paths.executorsDir, { create: true });

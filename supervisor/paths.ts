@@ -42,7 +42,17 @@ export function resolveStateDir(flag?: string): string {
   return path.resolve(flag ?? process.env.CUSTODY_STATE ?? DEFAULT_STATE_DIR);
 }
 
-/** A state directory that `custody start` should initialize first. */
+/**
+ * Written first by `custody init` (its pid and start time) and removed last:
+ * a state that still holds it was never made whole (its init was killed), and
+ * the next init or start makes it again (supervisor/init.ts).
+ */
+export const INIT_MARKER = '.init-incomplete';
+
+/** Everything init makes at a state's top level: all an interrupted init can have left. */
+export const INIT_ENTRIES: ReadonlySet<string> = new Set(['custody.json', 'supervisor', 'kernel', 'executors', 'resources', INIT_MARKER]);
+
+/** A state directory that `custody start` should initialize first: missing, empty, or left by an init that never finished. */
 export function needsInit(root: string): boolean {
-  return !existsSync(root) || readdirSync(root).length === 0;
+  return !existsSync(root) || readdirSync(root).length === 0 || existsSync(path.join(root, INIT_MARKER));
 }

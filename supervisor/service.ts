@@ -12,7 +12,7 @@ import { killGroup } from '../shared/child/spawn.js';
 import { type DirLock, acquireDirLock } from '../shared/store/dir-lock.js';
 import { writeServiceFile } from './service-file.js';
 import { nowMs } from '../shared/clock.js';
-import { withTimeout } from '../shared/timeout.js';
+import { discountStalls, withTimeout } from '../shared/timeout.js';
 import { defineMachine, Machine } from '../shared/state-machine.js';
 import { type ApiServer, startApiServer } from './api/server.js';
 import { ChildHandle } from './children/child-handle.js';
@@ -95,6 +95,8 @@ export class Service {
   readonly done: Promise<number>;
 
   static async start(options: ServiceOptions): Promise<Service> {
+    // The supervisor judges its children by its deadlines: time it did not run itself is not theirs (shared/timeout.ts).
+    discountStalls();
     const paths = statePaths(options.stateDir);
     const config = loadConfig(paths.config);
     const log = options.log;

@@ -184,8 +184,9 @@ function finishOpen(spec: StoreSpec, file: string, db: Database.Database, mode: 
   OPEN_STORES.add(entry);
   try {
     applyPragmas(spec, file, db);
-    applyMigrations(db, `${spec.label} store ${file}`, spec.migrations, { ...mode, label: spec.label });
+    // Before the migrations: a store its user cannot write is store_permissions, not a migration that failed.
     proveWritable(spec, file, db);
+    applyMigrations(db, `${spec.label} store ${file}`, spec.migrations, { ...mode, label: spec.label });
     // The first read above created -wal and -shm; SQLite gives them the database's mode, which we verify rather than trust.
     checkSidecars(file);
     return db;
@@ -283,7 +284,7 @@ export function proveWritable(spec: StoreSpec, file: string, db: Database.Databa
         { cause: error },
       );
     }
-    if (code !== 'SQLITE_BUSY') throw error;
+    if (typeof code !== 'string' || !code.startsWith('SQLITE_BUSY')) throw error;
   } finally {
     if (db.inTransaction) db.exec('ROLLBACK');
     db.pragma(`busy_timeout = ${busyTimeout}`);

@@ -73,14 +73,24 @@ async function answerDrive(service: Service, requestId: string, drive: Promise<R
   } catch (error) {
     const failure = toCustodyError(error);
     const current = service.store.getRequest(requestId);
-    // Logged: the error names the request, so a client that sent no name can ask again by this one.
-    if (current) failure.requestId = requestId;
-    if (!current || !STILL_CARRIED.has(failure.errorClass) || NOT_CARRIED.has(failure.code)) throw failure;
+    if (!current || !STILL_CARRIED.has(failure.errorClass) || NOT_CARRIED.has(failure.code)) throw current && failure.code !== 'request_conflict' ? naming(failure, requestId) : failure;
     return { status: 202, body: { ...outcomeOf(current), reason: failure.code } };
   }
   const current = service.store.getRequest(requestId);
   if (!current) throw new CustodyError('operation_unknown', `no operation ${requestId}`);
   return { status: 202, body: outcomeOf(current) };
+}
+
+/**
+ * The failure of a logged request, naming it (the error body's request_id), so
+ * a client that sent no name can ask again by this one. A copy: one error
+ * object may answer several requests (a child's failure, given to every
+ * waiter). Not a request_conflict, whose logged request is another's.
+ */
+function naming(failure: CustodyError, requestId: string): CustodyError {
+  const named = new CustodyError(failure.code, failure.message, { cause: failure });
+  named.requestId = requestId;
+  return named;
 }
 
 /** Failure classes after which a logged request is still the service's to finish. */

@@ -52,7 +52,7 @@ export interface McpOptions {
   /** How long one call waits for its operation to end before answering "not known yet" (default 50 s, under the usual 60 s MCP request timeout). */
   readonly waitMs?: number;
   readonly version: string;
-  /** Told of each tools/call under way, to wait for it before closing (serveMcpOnStdio at stdin's end). */
+  /** Told of each tools/call and tools/list under way, to wait for it before closing (serveMcpOnStdio at stdin's end). */
   readonly track?: (call: Promise<unknown>) => void;
 }
 
@@ -148,7 +148,12 @@ export function createMcpServer(options: McpOptions): McpServer {
   // The tools come from the adapters' JSON Schemas at each listing, so the
   // list and call handlers are set on the protocol server directly
   // (McpServer.registerTool takes zod shapes fixed at start).
-  mcp.server.setRequestHandler(ListToolsRequestSchema, async () => {
+  mcp.server.setRequestHandler(ListToolsRequestSchema, () => {
+    const listing = listTools();
+    options.track?.(listing);
+    return listing;
+  });
+  const listTools = async (): Promise<{ tools: Tool[] }> => {
     await options.ready?.();
     const { tools, unavailable } = await options.client().tools();
     for (const { executor, reason } of unavailable) log.warn('mcp_executor_unavailable', { executor, reason });
@@ -175,7 +180,7 @@ export function createMcpServer(options: McpOptions): McpServer {
       });
     }
     return { tools: listed };
-  });
+  };
 
   // Registered with a loose schema: the SDK's protocol layer answers a failure of the schema it is given as -32603
   // Internal error, while its tools/call check (and the one below) answers -32602 Invalid params, which is what

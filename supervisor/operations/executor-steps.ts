@@ -137,7 +137,6 @@ function windowOf(authorization: string): { not_before: number; expires_at: numb
   return authorizationBody.parse(readEnvelope(authorization).envelope.body);
 }
 
-/** Wait until the authorization's window opens (bounded: a skewed clock is re-checked every 5 s). */
 /** How far apart two processes' clocks may be before a window not yet open is said to an operator. */
 export const CLOCK_SKEW_SAID_MS = 2_000;
 
@@ -162,6 +161,7 @@ function sayClockSkew(ctx: OperationContext, executor: ChildHandle, row: Request
   return true;
 }
 
+/** Wait until the authorization's window opens (bounded: a skewed clock is re-checked every 5 s). */
 function untilWindowOpens(authorization: string): Promise<void> {
   return sleep(Math.min(Math.max(windowOf(authorization).not_before - nowMs(), 50), 5_000));
 }

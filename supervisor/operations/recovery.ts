@@ -35,6 +35,8 @@ export class RecoverySweeper {
   readonly #pending = new Map<string, Pending>();
   /** Operations whose executor is failed, already reported once. */
   readonly #parked = new Set<string>();
+  /** Requests #carryUnlisted drove that failed, by request id: when it may drive each again (its own backoff, kept across rounds). */
+  readonly #carried = new Map<string, Pending>();
   /** Orphans being reconciled now (each until a report comes back). */
   readonly #orphans = new Set<string>();
   readonly #sweeps = new Periodic(() => this.#sweepOnce());
@@ -124,19 +126,34 @@ export class RecoverySweeper {
    */
   #carryUnlisted(): void {
     const ctx = this.#ctx;
+    const listed = new Set<string>();
     for (const row of ctx.store.requestsBeforeOrAfterKernel(ctx.config.bounds.recovery_sweep_operations)) {
       if (ctx.signal.aborted) return;
-      this.#seenThisRound.add(row.operation_id);
-      // A manual walk (custody authorize, execute, report) stops where its operator left it.
-      if (row.kind === 'authorize' || this.#driver.isDriving(row.request_id) || performance.now() < (this.#pending.get(row.operation_id)?.due ?? 0)) continue;
+      listed.add(row.request_id);
+      // A manual walk (custody authorize, execute, report) stops where its operator left it; one bound to a failed executor waits for it.
+      if (row.kind === 'authorize' || this.#driver.isDriving(row.request_id) || this.#carriedExecutorFailed(row.executor)) continue;
+      if (performance.now() < (this.#carried.get(row.request_id)?.due ?? 0)) continue;
       ctx.log.info('request_carried_on', { request_id: row.request_id, phase: row.phase });
       this.#driver.drive(row.request_id, 'resume').then(
-        () => this.#pending.delete(row.operation_id),
+        () => this.#carried.delete(row.request_id),
         (error: unknown) => {
-          this.#postpone(row.operation_id);
+          const pending = this.#carried.get(row.request_id) ?? { due: 0, backoff: retryBackoff(ctx) };
+          pending.due = performance.now() + pending.backoff.nextDelayMs();
+          this.#carried.set(row.request_id, pending);
           ctx.log.warn('sweep_drive_failed', { request_id: row.request_id, ...errorFields(error) });
         },
       );
+    }
+    // A request no longer listed has ended (or been parked): its backoff goes with it.
+    for (const id of this.#carried.keys()) if (!listed.has(id)) this.#carried.delete(id);
+  }
+
+  #carriedExecutorFailed(executorId: string | null): boolean {
+    if (!executorId) return false;
+    try {
+      return this.#ctx.executorById(executorId).state === 'failed';
+    } catch {
+      return true;
     }
   }
 

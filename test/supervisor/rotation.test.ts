@@ -133,8 +133,10 @@ describe('key rotation: a supervisor killed between the executor rotation and th
     const rotated = await service.cli(['executor', 'rotate', 'default']);
     expect(rotated.code).to.not.equal(0);
     expect(await died).to.equal(-9);
-    // The executor committed epoch 2; the kernel and supervisor.db never heard of it.
-    expect(await sqlite(path.join(service.paths.executorDir('default'), 'ledger.db'), 'SELECT max(epoch) AS epoch FROM key_epochs')).to.deep.equal([{ epoch: 2 }]);
+    // The executor committed epoch 2; the kernel and supervisor.db never heard of it. (Read once the orphaned executor,
+    // leaving on its stdin's end, has closed its ledger: its last close checkpoints under a lock a reader meets as "locked".)
+    const epochs = await until('the ledger readable', () => sqlite(path.join(service.paths.executorDir('default'), 'ledger.db'), 'SELECT max(epoch) AS epoch FROM key_epochs').catch(() => undefined));
+    expect(epochs).to.deep.equal([{ epoch: 2 }]);
     expect(await sqlite(kernelDb, "SELECT max(key_epoch) AS epoch FROM executor_pins WHERE executor_id = 'default'")).to.deep.equal([{ epoch: 1 }]);
 
     const config = JSON.parse(readFileSync(service.paths.config, 'utf8')) as { executors: Array<{ key_epoch: number }> };

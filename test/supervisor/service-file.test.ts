@@ -23,9 +23,10 @@ describe('service.json of a supervisor that is gone', function () {
   after(() => service?.cleanup());
 
   it('sends nothing to a process that took its port since: the CLI and custody/client say the service is not running', async () => {
-    const written = JSON.parse(readFileSync(service.paths.serviceJson, 'utf8')) as { pid: number; port: number; pid_start_ticks: number | null };
+    const written = JSON.parse(readFileSync(service.paths.serviceJson, 'utf8')) as { pid: number; port: number; pid_start_ticks: number | null; pid_ns: string | null };
     expect(written.pid).to.equal(service.process.pid);
     expect(written.pid_start_ticks, 'the supervisor names its start time').to.be.a('number');
+    expect(written.pid_ns, 'and its pid namespace: only a reader in it judges the pid').to.match(/^pid:\[\d+\]$/);
     // While it runs, the file is trusted.
     expect((await custody(['--state', service.dir, 'status', '--json'])).code).to.equal(0);
 

@@ -3,7 +3,7 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { chmodSync, chownSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { isGone } from '../../shared/child/proc-stat.js';
@@ -342,6 +342,8 @@ describe('custody start on an empty state', function () {
       const [code, signal] = await exited;
       expect({ code, signal }, stderr).to.deep.equal({ code: 0, signal: null });
       expect(stderr).to.match(/"event":"signal","signal":"SIGTERM"/);
+      // The signal came while the state was made, not after (else this proves nothing).
+      expect(stderr.indexOf('"event":"signal"'), 'the signal landed before the executor was provisioned').to.be.below(stderr.indexOf('"event":"executor_provisioned"'));
       const again = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
       try {
         const [line] = (await once(again.stdout, 'data')) as [Buffer];
@@ -352,6 +354,52 @@ describe('custody start on an empty state', function () {
         again.kill('SIGTERM');
         await once(again, 'exit');
       }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('makes again a state whose init was killed half-way (kill -9 once the kernel was provisioned), and serves on it', async () => {
+    const { dir, state, child } = startFresh('custody-kill-init-');
+    let stderr = '';
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+    try {
+      await until('the kernel provisioned', () => Promise.resolve(/"event":"kernel_provisioned"/.test(stderr) ? true : undefined));
+      const exited = once(child, 'exit');
+      child.kill('SIGKILL');
+      await exited;
+      // Half made: the kernel's key and store, no executor pin; the marker says so.
+      expect(existsSync(path.join(state, '.init-incomplete')), 'the state says it was never made whole').to.equal(true);
+      const again = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let againErr = '';
+      again.stderr.on('data', (chunk: Buffer) => (againErr += chunk.toString('utf8')));
+      try {
+        const [line] = (await once(again.stdout, 'data')) as [Buffer];
+        expect(line.toString(), againErr).to.match(/^custody is running/);
+        expect(againErr).to.match(/"event":"init_interrupted_cleared"/);
+        expect(existsSync(path.join(state, '.init-incomplete'))).to.equal(false);
+        const invoked = await custody(['--state', state, 'invoke', 'review-notes/append', '--arg', 'note=after a killed init']);
+        expect(invoked.code, invoked.stderr).to.equal(0);
+      } finally {
+        again.kill('SIGTERM');
+        await once(again, 'exit');
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('never clears a half-made state holding files init does not make: it names them', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-foreign-init-'));
+    const state = path.join(dir, 'state');
+    try {
+      mkdirSync(state, { mode: 0o700 });
+      writeFileSync(path.join(state, '.init-incomplete'), '{}\n', { mode: 0o600 });
+      writeFileSync(path.join(state, 'notes.txt'), 'mine\n');
+      const result = await custody(['init', '--state', state]);
+      expect(result.code).to.not.equal(0);
+      expect(result.stderr).to.contain('notes.txt').and.to.contain('move those aside');
+      expect(readFileSync(path.join(state, 'notes.txt'), 'utf8')).to.equal('mine\n');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -30,7 +30,7 @@ describe('the recovery sweep, going on where the last stopped', () => {
       executorById: () => {
         throw new Error('no such executor');
       },
-      store: { getRequestByOperation: () => undefined, recordIncident: (incident: { operation_id: string }) => incidents.push(incident.operation_id) },
+      store: { getRequestByOperation: () => undefined, recordIncident: (incident: { operation_id: string }) => incidents.push(incident.operation_id), requestsBeforeOrAfterKernel: () => [] },
       kernel: {
         request: (kind: string, body: { limit: number; after: OperationKey | null }) => {
           expect(kind).to.equal('recover');
@@ -95,5 +95,39 @@ describe('the recovery sweep, bounded', function () {
     // Past its window, a sweep asks the executor (nothing claimed) and the kernel releases its hold.
     await until('the lapsed walk closed', async () => ((await kernelState('lapsed'))?.state === 'released' ? true : undefined), 20_000);
     for (const name of ['held-1', 'held-2', 'held-3']) expect((await kernelState(name))?.state, `${name} still the operator's`).to.equal('dispatch_committed');
+  });
+});
+
+describe('the recovery sweep, carrying on a request the kernel does not list', () => {
+  it('drives it again only after its backoff, across sweeps, while its drive keeps failing; an operator\'s walk and a request on a failed executor are left alone', async () => {
+    const rows = [
+      { request_id: 'never-reserved', operation_id: 'a'.repeat(64), kind: 'invoke', phase: 'received', executor: null },
+      { request_id: 'operators-walk', operation_id: 'b'.repeat(64), kind: 'authorize', phase: 'received', executor: null },
+      { request_id: 'on-a-failed-executor', operation_id: 'c'.repeat(64), kind: 'invoke', phase: 'reported', executor: 'failed-one' },
+    ];
+    const drives: string[] = [];
+    const ctx = {
+      config: { bounds: { recovery_sweep_operations: 10 }, timing: { kernel_request_ms: 1000, retry_backoff_initial_ms: 200, retry_backoff_max_ms: 10_000 } },
+      signal: new AbortController().signal,
+      log: { debug: () => undefined, info: () => undefined, warn: () => undefined },
+      executorById: () => ({ state: 'failed', name: 'failed-one' }),
+      store: { getRequestByOperation: () => undefined, recordIncident: () => undefined, requestsBeforeOrAfterKernel: () => rows },
+      kernel: { request: () => Promise.resolve({ operations: [], now: 2000, next_after: null }) },
+    } as unknown as OperationContext;
+    const driver = {
+      isDriving: () => false,
+      drive: (requestId: string) => {
+        drives.push(requestId);
+        return Promise.reject(new Error('kernel.db is locked'));
+      },
+    } as unknown as OperationDriver;
+    const sweeper = new RecoverySweeper(ctx, driver);
+    // Ten sweeps 50 ms apart (500 ms): a failing drive waits 200 ms, then 400, then 800 before the next.
+    for (let sweep = 0; sweep < 10; sweep++) {
+      await sweeper.sweep();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(drives.every((id) => id === 'never-reserved'), drives.join(', ')).to.equal(true);
+    expect(drives.length, 'backed off, not driven every sweep').to.be.within(2, 3);
   });
 });
