@@ -306,6 +306,21 @@ describe('custody start on an empty state', function () {
     expect(code, 'a clean stop').to.equal(0);
   }
 
+  /** `custody start` on `state` until its one stdout line says it serves, `body` meanwhile (given its stderr so far), then SIGTERM and its exit. */
+  async function whileServing(state: string, body: (stderr: () => string) => Promise<void>, as: { uid?: number; gid?: number } = {}): Promise<void> {
+    const child = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'], ...as });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+    try {
+      const [line] = (await once(child.stdout, 'data')) as [Buffer];
+      expect(line.toString(), stderr).to.match(/^custody is running/);
+      await body(() => stderr);
+    } finally {
+      child.kill('SIGTERM');
+      await once(child, 'exit');
+    }
+  }
+
   function startFresh(prefix: string, stdout: 'pipe' | number = 'pipe') {
     const dir = mkdtempSync(path.join(tmpdir(), prefix));
     const state = path.join(dir, 'state');
@@ -344,16 +359,10 @@ describe('custody start on an empty state', function () {
       expect(stderr).to.match(/"event":"signal","signal":"SIGTERM"/);
       // The signal came while the state was made, not after (else this proves nothing).
       expect(stderr.indexOf('"event":"signal"'), 'the signal landed before the executor was provisioned').to.be.below(stderr.indexOf('"event":"executor_provisioned"'));
-      const again = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
-      try {
-        const [line] = (await once(again.stdout, 'data')) as [Buffer];
-        expect(line.toString()).to.match(/^custody is running/);
+      await whileServing(state, async () => {
         const invoked = await custody(['--state', state, 'invoke', 'review-notes/append', '--arg', 'note=after an interrupted init']);
         expect(invoked.code, invoked.stderr).to.equal(0);
-      } finally {
-        again.kill('SIGTERM');
-        await once(again, 'exit');
-      }
+      });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -370,20 +379,12 @@ describe('custody start on an empty state', function () {
       await exited;
       // Half made: the kernel's key and store, no executor pin; the marker says so.
       expect(existsSync(path.join(state, '.init-incomplete')), 'the state says it was never made whole').to.equal(true);
-      const again = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
-      let againErr = '';
-      again.stderr.on('data', (chunk: Buffer) => (againErr += chunk.toString('utf8')));
-      try {
-        const [line] = (await once(again.stdout, 'data')) as [Buffer];
-        expect(line.toString(), againErr).to.match(/^custody is running/);
-        expect(againErr).to.match(/"event":"init_interrupted_cleared"/);
+      await whileServing(state, async (againErr) => {
+        expect(againErr()).to.match(/"event":"init_interrupted_cleared"/);
         expect(existsSync(path.join(state, '.init-incomplete'))).to.equal(false);
         const invoked = await custody(['--state', state, 'invoke', 'review-notes/append', '--arg', 'note=after a killed init']);
         expect(invoked.code, invoked.stderr).to.equal(0);
-      } finally {
-        again.kill('SIGTERM');
-        await once(again, 'exit');
-      }
+      });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -512,14 +513,7 @@ describe('custody start on an empty state', function () {
       // Writable again as told, it serves.
       expect(told(kernel.stderr)).to.include(kernelDb);
       for (const each of told(kernel.stderr)) chmodSync(each, 0o600);
-      const child = spawn(process.execPath, [CLI, 'start', '--state', state], { stdio: ['ignore', 'pipe', 'pipe'], ...(uid === undefined ? {} : { uid, gid: uid }) });
-      try {
-        const [line] = (await once(child.stdout, 'data')) as [Buffer];
-        expect(line.toString()).to.match(/^custody is running/);
-      } finally {
-        child.kill('SIGTERM');
-        await once(child, 'exit');
-      }
+      await whileServing(state, () => Promise.resolve(), uid === undefined ? {} : { uid, gid: uid });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
