@@ -218,8 +218,8 @@ export class ChildHandle {
   }
 
   /** Kill the process group and wait until it is gone; the next follows at once, uncounted, if `deliberate`, else by the restart policy. */
-  async killAndReap(reason: string, options: { deliberate?: boolean } = {}): Promise<void> {
-    await this.#run?.killAndReap({ reason, deliberate: options.deliberate ?? false }, this.#deps.log);
+  async killAndReap(reason: string, options: { deliberate?: boolean; stoppedFromOutside?: boolean } = {}): Promise<void> {
+    await this.#run?.killAndReap({ reason, deliberate: options.deliberate ?? false, stoppedFromOutside: options.stoppedFromOutside ?? false }, this.#deps.log);
   }
 
   /** Graceful stop: `shutdown`, wait up to the grace, then SIGKILL; resolves after the whole group is gone. */

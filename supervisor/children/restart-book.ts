@@ -114,8 +114,9 @@ export class RestartBook {
     const why = (this.lastExit = `${exit.how}: ${exit.reason}`);
     this.record(null);
     if (exit.deliberate) return this.afterExit(why, { counted: false, delayMs: 0 });
-    // A crash with client requests in flight on it: they take the blame, and may leave it uncounted (quarantine).
-    const verdict = blamed.length > 0 && this.#deps.onCrash ? this.#deps.onCrash(this.#child, blamed, why) : { counted: true };
+    // A crash with client requests in flight on it: they take the blame, and may leave it uncounted (quarantine);
+    // not when the process was stopped from outside, which no request did.
+    const verdict = blamed.length > 0 && !exit.stoppedFromOutside && this.#deps.onCrash ? this.#deps.onCrash(this.#child, blamed, why) : { counted: true };
     this.afterExit(why, verdict.counted ? { counted: true } : { counted: false, delayMs: this.#deps.restart.backoff_initial_ms });
   }
 

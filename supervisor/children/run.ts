@@ -10,6 +10,11 @@ export interface KillIntent {
   readonly reason: string;
   /** The supervisor's own decision (the watchdog, an operator's restart, stopping): restart at once, not counted as a crash. */
   readonly deliberate: boolean;
+  /**
+   * The process was stopped from outside (SIGSTOP, a debugger: /proc state T or t) when its heartbeat
+   * was missed: counted as a crash, but the requests in flight on it take no blame (docs/POISON-AND-DISK.md).
+   */
+  readonly stoppedFromOutside?: boolean;
 }
 
 export class Run {

@@ -222,3 +222,34 @@ describe('crash attribution (restart.quarantine_after_crashes)', () => {
     expect(store.incidentsFor(operationIdFor('pill')).map((i) => i.kind)).to.deep.equal(['request_crash', 'quarantined', 'quarantine_released']);
   });
 });
+
+describe('a request in flight on a child that was stopped from outside', function () {
+  this.timeout(60_000);
+  let service: TestService | null = null;
+
+  after(async () => {
+    await service?.stop();
+    service?.cleanup();
+  });
+
+  it('takes no blame when the child, found stopped (SIGSTOP), is killed for its missed heartbeat: nothing counted toward quarantine', async () => {
+    service = await startService({ config: { executors: [FIXTURE_EXECUTOR] } });
+    expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 10, ttl_ms: 3_600_000 })).status).to.equal(201);
+    const answered = invoke(service, 'fixture/sleep', 'paused-under-me', { ms: 2_000 });
+    const { pid } = await (async () => {
+      for (;;) {
+        const row = await sqlite(path.join(service.paths.supervisorDir, 'supervisor.db'), "SELECT phase FROM requests WHERE request_id = 'paused-under-me'");
+        if (row[0]?.phase === 'executing') return executorState(service);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    })();
+    // An operator pauses the executor (a debugger, SIGSTOP) past the heartbeat timeout (3 s in the tests).
+    process.kill(pid, 'SIGSTOP');
+    const answer = await answered;
+    expect(answer.body.final, JSON.stringify(answer.body)).to.equal(true);
+    const missed = (await incidents(service)).filter((incident) => incident.kind === 'heartbeat_missed');
+    expect(missed.map((incident) => incident.message)).to.satisfy((messages: string[]) => messages.some((message) => message.includes('stopped from outside, /proc state T')));
+    expect(service.stderr.filter((line) => line.includes('"request_crash_counted"')), 'no request blamed').to.deep.equal([]);
+    expect((await incidents(service)).filter((incident) => incident.kind === 'request_crash'), 'no crash counted against it').to.deep.equal([]);
+  });
+});
