@@ -23,10 +23,11 @@ export interface CliResult {
 }
 
 /** Run the custody CLI as a separate process, as an operator would. */
-export async function custody(args: readonly string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; timeoutMs?: number; uid?: number } = {}): Promise<CliResult> {
+export async function custody(args: readonly string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; timeoutMs?: number; prefix?: readonly string[] } = {}): Promise<CliResult> {
   try {
-    const as = options.uid === undefined ? {} : { uid: options.uid, gid: options.uid };
-    const { stdout, stderr } = await run(process.execPath, [CLI, ...args], { env: { ...process.env, ...options.env }, cwd: options.cwd, maxBuffer: 32 * 1024 * 1024, ...as, ...(options.timeoutMs ? { timeout: options.timeoutMs } : {}) });
+    // `prefix`: a command that runs node (test/helpers/mode-bound.ts).
+    const [command, ...before] = [...(options.prefix ?? []), process.execPath];
+    const { stdout, stderr } = await run(command, [...before, CLI, ...args], { env: { ...process.env, ...options.env }, cwd: options.cwd, maxBuffer: 32 * 1024 * 1024, ...(options.timeoutMs ? { timeout: options.timeoutMs } : {}) });
     return { code: 0, stdout, stderr };
   } catch (error) {
     const failure = error as { code?: number; stdout?: string; stderr?: string };

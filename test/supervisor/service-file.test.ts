@@ -5,7 +5,8 @@
 import { expect } from 'chai';
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
 import { CustodyError } from '../../shared/errors.js';
 import { isGone } from '../../shared/child/proc-stat.js';
 import { CustodyClient } from '../../supervisor/client/index.js';
@@ -32,14 +33,16 @@ describe('service.json of a supervisor that is gone', function () {
 
     service.process.kill('SIGKILL');
     await until('the supervisor gone', () => Promise.resolve(isGone(written.pid, null) ? true : undefined));
-    // Another local process on the port the file names.
+    // Another local process on the port the file names. (Its own port, named in the file as the supervisor left it: the
+    // supervisor's port itself may be taken meanwhile, as a connection's source port of any other process.)
     const seen: IncomingHttpHeaders[] = [];
     const stranger = createServer((request, response) => {
       seen.push(request.headers);
       response.writeHead(200, { 'content-type': 'application/json' }).end('{}');
     });
-    stranger.listen(written.port, '127.0.0.1');
+    stranger.listen(0, '127.0.0.1');
     await once(stranger, 'listening');
+    writeFileSync(service.paths.serviceJson, JSON.stringify({ ...written, port: (stranger.address() as AddressInfo).port }));
     try {
       const status = await custody(['--state', service.dir, 'status']);
       expect(status.code, status.stderr).to.equal(5);

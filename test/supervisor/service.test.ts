@@ -3,7 +3,7 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { isGone } from '../../shared/child/proc-stat.js';
@@ -11,7 +11,7 @@ import { programPath } from '../../shared/entry-points.js';
 import { CLI, custody, FIXTURE_EXECUTOR, initTestState, sqlite, startService, type TestService } from '../helpers/service.js';
 import { statePaths } from '../../supervisor/paths.js';
 import { until, untilHolds } from '../helpers/eventually.js';
-import { IS_ROOT, NOBODY, nobodyCanRead } from '../helpers/nobody.js';
+import { MODE_BOUND, modeBoundAvailable } from '../helpers/mode-bound.js';
 import { REPO_ROOT } from '../helpers/vectors.js';
 
 describe('the control API', function () {
@@ -307,8 +307,9 @@ describe('custody start on an empty state', function () {
   }
 
   /** `custody start` on `state` until its one stdout line says it serves, `body` meanwhile (given its stderr so far), then SIGTERM and its exit. */
-  async function whileServing(state: string, body: (stderr: () => string) => Promise<void>, as: { uid?: number; gid?: number } = {}): Promise<void> {
-    const child = spawn(process.execPath, [CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'], ...as });
+  async function whileServing(state: string, body: (stderr: () => string) => Promise<void>, prefix: readonly string[] = []): Promise<void> {
+    const [command, ...before] = [...prefix, process.execPath];
+    const child = spawn(command, [...before, CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
     try {
@@ -470,25 +471,23 @@ describe('custody start on an empty state', function () {
   });
 
   it('stops at once when a store cannot be written by its user (SQLite opens it read-only in silence): the supervisor\'s own, then the kernel\'s, refused for good', async function () {
-    // Root writes any file whatever its mode: as root, the service runs as nobody over a state nobody owns.
-    if (IS_ROOT && !nobodyCanRead(CLI)) this.skip();
+    // Root writes any file whatever its mode: as root, the service runs held to the modes (test/helpers/mode-bound.ts).
+    if (!modeBoundAvailable()) {
+      if (process.env.CI === 'true') throw new Error('setpriv (util-linux) cannot drop CAP_DAC_OVERRIDE here; CI requires it');
+      this.skip();
+    }
     const dir = mkdtempSync(path.join(tmpdir(), 'custody-unwritable-'));
     const state = path.join(dir, 'state');
-    const uid = IS_ROOT ? NOBODY : undefined;
     try {
       expect((await custody(['init', '--state', state])).code).to.equal(0);
       const file = path.join(state, 'custody.json');
       writeFileSync(file, JSON.stringify({ ...(JSON.parse(readFileSync(file, 'utf8')) as object), port: 0 }));
-      if (IS_ROOT) {
-        chmodSync(dir, 0o711);
-        for (const entry of [dir, ...readdirSync(dir, { recursive: true, encoding: 'utf8' }).map((name) => path.join(dir, name))]) chownSync(entry, NOBODY, NOBODY);
-      }
       const paths = statePaths(state);
       const supervisorDb = path.join(paths.supervisorDir, 'supervisor.db');
       const kernelDb = path.join(paths.kernelDir, 'kernel.db');
       const startOnce = async () => {
         const started = Date.now();
-        const result = await custody(['start', '--state', state], { timeoutMs: 60_000, uid });
+        const result = await custody(['start', '--state', state], { timeoutMs: 60_000, prefix: MODE_BOUND });
         return { ...result, ms: Date.now() - started };
       };
 
@@ -513,7 +512,7 @@ describe('custody start on an empty state', function () {
       // Writable again as told, it serves.
       expect(told(kernel.stderr)).to.include(kernelDb);
       for (const each of told(kernel.stderr)) chmodSync(each, 0o600);
-      await whileServing(state, () => Promise.resolve(), uid === undefined ? {} : { uid, gid: uid });
+      await whileServing(state, () => Promise.resolve(), MODE_BOUND);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -1,12 +1,11 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { expect } from 'chai';
 import { type CustodyError, isCustodyError, type ErrorCode } from '../../../shared/errors.js';
 import { openStore, proveWritable, provisionStore, STORE_BUSY_TIMEOUT_MS, storeFileIdentity } from '../../../shared/store/sqlite-store.js';
-import { IS_ROOT, NOBODY, nobodyCanRead } from '../../helpers/nobody.js';
+import { IS_ROOT, MODE_BOUND, modeBoundAvailable } from '../../helpers/mode-bound.js';
 import { CREATE_ITEMS, CREATE_NOTES, makeTempRoot, modeOf, removeTempRoot, specIn } from './helpers.js';
 
 function expectRefusal(action: () => unknown, code: ErrorCode): CustodyError {
@@ -202,15 +201,16 @@ describe('sqlite store', () => {
         expect(refusal.message).to.include('cannot be written by this process').and.include(`chmod 600 ${file}`);
         return;
       }
-      // Root writes any file: the same open, as a user the mode binds, in a process of its own.
-      if (!nobodyCanRead(fileURLToPath(SQLITE_STORE_MODULE))) this.skip();
-      for (const target of [root, path.dirname(dir), dir, file]) fs.chownSync(target, NOBODY, NOBODY);
-      fs.chmodSync(root, 0o711);
-      const opened = spawnSync(process.execPath, ['--input-type=module', '-e', OPEN_AND_SAY, SQLITE_STORE_MODULE, dir], { uid: NOBODY, gid: NOBODY, encoding: 'utf8' });
+      // Root writes any file: the same open, held to the file's mode (test/helpers/mode-bound.ts), in a process of its own.
+      if (!modeBoundAvailable()) {
+        if (process.env.CI === 'true') throw new Error('setpriv (util-linux) cannot drop CAP_DAC_OVERRIDE here; CI requires it');
+        this.skip();
+      }
+      const opened = spawnSync(MODE_BOUND[0]!, [...MODE_BOUND.slice(1), process.execPath, '--input-type=module', '-e', OPEN_AND_SAY, SQLITE_STORE_MODULE, dir], { encoding: 'utf8' });
       expect(opened.stderr).to.equal('');
       const said = JSON.parse(opened.stdout) as { code: string; message: string };
       expect(said.code).to.equal('store_permissions');
-      expect(said.message).to.include('uid 65534').and.include(`chmod 600 ${file}`);
+      expect(said.message).to.include('uid 0').and.include(`chmod 600 ${file}`);
     });
 
     it('proves the store takes a write by one rolled back: a read-only connection is refused store_permissions and nothing is written', () => {
