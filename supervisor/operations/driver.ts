@@ -95,7 +95,7 @@ export class OperationDriver {
       this.#logging--;
     }
     if (row.binding_hash !== binding || row.kind !== request.kind) {
-      throw new CustodyError('request_conflict', `request id ${request.request_id} was already used for a different ${row.kind} request; choose another id (or leave it out and one is picked), or see the first with custody trace ${request.request_id}`);
+      throw new CustodyError('request_conflict', `request id ${request.request_id} was already used for a different ${row.kind} request; nothing was done for this one: give it an id of its own (a name you keep, so a retry finds it), or see the first with custody trace ${request.request_id}`);
     }
     return this.drive(row.request_id, request.kind);
   }

@@ -37,7 +37,7 @@ const CASES: readonly Case[] = [
     run: ['invoke', 'review-notes/append', '--arg', 'note=second', '--request-id', 'dup-1'],
     exit: 3,
     stream: 'stderr',
-    says: /request id dup-1 was already used for a different invoke request; choose another id \(or leave it out and one is picked\), or see the first with custody trace dup-1 \[request_conflict\]/,
+    says: /request id dup-1 was already used for a different invoke request; nothing was done for this one: give it an id of its own \(a name you keep, so a retry finds it\), or see the first with custody trace dup-1 \[request_conflict\]/,
   },
   {
     what: 'an answer that is not complete yet names the command to ask again with',
