@@ -16,6 +16,13 @@ import { type Logger, errorFields } from '../shared/log.js';
 export interface UnitContext {
   /** The batch's time, read once (shared/clock.ts): every decision in a batch sees the same now. */
   readonly now: number;
+  /**
+   * The wall clock as read for this batch, which `now` may be ahead of (the
+   * kernel judges at max(clock, high-water mark)): what a signed window opens
+   * at, so a clock stepped back signs windows an executor judges by its own
+   * mark, never ones that open in the future.
+   */
+  readonly wallNow: number;
   /** Name a crash cutpoint (CUSTODY_FAULT=kernel:<name>) to pass once this unit's writes have committed (a whenCommitted of its own). */
   afterCommit(cutpoint: string): void;
   /**
@@ -42,6 +49,8 @@ export interface CommitQueueOptions {
   /** Units per transaction. */
   readonly maxBatch: number;
   readonly clock: () => number;
+  /** The wall clock behind `clock`, when `clock` may run ahead of it (UnitContext.wallNow); default `clock`. */
+  readonly wallClock?: () => number;
   /** Throws when this process may no longer write (the store lock was lost). */
   readonly assertWritable: () => void;
   /** First inside every batch's transaction: throws when the store went back under this process (docs/ROLLBACK.md); the batch then writes nothing. */
@@ -93,9 +102,10 @@ export class CommitQueue {
   }
 
   #flush(batch: Queued[]): void {
-    const { db, clock, assertWritable, assertNotRolledBack, beforeEachBatch, advanceHead, headAdvanced, log } = this.#options;
+    const { db, clock, wallClock, assertWritable, assertNotRolledBack, beforeEachBatch, advanceHead, headAdvanced, log } = this.#options;
     let advanced = false;
     const now = clock();
+    const wallNow = Math.min(wallClock?.() ?? now, now);
     // What the committed units asked for once they are durable, in their order: log lines, crash cutpoints.
     const committed: Array<() => void> = [];
     const outcomes: Outcome[] = [];
@@ -103,7 +113,7 @@ export class CommitQueue {
       const then: Array<() => void> = [];
       try {
         const value = db.transaction(() =>
-          unit({ now, afterCommit: (name) => then.push(() => crashPoint('kernel', name)), whenCommitted: (callback) => then.push(callback) }),
+          unit({ now, wallNow, afterCommit: (name) => then.push(() => crashPoint('kernel', name)), whenCommitted: (callback) => then.push(callback) }),
         )();
         committed.push(...then);
         return { ok: true, value };

@@ -48,6 +48,8 @@ export class KernelService implements ChildService {
   readonly #timer: NodeJS.Timeout;
   readonly #onReplaced: (error: CustodyError) => void;
   #peer: ChildPeer | null = null;
+  /** The latest time a batch of this process was decided at, or kernel.db's mark (#decisionTime). */
+  #highWater: number;
   #replaced: CustodyError | null = null;
   readonly #batches = new BatchSizes('kernel');
   readonly #handlers: HandlerMap<KernelKind>;
@@ -57,17 +59,19 @@ export class KernelService implements ChildService {
     this.#lock = lock;
     this.#onReplaced = onReplaced;
     this.identity = { id: KERNEL_ID, keyEpoch: kernel.store.currentKernelEpoch().epoch, signer: kernel.signer };
+    this.#highWater = kernel.store.clockHighWater();
     this.#queue = new CommitQueue({
       db: kernel.store.db,
       maxBatch: kernel.settings.commit_batch_max,
-      clock: nowMs,
+      clock: () => this.#decisionTime(),
+      wallClock: nowMs,
       assertWritable: () => {
         lock.assertHeld();
         this.#assertSameFile();
       },
       assertNotRolledBack: () => this.#assertNotRolledBack(),
       beforeEachBatch: (context) => void sweepExpired(kernel, context),
-      advanceHead: () => kernel.store.raiseHead(),
+      advanceHead: () => kernel.store.raiseHead(this.#highWater),
       headAdvanced: () => void this.#peer?.sendHead(kernel.store.head()),
       onCommitted: (units) => this.#batches.record(units),
       log: kernel.log,
@@ -202,9 +206,23 @@ export class KernelService implements ChildService {
     return request;
   }
 
+  /**
+   * The time a grant, a nonce or a window is judged at: max(clock, high-water
+   * mark), the mark read from kernel.db at start and raised by every batch
+   * since (schema version 11). A clock stepped back signed "allow" for a
+   * grant it had just refused as expired. Signed windows still open at the
+   * clock (UnitContext.wallNow): after a large step back the executor, by
+   * its own mark, refuses them at once, instead of every request waiting for
+   * the clock to catch up with the mark (docs/RELIABILITY.md).
+   */
+  #decisionTime(): number {
+    this.#highWater = Math.max(nowMs(), this.#highWater);
+    return this.#highWater;
+  }
+
   /** The timer's half of the sweep: a batch runs only when some nonce has run out. */
   #sweepIfDue(): void {
-    if (this.#kernel.store.nonces.expired(nowMs(), 1).length === 0) return;
+    if (this.#kernel.store.nonces.expired(this.#decisionTime(), 1).length === 0) return;
     this.#queue.submit(() => undefined).catch((error: unknown) => this.#kernel.log.error('sweep_failed', errorFields(error)));
   }
 

@@ -131,7 +131,7 @@ function checkIdentity(dir: string, store: KernelStore, log: Logger): Signer {
  */
 function recover(kernel: Kernel): void {
   const { store } = kernel;
-  const moved = store.db.transaction(() => store.operations.markAllAwaitingReport(nowMs())).immediate();
+  const moved = store.db.transaction(() => store.operations.markAllAwaitingReport(Math.max(nowMs(), store.clockHighWater()))).immediate();
   if (moved > 0) {
     kernel.log.info('recovered_committed_starts', { count: moved, state: 'awaiting_report' });
     crashPoint('kernel', 'after_recovery_commit');

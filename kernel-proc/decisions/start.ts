@@ -193,19 +193,20 @@ function refuseReservation(
 
 function commitStart(kernel: Kernel, operation: OperationRow, { nonce, pin, grant }: StartAdmission, requestDigest: string, context: UnitContext): StartResult {
   const { store, settings } = kernel;
-  const { now } = context;
+  const { now, wallNow } = context;
   const expected = expectedOf(operation)!;
-  // The window opens now and lasts execution_window_ms, never past the grant's expiry.
-  const expiresAt = Math.min(now + settings.execution_window_ms, grant.expires_at);
+  // The window opens now by the clock (wallNow, not the high-water mark: kernel-proc/service.ts #decisionTime) and lasts
+  // execution_window_ms, never past the grant's expiry. The grant was judged valid at now >= wallNow, so it opens before that.
+  const expiresAt = Math.min(wallNow + settings.execution_window_ms, grant.expires_at);
   const authorization = signArtifact(
     'authorization',
     {
       executor: { id: pin.executor_id, public_key: pin.public_key, key_epoch: pin.key_epoch },
       invocation: expected,
       committed: { nonce_id: nonce.nonce_id, budget_hold_id: holdIdFor(operation.operation_id) },
-      not_before: now,
+      not_before: wallNow,
       expires_at: expiresAt,
-      issued_at: now,
+      issued_at: wallNow,
     },
     kernel.signer,
   );
@@ -217,7 +218,7 @@ function commitStart(kernel: Kernel, operation: OperationRow, { nonce, pin, gran
       start_request_digest: requestDigest,
       authorization: authorization.text,
       authorization_digest: authorization.digest,
-      window_not_before: now,
+      window_not_before: wallNow,
       window_expires_at: expiresAt,
     },
     now,

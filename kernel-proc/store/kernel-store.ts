@@ -43,8 +43,8 @@ export class KernelStore {
   readonly pins: PinsTable;
   readonly #identity: Database.Statement<[], StoredIdentity>;
   readonly #recordIdentity: Database.Statement<[StoredIdentity]>;
-  readonly #readHead: Database.Statement<[], { seq: number }>;
-  readonly #raiseHead: Database.Statement<[]>;
+  readonly #readHead: Database.Statement<[], { seq: number; clock_hwm_ms: number }>;
+  readonly #raiseHead: Database.Statement<[number]>;
   /** The highest head this process has read outside a batch (assertNotRolledBack). */
   readonly #floor = new HeadFloor();
   /** kernel.db's path and the file it named when opened: every write batch checks the path still names it. */
@@ -54,8 +54,8 @@ export class KernelStore {
     this.db = db;
     const identity = storeFileIdentity(file);
     this.file = { path: file, dev: identity.dev, ino: identity.ino };
-    this.#readHead = db.prepare('SELECT seq FROM head WHERE singleton = 1');
-    this.#raiseHead = db.prepare('UPDATE head SET seq = seq + 1 WHERE singleton = 1');
+    this.#readHead = db.prepare('SELECT seq, clock_hwm_ms FROM head WHERE singleton = 1');
+    this.#raiseHead = db.prepare('UPDATE head SET seq = seq + 1, clock_hwm_ms = max(clock_hwm_ms, ?) WHERE singleton = 1');
     this.operations = new OperationsTable(db);
     this.holds = new HoldsTable(db);
     this.nonces = new NoncesTable(db);
@@ -120,9 +120,18 @@ export class KernelStore {
   }
 
   #headNow(): number {
+    return this.#headRow().seq;
+  }
+
+  #headRow(): { seq: number; clock_hwm_ms: number } {
     const row = this.#readHead.get();
     if (!row) throw new CustodyError('store_corrupt', 'kernel store head row is missing');
-    return row.seq;
+    return row;
+  }
+
+  /** The clock high-water mark (schema version 11): the latest time a committed batch was decided at. */
+  clockHighWater(): number {
+    return this.#headRow().clock_hwm_ms;
   }
 
   /** First thing inside every write batch: the head may not be below one this process has read (shared/store/head-floor.ts). */
@@ -130,9 +139,9 @@ export class KernelStore {
     this.#floor.check(this.#headNow(), `kernel store ${this.file.path}`, 'kernel', 'the newest copy of kernel.db is back');
   }
 
-  /** Inside a write batch that changed something; the batch commits it, so the process has seen it. */
-  raiseHead(): void {
-    this.#raiseHead.run();
+  /** Inside a write batch that changed something, decided at `now`; the batch commits it, so the process has seen it. */
+  raiseHead(now: number): void {
+    this.#raiseHead.run(now);
   }
 
   close(): void {

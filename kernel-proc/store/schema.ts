@@ -866,6 +866,22 @@ ${receiptsView('operation_rowid', false)}
 ${GRANTS_VIEW}
 `;
 
+/**
+ * The clock high-water mark (docs/RELIABILITY.md, the kernel's clock stepped
+ * back): the latest time a committed write batch was decided at, kept on the
+ * head row and raised with it, never lowered. A grant, a nonce and a window
+ * are judged at max(clock, mark), so a clock stepped back cannot make an
+ * expired grant allow again; windows are still signed from the clock
+ * (kernel-proc/decisions/start.ts). 0 until the first batch after the upgrade.
+ */
+const V11 = `
+ALTER TABLE head ADD COLUMN clock_hwm_ms INTEGER NOT NULL DEFAULT 0 CHECK (typeof(clock_hwm_ms) = 'integer' AND clock_hwm_ms >= 0);
+CREATE TRIGGER head_clock_forward_only BEFORE UPDATE OF clock_hwm_ms ON head WHEN NEW.clock_hwm_ms < OLD.clock_hwm_ms
+BEGIN
+  SELECT RAISE(ABORT, 'store_corrupt: the clock high-water mark never goes back');
+END;
+`;
+
 export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 1, description: 'identity, grants, executor pins, operations, holds, nonces, receipts, views', sql: V1 },
   { version: 2, description: 'head: a forward-only count of committed write batches', sql: V2 },
@@ -877,6 +893,7 @@ export const KERNEL_MIGRATIONS: readonly Migration[] = [
   { version: 8, description: 'grants_live, grants_newest and grants_expiry: reserve and the live grant list read the grants that could carry it, not every grant', sql: V8 },
   { version: 9, description: 'grants_by_issue: grant.list reads each page from the previous page\'s key in the listing\'s order', sql: V9 },
   { version: 10, description: 'an operation\'s holds, nonce, receipts and report keyed by its rowid, not its id', sql: V10 },
+  { version: 11, description: 'the clock high-water mark on the head row: grants, nonces and windows judged at max(clock, mark)', sql: V11 },
 ];
 
 export const KERNEL_DB_FILE = 'kernel.db';

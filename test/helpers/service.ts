@@ -157,8 +157,14 @@ export function logEvents(service: Pick<TestService, 'stderr'>, event: string): 
   return service.stderr.filter((line) => line.includes(`"event":"${event}"`)).map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
-/** Run a query with the sqlite3 shell, as an operator would; returns rows as objects. */
+/**
+ * Run a query with the sqlite3 shell, as an operator would; returns rows as
+ * objects. It waits up to 5 s for a lock (`.timeout`), as a patient operator
+ * would: a store a process is opening (its WAL recovered) or closing (its
+ * last checkpoint) is locked for a moment, and a reader without a busy
+ * timeout is refused "database is locked" at once.
+ */
 export async function sqlite(file: string, sql: string): Promise<Array<Record<string, unknown>>> {
-  const { stdout } = await run('sqlite3', ['-json', '-readonly', file, sql]);
+  const { stdout } = await run('sqlite3', ['-json', '-readonly', '-cmd', '.timeout 5000', file, sql]);
   return stdout.trim() === '' ? [] : (JSON.parse(stdout) as Array<Record<string, unknown>>);
 }

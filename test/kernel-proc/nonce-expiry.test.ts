@@ -1,7 +1,8 @@
 // The expiry sweep reads the store only once the earliest live nonce can have
 // run out (kernel-proc/store/nonces-table.ts). That shortcut must never be
-// late: a nonce minted after the wall clock stepped back expires before the
-// nonces minted ahead of it, and the sweep has to find it on its own time.
+// late. A nonce minted after the wall clock stepped back is minted at the
+// kernel's high-water mark (kernel.db schema version 11), so it never expires
+// before the nonces minted ahead of it.
 import { expect } from 'chai';
 import { KernelProcess, KernelRoot, TOOL, grantBody, pinBody, reserveBody, testExecutor } from './helpers.js';
 import { eventually } from '../helpers/eventually.js';
@@ -41,12 +42,18 @@ describe('kernel-proc: nonce expiry sweep', function () {
     await expiresInTurn('n-first', 'n-second', 115_000, 10_000);
   });
 
-  it('expires a nonce minted after the clock stepped back on its own time, ahead of an older nonce that expires later', async () => {
+  it('mints a nonce after the clock stepped back at the high-water mark, never ahead of the nonces before it, and expires it once the clock passes it', async () => {
     // The grant's window opened at the start: stepping back stays inside it.
     root.advance(200_000);
     const older = await reserve('n-older');
     root.advance(-100_000);
-    expect(await reserve('n-newer')).to.be.below(older);
-    await expiresInTurn('n-newer', 'n-older', 130_000, 90_000);
+    // Minted at max(clock, mark) (kernel.db schema version 11): it did expire 100 s sooner, at the clock stepped back.
+    const newer = await reserve('n-newer');
+    expect(newer).to.be.at.least(older).and.below(older + 5_000);
+    // 100 s to catch up with the mark, then the nonce TTL.
+    root.advance(100_000 + 110_000);
+    expect(stateOf('n-newer')).to.equal('reserved');
+    root.advance(15_000);
+    await eventually(() => stateOf('n-older') === 'expired' && stateOf('n-newer') === 'expired', 5_000, 'both expired');
   });
 });

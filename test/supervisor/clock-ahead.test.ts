@@ -3,11 +3,12 @@
 // later time, so a fresh invoke ends without effect, and the supervisor's log
 // says why in the executor's words (executor-proc/handlers/execute.ts windowClosed).
 import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { untilHolds } from '../helpers/eventually.js';
-import { logEvents, startService, type TestService } from '../helpers/service.js';
+import { logEvents, sqlite, startService, type TestService } from '../helpers/service.js';
 import { programPath } from '../../shared/entry-points.js';
 
 describe('a clock that ran ahead and was set back', function () {
@@ -76,5 +77,47 @@ describe("a kernel whose clock runs ahead of the executor's", function () {
     // The execute is asked again every 5 s until its window opens (signed ten minutes ahead): not said again each time.
     await new Promise((resolve) => setTimeout(resolve, 6_000));
     expect(logEvents(service, 'clock_skew').filter((line) => line.request_id === 'kernel-ahead'), 'said once').to.have.length(1);
+  });
+});
+
+describe('a kernel whose clock is stepped back after a grant expired', function () {
+  this.timeout(60_000);
+  let dir: string;
+  let service: TestService;
+  const clockFile = () => path.join(dir, 'kernel-clock-offset');
+
+  before(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'custody-kernel-back-'));
+    writeFileSync(clockFile(), '0\n');
+    service = await startService({
+      config: (root: string) => ({ kernel: { argv: ['/usr/bin/env', `CUSTODY_TEST_CLOCK_FILE=${clockFile()}`, process.execPath, programPath('kernel'), '--dir', path.join(root, 'kernel')] } }),
+    });
+  });
+  after(async () => {
+    await service?.stop();
+    service?.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('does not sign allow for the grant it refused as expired: grants are judged at max(clock, the high-water mark kernel.db keeps)', async () => {
+    const kernelDb = path.join(service.paths.kernelDir, 'kernel.db');
+    // Only this grant covers the tool: the one init made is revoked.
+    const { body: listed } = await service.http('GET', '/v1/grants');
+    for (const grant of listed.grants as Array<{ capability_id: string }>) await service.http('DELETE', `/v1/grants/${grant.capability_id}`);
+    expect((await service.http('POST', '/v1/grants', { tool: 'review-notes/append', max_invocations: 10, ttl_ms: 60_000 })).status).to.equal(201);
+    const invoke = (requestId: string) => service.http('POST', '/v1/invoke', { tool: 'review-notes/append', request_id: requestId, arguments: { note: requestId } }, 'agent');
+    // The kernel's clock runs two minutes on: the grant has expired.
+    writeFileSync(clockFile(), `${120_000}\n`);
+    const expired = await invoke('after-expiry');
+    expect(expired.body, JSON.stringify(expired.body)).to.include({ reason: 'capability_expired' });
+    const mark = (await sqlite(kernelDb, 'SELECT clock_hwm_ms FROM head'))[0]!.clock_hwm_ms as number;
+    expect(mark, 'the mark is the time it was refused at').to.be.at.least(Date.now() + 100_000);
+    // Stepped back (NTP): the grant is still expired for the kernel, which signs nothing that contradicts its refusal.
+    writeFileSync(clockFile(), '0\n');
+    const back = await invoke('clock-set-back');
+    expect(back.body, JSON.stringify(back.body)).to.include({ reason: 'capability_expired' });
+    expect(await sqlite(kernelDb, "SELECT count(*) AS n FROM receipts_view WHERE request_id = 'clock-set-back' AND verdict = 'allow'")).to.deep.equal([{ n: 0 }]);
+    // The mark itself never goes back, even from the sqlite3 shell.
+    expect(() => execFileSync('sqlite3', [kernelDb, 'UPDATE head SET clock_hwm_ms = 1'], { stdio: 'pipe' })).to.throw(/the clock high-water mark never goes back/);
   });
 });
