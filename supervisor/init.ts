@@ -7,9 +7,10 @@ import { randomBytes } from 'node:crypto';
 import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { CustodyError } from '../shared/errors.js';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../shared/log.js';
-import { type ChildSession, spawnChild } from '../shared/child/spawn.js';
-import { ensurePrivateDir, syncDirectory } from '../shared/store/private-fs.js';
+import { type ChildSession, killGroup, spawnChild } from '../shared/child/spawn.js';
+import { ensurePrivateDir, replacePrivateFile, syncDirectory } from '../shared/store/private-fs.js';
 import { isGone, processStartTicks } from '../shared/child/proc-stat.js';
 import { nowMs } from '../shared/clock.js';
 import { defaultConfig } from './config/load.js';
@@ -54,12 +55,18 @@ export async function initState(root: string, options: InitOptions): Promise<Ini
   const log = options.log.child({ phase: 'init' });
   mkdirSync(paths.root, { recursive: true, mode: 0o700 });
   ensurePrivateDir(paths.root, { create: true });
-  clearInterrupted(paths.root, log);
-  // First in, last out: until it is removed, this state is one the next init makes again.
+  await clearInterrupted(paths.root, log);
+  // First in, last out: until it is removed, this state is one the next init makes again. It names this process and
+  // each child it starts (before the child has its preamble), so the next init can stop any this one left running.
   const marker = path.join(paths.root, INIT_MARKER);
-  writePrivateFile(marker, JSON.stringify({ pid: process.pid, pid_start_ticks: processStartTicks(process.pid) ?? null }) + '\n');
+  const holder = { pid: process.pid, pid_start_ticks: processStartTicks(process.pid) ?? null, children: [] as Array<{ pid: number; start_ticks: number | null }> };
+  writePrivateFile(marker, JSON.stringify(holder) + '\n');
   syncDirectory(paths.root);
-  const made = await provision(paths, config, options, log);
+  const onSpawned = (pid: number) => {
+    holder.children.push({ pid, start_ticks: processStartTicks(pid) ?? null });
+    replacePrivateFile(marker, JSON.stringify(holder) + '\n', { durable: false });
+  };
+  const made = await provision(paths, config, options, log, onSpawned);
   rmSync(marker);
   syncDirectory(paths.root);
   return made;
@@ -71,9 +78,9 @@ export async function initState(root: string, options: InitOptions): Promise<Ini
  * while that init still runs (its pid and start time in the marker), and
  * never anything init does not make: an unknown file is the operator's.
  */
-function clearInterrupted(root: string, log: Logger): void {
+async function clearInterrupted(root: string, log: Logger): Promise<void> {
   const marker = path.join(root, INIT_MARKER);
-  let holder: { pid?: unknown; pid_start_ticks?: unknown };
+  let holder: { pid?: unknown; pid_start_ticks?: unknown; children?: unknown };
   try {
     holder = JSON.parse(readFileSync(marker, 'utf8')) as typeof holder;
   } catch (error) {
@@ -89,13 +96,33 @@ function clearInterrupted(root: string, log: Logger): void {
   if (foreign.length > 0) {
     throw new CustodyError('state_exists', `${root} holds an init that never finished (${INIT_MARKER}) and also ${foreign.join(', ')}, which init does not make; move those aside, then run this again`);
   }
+  await stopChildren(holder.children);
   for (const entry of entries) if (entry !== INIT_MARKER) rmSync(path.join(root, entry), { recursive: true, force: true });
   rmSync(marker);
   syncDirectory(root);
   log.warn('init_interrupted_cleared', { state: root, removed: entries.filter((entry) => entry !== INIT_MARKER), message: `${root} was left by an init that never finished${pid === null ? '' : ` (pid ${pid})`}: what it made is removed and the state is made again` });
 }
 
-async function provision(paths: StatePaths, config: CustodyConfig, options: InitOptions, log: Logger): Promise<InitResult> {
+/**
+ * The children a killed init started (the kernel, an executor, in their
+ * provision mode) outlive it until they read the end of their stdin, and one
+ * that had its preamble goes on provisioning into the state: each still
+ * running (its pid and start time as the marker names them) is killed, its
+ * process group with it, and waited for, before anything is removed.
+ */
+async function stopChildren(children: unknown): Promise<void> {
+  const recorded = Array.isArray(children) ? (children as Array<{ pid?: unknown; start_ticks?: unknown }>) : [];
+  for (const child of recorded) {
+    if (typeof child.pid !== 'number') continue;
+    const ticks = typeof child.start_ticks === 'number' ? child.start_ticks : null;
+    if (ticks === null || isGone(child.pid, ticks)) continue;
+    killGroup(child.pid, 'SIGKILL');
+    const started = performance.now();
+    while (!isGone(child.pid, ticks) && performance.now() - started < 10_000) await sleep(20);
+  }
+}
+
+async function provision(paths: StatePaths, config: CustodyConfig, options: InitOptions, log: Logger, onSpawned: (pid: number) => void): Promise<InitResult> {
   writePrivateFile(paths.config, JSON.stringify(config, null, 2) + '\n');
   ensurePrivateDir(paths.supervisorDir, { create: true });
   ensurePrivateDir(paths.executorsDir, { create: true });
@@ -111,6 +138,7 @@ async function provision(paths: StatePaths, config: CustodyConfig, options: Init
     helloTimeoutMs: config.timing.hello_timeout_ms,
     log,
     mode: 'provision' as const,
+    onSpawned,
     ...(options.onChildStderr ? { onStderrLine: options.onChildStderr } : {}),
   };
   const started: ChildSession[] = [];

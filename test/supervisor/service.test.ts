@@ -313,8 +313,9 @@ describe('custody start on an empty state', function () {
     let stderr = '';
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
     try {
-      const [line] = (await once(child.stdout, 'data')) as [Buffer];
-      expect(line.toString(), stderr).to.match(/^custody is running/);
+      // Its line, or its exit (which would otherwise leave this waiting for a line that never comes).
+      const first = await Promise.race([once(child.stdout, 'data').then(([chunk]) => String(chunk)), once(child, 'exit').then(([code]) => `exited ${String(code)}`)]);
+      expect(first, stderr).to.match(/^custody is running/);
       await body(() => stderr);
     } finally {
       child.kill('SIGTERM');
@@ -378,10 +379,13 @@ describe('custody start on an empty state', function () {
       const exited = once(child, 'exit');
       child.kill('SIGKILL');
       await exited;
-      // Half made: the kernel's key and store, no executor pin; the marker says so.
+      // Half made: the kernel's key and store, no executor pin; the marker says so, and names the children it started.
       expect(existsSync(path.join(state, '.init-incomplete')), 'the state says it was never made whole').to.equal(true);
+      const { children } = JSON.parse(readFileSync(path.join(state, '.init-incomplete'), 'utf8')) as { children: Array<{ pid: number }> };
+      expect(children.length, 'the kernel at least').to.be.at.least(1);
       await whileServing(state, async (againErr) => {
         expect(againErr()).to.match(/"event":"init_interrupted_cleared"/);
+        for (const { pid } of children) expect(isGone(pid, null), `the killed init's child ${pid} is gone`).to.equal(true);
         expect(existsSync(path.join(state, '.init-incomplete'))).to.equal(false);
         const invoked = await custody(['--state', state, 'invoke', 'review-notes/append', '--arg', 'note=after a killed init']);
         expect(invoked.code, invoked.stderr).to.equal(0);
