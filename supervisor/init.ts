@@ -59,11 +59,11 @@ export async function initState(root: string, options: InitOptions): Promise<Ini
   // First in, last out: until it is removed, this state is one the next init makes again. It names this process and
   // each child it starts (before the child has its preamble), so the next init can stop any this one left running.
   const marker = path.join(paths.root, INIT_MARKER);
-  const holder = { pid: process.pid, pid_start_ticks: processStartTicks(process.pid) ?? null, children: [] as Array<{ pid: number; start_ticks: number | null }> };
+  const holder = { ...processMark(process.pid), children: [] as ProcessMark[] };
   writePrivateFile(marker, JSON.stringify(holder) + '\n');
   syncDirectory(paths.root);
   const onSpawned = (pid: number) => {
-    holder.children.push({ pid, start_ticks: processStartTicks(pid) ?? null });
+    holder.children.push(processMark(pid));
     replacePrivateFile(marker, JSON.stringify(holder) + '\n', { durable: false });
   };
   const made = await provision(paths, config, options, log, onSpawned);
@@ -80,15 +80,16 @@ export async function initState(root: string, options: InitOptions): Promise<Ini
  */
 async function clearInterrupted(root: string, log: Logger): Promise<void> {
   const marker = path.join(root, INIT_MARKER);
-  let holder: { pid?: unknown; pid_start_ticks?: unknown; children?: unknown };
+  let holder: { pid?: unknown; start_ticks?: unknown; children?: unknown };
   try {
     holder = JSON.parse(readFileSync(marker, 'utf8')) as typeof holder;
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
     holder = {};
   }
-  const pid = typeof holder.pid === 'number' ? holder.pid : null;
-  if (pid !== null && !isGone(pid, typeof holder.pid_start_ticks === 'number' ? holder.pid_start_ticks : null)) {
+  const initProcess = markOf(holder);
+  const pid = initProcess?.pid ?? null;
+  if (initProcess && stillRuns(initProcess)) {
     throw new CustodyError('state_exists', `${root} is being made by custody pid ${pid} (${INIT_MARKER} names it); wait for it, or stop it and run this again`);
   }
   const entries = readdirSync(root);
@@ -111,15 +112,33 @@ async function clearInterrupted(root: string, log: Logger): Promise<void> {
  * process group with it, and waited for, before anything is removed.
  */
 async function stopChildren(children: unknown): Promise<void> {
-  const recorded = Array.isArray(children) ? (children as Array<{ pid?: unknown; start_ticks?: unknown }>) : [];
-  for (const child of recorded) {
-    if (typeof child.pid !== 'number') continue;
-    const ticks = typeof child.start_ticks === 'number' ? child.start_ticks : null;
-    if (ticks === null || isGone(child.pid, ticks)) continue;
+  for (const child of Array.isArray(children) ? children.map(markOf) : []) {
+    // Without its start time a pid proves nothing (it may name another process by now): left alone.
+    if (!child || child.start_ticks === null || !stillRuns(child)) continue;
     killGroup(child.pid, 'SIGKILL');
     const started = performance.now();
-    while (!isGone(child.pid, ticks) && performance.now() - started < 10_000) await sleep(20);
+    while (stillRuns(child) && performance.now() - started < 10_000) await sleep(20);
   }
+}
+
+/** A process as the marker names it: its pid and start time (/proc/<pid>/stat field 22), which tell it from a later one with its pid. */
+interface ProcessMark {
+  readonly pid: number;
+  readonly start_ticks: number | null;
+}
+
+function processMark(pid: number): ProcessMark {
+  return { pid, start_ticks: processStartTicks(pid) ?? null };
+}
+
+/** The mark in what the marker file holds, or null. */
+function markOf(value: unknown): ProcessMark | null {
+  const { pid, start_ticks } = (value ?? {}) as { pid?: unknown; start_ticks?: unknown };
+  return typeof pid === 'number' ? { pid, start_ticks: typeof start_ticks === 'number' ? start_ticks : null } : null;
+}
+
+function stillRuns(mark: ProcessMark): boolean {
+  return !isGone(mark.pid, mark.start_ticks);
 }
 
 async function provision(paths: StatePaths, config: CustodyConfig, options: InitOptions, log: Logger, onSpawned: (pid: number) => void): Promise<InitResult> {

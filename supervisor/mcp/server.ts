@@ -148,11 +148,12 @@ export function createMcpServer(options: McpOptions): McpServer {
   // The tools come from the adapters' JSON Schemas at each listing, so the
   // list and call handlers are set on the protocol server directly
   // (McpServer.registerTool takes zod shapes fixed at start).
-  mcp.server.setRequestHandler(ListToolsRequestSchema, () => {
-    const listing = listTools();
-    options.track?.(listing);
-    return listing;
-  });
+  /** A request's work, told to `track` (the drain at stdin's end) as it starts. */
+  const tracked = <T>(work: Promise<T>): Promise<T> => {
+    options.track?.(work);
+    return work;
+  };
+  mcp.server.setRequestHandler(ListToolsRequestSchema, () => tracked(listTools()));
   const listTools = async (): Promise<{ tools: Tool[] }> => {
     await options.ready?.();
     const { tools, unavailable } = await options.client().tools();
@@ -185,11 +186,7 @@ export function createMcpServer(options: McpOptions): McpServer {
   // Registered with a loose schema: the SDK's protocol layer answers a failure of the schema it is given as -32603
   // Internal error, while its tools/call check (and the one below) answers -32602 Invalid params, which is what
   // params that are not a call (arguments not an object) are.
-  mcp.server.setRequestHandler(LOOSE_CALL_TOOL_REQUEST, (loose) => {
-    const call = callTool(loose);
-    options.track?.(call);
-    return call;
-  });
+  mcp.server.setRequestHandler(LOOSE_CALL_TOOL_REQUEST, (loose) => tracked(callTool(loose)));
   const callTool = async (loose: z.infer<typeof LOOSE_CALL_TOOL_REQUEST>): Promise<CallToolResult> => {
     const checked = CallToolRequestSchema.safeParse(loose);
     if (!checked.success) throw new McpError(ErrorCode.InvalidParams, `tools/call params: ${describeIssues(checked.error)}; arguments must be a JSON object of the tool's arguments`);

@@ -131,15 +131,13 @@ export class RecoverySweeper {
       if (ctx.signal.aborted) return;
       listed.add(row.request_id);
       // A manual walk (custody authorize, execute, report) stops where its operator left it; one bound to a failed executor waits for it.
-      if (row.kind === 'authorize' || this.#driver.isDriving(row.request_id) || this.#carriedExecutorFailed(row.executor)) continue;
+      if (row.kind === 'authorize' || this.#driver.isDriving(row.request_id) || (row.executor !== null && this.#executorState(row.executor).failed)) continue;
       if (performance.now() < (this.#carried.get(row.request_id)?.due ?? 0)) continue;
       ctx.log.info('request_carried_on', { request_id: row.request_id, phase: row.phase });
       this.#driver.drive(row.request_id, 'resume').then(
         () => this.#carried.delete(row.request_id),
         (error: unknown) => {
-          const pending = this.#carried.get(row.request_id) ?? { due: 0, backoff: retryBackoff(ctx) };
-          pending.due = performance.now() + pending.backoff.nextDelayMs();
-          this.#carried.set(row.request_id, pending);
+          this.#postpone(row.request_id, this.#carried);
           ctx.log.warn('sweep_drive_failed', { request_id: row.request_id, ...errorFields(error) });
         },
       );
@@ -148,12 +146,13 @@ export class RecoverySweeper {
     for (const id of this.#carried.keys()) if (!listed.has(id)) this.#carried.delete(id);
   }
 
-  #carriedExecutorFailed(executorId: string | null): boolean {
-    if (!executorId) return false;
+  /** An executor by its pinned identity: failed, or no longer configured (failed for every purpose here), and its name. */
+  #executorState(executorId: string): { failed: boolean; configured: boolean; name: string } {
     try {
-      return this.#ctx.executorById(executorId).state === 'failed';
+      const executor = this.#ctx.executorById(executorId);
+      return { failed: executor.state === 'failed', configured: true, name: executor.name };
     } catch {
-      return true;
+      return { failed: true, configured: false, name: executorId };
     }
   }
 
@@ -183,27 +182,17 @@ export class RecoverySweeper {
     return { operations, now, roundEnded: after === null };
   }
 
-  /** Back off an operation whose last attempt failed, so a refusal is not repeated every sweep (`due` on performance.now()). */
-  #postpone(operationId: string): void {
-    const pending = this.#pending.get(operationId) ?? { due: 0, backoff: retryBackoff(this.#ctx) };
+  /** Back off what failed its last attempt (an operation in `#pending`, a carried request in `#carried`), so a refusal is not repeated every sweep (`due` on performance.now()). */
+  #postpone(id: string, backoffs: Map<string, Pending> = this.#pending): void {
+    const pending = backoffs.get(id) ?? { due: 0, backoff: retryBackoff(this.#ctx) };
     pending.due = performance.now() + pending.backoff.nextDelayMs();
-    this.#pending.set(operationId, pending);
+    backoffs.set(id, pending);
   }
 
   /** An operation whose executor is failed waits for an operator; said once, not every sweep. */
   #executorFailed(op: OperationView): boolean {
     if (!op.executor_id) return false;
-    let failed: boolean;
-    let configured = true;
-    let name = op.executor_id;
-    try {
-      const executor = this.#ctx.executorById(op.executor_id);
-      failed = executor.state === 'failed';
-      name = executor.name;
-    } catch {
-      failed = true;
-      configured = false;
-    }
+    const { failed, configured, name } = this.#executorState(op.executor_id);
     if (failed && !this.#parked.has(op.operation_id)) {
       this.#parked.add(op.operation_id);
       // Its claims are in that executor's ledger alone: no other executor may run or answer for them.

@@ -43,6 +43,14 @@ describe('a clock that ran ahead and was set back', function () {
   });
 });
 
+/** A service whose kernel alone reads its clock's offset from `clockFile` (0 to begin with): its argv sets the variable for it. */
+function startWithKernelClock(clockFile: string): Promise<TestService> {
+  writeFileSync(clockFile, '0\n');
+  return startService({
+    config: (root: string) => ({ kernel: { argv: ['/usr/bin/env', `CUSTODY_TEST_CLOCK_FILE=${clockFile}`, process.execPath, programPath('kernel'), '--dir', path.join(root, 'kernel')] } }),
+  });
+}
+
 describe("a kernel whose clock runs ahead of the executor's", function () {
   this.timeout(60_000);
   let dir: string;
@@ -51,11 +59,7 @@ describe("a kernel whose clock runs ahead of the executor's", function () {
 
   before(async () => {
     dir = mkdtempSync(path.join(tmpdir(), 'custody-kernel-clock-'));
-    writeFileSync(clockFile(), '0\n');
-    // The kernel alone reads the offset: its argv sets the variable for it.
-    service = await startService({
-      config: (root: string) => ({ kernel: { argv: ['/usr/bin/env', `CUSTODY_TEST_CLOCK_FILE=${clockFile()}`, process.execPath, programPath('kernel'), '--dir', path.join(root, 'kernel')] } }),
-    });
+    service = await startWithKernelClock(clockFile());
     expect((await service.http('POST', '/v1/grants', { tool: 'review-notes/append', max_invocations: 10, ttl_ms: 3 * 3_600_000 })).status).to.equal(201);
   });
   after(async () => {
@@ -88,10 +92,7 @@ describe('a kernel whose clock is stepped back after a grant expired', function 
 
   before(async () => {
     dir = mkdtempSync(path.join(tmpdir(), 'custody-kernel-back-'));
-    writeFileSync(clockFile(), '0\n');
-    service = await startService({
-      config: (root: string) => ({ kernel: { argv: ['/usr/bin/env', `CUSTODY_TEST_CLOCK_FILE=${clockFile()}`, process.execPath, programPath('kernel'), '--dir', path.join(root, 'kernel')] } }),
-    });
+    service = await startWithKernelClock(clockFile());
   });
   after(async () => {
     await service?.stop();
