@@ -13,7 +13,7 @@ import type { HeadWitness } from './head-witness.js';
 import type { Archiver } from './ledger/archive.js';
 import type { Ledger } from './ledger/ledger.js';
 import type { ReconcileBudget } from './reconcile-budget.js';
-import type { RuntimeSettings } from './settings.js';
+import type { RuntimeSettings } from '../shared/protocol/executor-settings.js';
 
 /** An execute whose adapter is running, by the frame id of its request (the target of `cancel`). */
 export interface InFlightEffect {

@@ -25,7 +25,7 @@ import { Archiver } from './ledger/archive.js';
 import { Ledger } from './ledger/ledger.js';
 import { ReconcileBudget } from './reconcile-budget.js';
 import { FRAME_ROOM_BYTES, REPORT_MIN_BYTES, type ReportBound, reportBoundOf } from './report.js';
-import { type ExecutorSettings, parseExecutorSettings } from './settings.js';
+import { type ExecutorSettings, parseExecutorSettings } from '../shared/protocol/executor-settings.js';
 import { type ExecutorState, ensureResources, openExecutorState } from './state.js';
 
 type ExecutorKind = keyof typeof EXECUTOR_MESSAGES | 'key.rotate' | 'key.statements' | 'kernel.rotated';

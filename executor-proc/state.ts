@@ -16,7 +16,7 @@ import { ensurePrivateDir, isPathPresent } from '../shared/store/private-fs.js';
 import { EpochBook } from './ledger/epochs.js';
 import { catchUpKeyEpochs, keepStatementsIfPossible } from './key-statements.js';
 import { ARCHIVE_FILE, type ExecutorStores, LEDGER_FILE, openStores, provisionStores } from './ledger/stores.js';
-import { type ProvisionSettings, capacityFor } from './settings.js';
+import { type ProvisionSettings, capacityFor } from '../shared/protocol/executor-settings.js';
 
 export const KEY_BASENAME = 'executor';
 

@@ -2,7 +2,7 @@
 // settings and a log. Built once by setup, passed to each decision.
 import type { Signer } from '../shared/crypto/ed25519.js';
 import type { Logger } from '../shared/log.js';
-import type { KernelSettings } from './settings.js';
+import type { KernelSettings } from '../shared/protocol/kernel-settings.js';
 import type { KernelStore } from './store/kernel-store.js';
 
 export interface Kernel {

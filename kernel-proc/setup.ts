@@ -20,7 +20,7 @@ import { ensurePrivateDir, isPathPresent } from '../shared/store/private-fs.js';
 import { addGrant } from './grants.js';
 import { KERNEL_KEY_EPOCH, type Kernel } from './kernel.js';
 import { KernelService } from './service.js';
-import { parseKernelSettings } from './settings.js';
+import { parseKernelSettings } from '../shared/protocol/kernel-settings.js';
 import { KernelStore } from './store/kernel-store.js';
 import { KERNEL_DB_FILE } from './store/schema.js';
 

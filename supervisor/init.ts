@@ -4,7 +4,7 @@
 // the executors' public keys, and writes the two API tokens. An existing
 // state is never overwritten.
 import { randomBytes } from 'node:crypto';
-import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { CustodyError } from '../shared/errors.js';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -13,10 +13,10 @@ import { type ChildSession, killGroup, spawnChild } from '../shared/child/spawn.
 import { ensurePrivateDir, replacePrivateFile, syncDirectory } from '../shared/store/private-fs.js';
 import { isGone, processStartTicks } from '../shared/child/proc-stat.js';
 import { nowMs } from '../shared/clock.js';
-import { defaultConfig } from './config/load.js';
+import { defaultConfig, loadConfig } from './config/load.js';
 import type { CustodyConfig } from './config/schema.js';
 import { executorArgv, executorSettings, kernelArgv } from './children/specs.js';
-import { INIT_ENTRIES, INIT_MARKER, needsInit, type StatePaths, statePaths } from './paths.js';
+import { CONFIG_FILE, INIT_ENTRIES, INIT_MARKER, needsInit, type StatePaths, statePaths } from './paths.js';
 import { SupervisorStore } from './store/supervisor-store.js';
 import { withTimeout } from '../shared/timeout.js';
 
@@ -51,22 +51,26 @@ export async function initState(root: string, options: InitOptions): Promise<Ini
   if (!needsInit(paths.root)) {
     throw new CustodyError('state_exists', `${paths.root} is not empty; custody init never overwrites a state directory (start it with custody start, or choose another --state)`);
   }
-  const config = options.config ?? defaultConfig(options.executors ?? 1);
   const log = options.log.child({ phase: 'init' });
   mkdirSync(paths.root, { recursive: true, mode: 0o700 });
   ensurePrivateDir(paths.root, { create: true });
   await clearInterrupted(paths.root, log);
+  // An operator's custody.json placed in the empty state decides what init fixes (executors, claim capacity, the
+  // default grant); it is read, never rewritten.
+  const given = existsSync(paths.config);
+  if (given && options.config) throw new CustodyError('state_exists', `${paths.config} is already there; remove it or make the state without a configuration of its own`);
+  const config = options.config ?? (given ? loadConfig(paths.config) : defaultConfig(options.executors ?? 1));
   // First in, last out: until it is removed, this state is one the next init makes again. It names this process and
   // each child it starts (before the child has its preamble), so the next init can stop any this one left running.
   const marker = path.join(paths.root, INIT_MARKER);
-  const holder = { ...processMark(process.pid), children: [] as ProcessMark[] };
+  const holder = { ...processMark(process.pid), config_given: given, children: [] as ProcessMark[] };
   writePrivateFile(marker, JSON.stringify(holder) + '\n');
   syncDirectory(paths.root);
   const onSpawned = (pid: number) => {
     holder.children.push(processMark(pid));
     replacePrivateFile(marker, JSON.stringify(holder) + '\n', { durable: false });
   };
-  const made = await provision(paths, config, options, log, onSpawned);
+  const made = await provision(paths, config, { ...options, writeConfig: !given }, log, onSpawned);
   rmSync(marker);
   syncDirectory(paths.root);
   return made;
@@ -80,7 +84,7 @@ export async function initState(root: string, options: InitOptions): Promise<Ini
  */
 async function clearInterrupted(root: string, log: Logger): Promise<void> {
   const marker = path.join(root, INIT_MARKER);
-  let holder: { pid?: unknown; start_ticks?: unknown; children?: unknown };
+  let holder: { pid?: unknown; start_ticks?: unknown; config_given?: unknown; children?: unknown };
   try {
     holder = JSON.parse(readFileSync(marker, 'utf8')) as typeof holder;
   } catch (error) {
@@ -98,10 +102,12 @@ async function clearInterrupted(root: string, log: Logger): Promise<void> {
     throw new CustodyError('state_exists', `${root} holds an init that never finished (${INIT_MARKER}) and also ${foreign.join(', ')}, which init does not make; move those aside, then run this again`);
   }
   await stopChildren(holder.children);
-  for (const entry of entries) if (entry !== INIT_MARKER) rmSync(path.join(root, entry), { recursive: true, force: true });
+  // The operator's own custody.json, there before that init, stays for this one to read.
+  const made = entries.filter((entry) => entry !== INIT_MARKER && !(entry === CONFIG_FILE && holder.config_given === true));
+  for (const entry of made) rmSync(path.join(root, entry), { recursive: true, force: true });
   rmSync(marker);
   syncDirectory(root);
-  log.warn('init_interrupted_cleared', { state: root, removed: entries.filter((entry) => entry !== INIT_MARKER), message: `${root} was left by an init that never finished${pid === null ? '' : ` (pid ${pid})`}: what it made is removed and the state is made again` });
+  log.warn('init_interrupted_cleared', { state: root, removed: made, message: `${root} was left by an init that never finished${pid === null ? '' : ` (pid ${pid})`}: what it made is removed and the state is made again` });
 }
 
 /**
@@ -141,8 +147,14 @@ function stillRuns(mark: ProcessMark): boolean {
   return !isGone(mark.pid, mark.start_ticks);
 }
 
-async function provision(paths: StatePaths, config: CustodyConfig, options: InitOptions, log: Logger, onSpawned: (pid: number) => void): Promise<InitResult> {
-  writePrivateFile(paths.config, JSON.stringify(config, null, 2) + '\n');
+async function provision(
+  paths: StatePaths,
+  config: CustodyConfig,
+  options: InitOptions & { writeConfig: boolean },
+  log: Logger,
+  onSpawned: (pid: number) => void,
+): Promise<InitResult> {
+  if (options.writeConfig) writePrivateFile(paths.config, JSON.stringify(config, null, 2) + '\n');
   ensurePrivateDir(paths.supervisorDir, { create: true });
   ensurePrivateDir(paths.executorsDir, { create: true });
   ensurePrivateDir(paths.resourcesDir, { create: true });

@@ -23,7 +23,7 @@ export function statePaths(root: string): StatePaths {
   const abs = path.resolve(root);
   return {
     root: abs,
-    config: path.join(abs, 'custody.json'),
+    config: path.join(abs, CONFIG_FILE),
     supervisorDir: path.join(abs, 'supervisor'),
     agentToken: path.join(abs, 'supervisor', 'agent.token'),
     controlToken: path.join(abs, 'supervisor', 'control.token'),
@@ -42,6 +42,9 @@ export function resolveStateDir(flag?: string): string {
   return path.resolve(flag ?? process.env.CUSTODY_STATE ?? DEFAULT_STATE_DIR);
 }
 
+/** The configuration's name in the state directory. */
+export const CONFIG_FILE = 'custody.json';
+
 /**
  * Written first by `custody init` (its pid and start time) and removed last:
  * a state that still holds it was never made whole (its init was killed), and
@@ -50,9 +53,16 @@ export function resolveStateDir(flag?: string): string {
 export const INIT_MARKER = '.init-incomplete';
 
 /** Everything init makes at a state's top level: all an interrupted init can have left. */
-export const INIT_ENTRIES: ReadonlySet<string> = new Set(['custody.json', 'supervisor', 'kernel', 'executors', 'resources', INIT_MARKER]);
+export const INIT_ENTRIES: ReadonlySet<string> = new Set([CONFIG_FILE, 'supervisor', 'kernel', 'executors', 'resources', INIT_MARKER]);
 
-/** A state directory that `custody start` should initialize first: missing, empty, or left by an init that never finished. */
+/**
+ * A state directory that `custody start` should initialize first: missing,
+ * empty, holding only the operator's custody.json (what init fixes, such as
+ * `executors[].claim_capacity`, is read from it), or left by an init that
+ * never finished.
+ */
 export function needsInit(root: string): boolean {
-  return !existsSync(root) || readdirSync(root).length === 0 || existsSync(path.join(root, INIT_MARKER));
+  if (!existsSync(root)) return true;
+  const entries = readdirSync(root);
+  return entries.every((entry) => entry === CONFIG_FILE) || entries.includes(INIT_MARKER);
 }

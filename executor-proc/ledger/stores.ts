@@ -177,7 +177,13 @@ function checkExpectation(ledger: Database.Database, config: LedgerConfig, expec
   compare('claim_capacity', config.claimCapacity, expect.claimCapacity);
   compare('refusal_reserve', config.refusalReserve, expect.refusalReserve);
   if (mismatches.length > 0) {
-    throw new CustodyError('ledger_identity', `ledger ${file} belongs to another identity: ${mismatches.join('; ')}`);
+    // Capacity and reserve are fixed when the ledger is made: an operator raising them after ledger_full is told the way back and the way on.
+    const back = [
+      expect.claimCapacity !== undefined && expect.claimCapacity !== config.claimCapacity ? `executors[].claim_capacity back to ${config.claimCapacity}` : null,
+      expect.refusalReserve !== undefined && expect.refusalReserve !== config.refusalReserve ? `executors[].settings.refusal_reserve back to ${config.refusalReserve}` : null,
+    ].filter((text) => text !== null);
+    const advice = back.length > 0 ? `; both are fixed when the ledger is made: set custody.json ${back.join(' and ')}, and make room with custody archive` : '';
+    throw new CustodyError('ledger_identity', `ledger ${file} belongs to another identity: ${mismatches.join('; ')}${advice}`);
   }
 }
 

@@ -14,7 +14,7 @@ import type { UnitContext } from '../commit-queue.js';
 import { chooseGrant } from '../grants.js';
 import type { Kernel } from '../kernel.js';
 import { executorFor } from '../pins.js';
-import { argumentBytesFor } from '../settings.js';
+import { argumentBytesFor } from '../../shared/protocol/kernel-settings.js';
 import type { GrantRow } from '../store/grants-table.js';
 import type { OperationRow } from '../store/operations-table.js';
 import { expectedOf } from '../views.js';

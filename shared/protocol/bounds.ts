@@ -3,6 +3,7 @@
 // send a frame its child refuses (and poisons the channel over).
 import { canonicalBytes } from '../canonical/jcs.js';
 import { CustodyError } from '../errors.js';
+import { ARTIFACT_MAX_BYTES } from './artifacts.js';
 
 /** The kernel's defaults for `max_request_bytes` and `argument_bytes_default` (kernel-proc/README.md "Bounds"). */
 export const MAX_REQUEST_BYTES_DEFAULT = 64 * 1024;
@@ -24,6 +25,16 @@ export const ARGUMENTS_ENVELOPE_DEPTH = { reserve: 2, start: 2, reserve_start: 2
 export function argumentsDepthBudget(maxDepth: number): number {
   return maxDepth - Math.max(...Object.values(ARGUMENTS_ENVELOPE_DEPTH));
 }
+
+/**
+ * Bytes a frame that carries a caller's arguments may hold besides them. The
+ * largest such frame is `execute`: its authorization travels as a JSON
+ * string, which escaping can double up to twice its 32 KiB cap, beside the
+ * expectation, the frame's own fields and its MAC (well under 4 KiB). An
+ * argument bound must leave this much of `bounds.max_frame_bytes`
+ * (supervisor/config/load.ts refuses a configuration that does not).
+ */
+export const ARGUMENT_FRAME_ENVELOPE_BYTES = 2 * ARTIFACT_MAX_BYTES.authorization + 4096;
 
 /** The kernel settings the argument bound depends on (a subset of kernel.settings in custody.json). */
 interface ArgumentSettings {

@@ -128,6 +128,9 @@ const reserveResult = decision.extend({
 const startExecutor = identifier.optional();
 const startResult = decision.extend({ authorization: artifactText.nullable(), expected: invocation.nullable() });
 
+/** Tool names or patterns one executor serves (`executor.pin`; custody.json `executors[].tools`). */
+export const EXECUTOR_TOOLS_MAX = 256;
+
 export const KERNEL_MESSAGES = {
   reserve: {
     to: ['kernel'],
@@ -235,7 +238,7 @@ export const KERNEL_MESSAGES = {
       executor_id: identifier,
       public_key: hex32,
       key_epoch: positiveInt,
-      tools: z.array(toolPattern).max(256),
+      tools: z.array(toolPattern).max(EXECUTOR_TOOLS_MAX),
     }),
     result: z.strictObject({ executor_id: identifier, public_key: hex32, key_epoch: positiveInt, pinned_at: timestampMs }),
   },

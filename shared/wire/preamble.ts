@@ -3,7 +3,7 @@
 // MAC trailer the preamble cannot have): bounded before buffering, strict
 // UTF-8, shallow, closed schema. Any failure is final for the process.
 import { CustodyError, toCustodyError } from '../errors.js';
-import { PREAMBLE_MAX_BYTES, type Preamble, preambleSchema } from '../protocol/preamble.js';
+import { PREAMBLE_MAX_BYTES, PREAMBLE_TAG, type Preamble, preambleSchema } from '../protocol/preamble.js';
 import { decodeJsonObject } from './decode.js';
 import { describeIssues } from './session.js';
 
@@ -16,6 +16,35 @@ export function encodePreamble(preamble: Preamble): Buffer {
     throw new CustodyError('preamble_too_large', `preamble of ${line.length} bytes exceeds ${PREAMBLE_MAX_BYTES} bytes; shorten the settings`);
   }
   return Buffer.concat([line, Buffer.from('\n')]);
+}
+
+/**
+ * The length of the preamble line a child with these settings would be
+ * sent (its secrets and challenge have fixed lengths, so placeholders of
+ * those lengths measure it exactly), for refusing a configuration before
+ * any child starts.
+ */
+export function preambleBytes(child: {
+  role: Preamble['role'];
+  name: string;
+  pinsKernel: boolean;
+  limits: Preamble['limits'];
+  settings: Preamble['settings'];
+}): number {
+  const hex = (bytes: number) => '0'.repeat(bytes * 2);
+  const preamble = {
+    custody: PREAMBLE_TAG,
+    sid: hex(16),
+    key: hex(32),
+    role: child.role,
+    name: child.name,
+    challenge: hex(32),
+    mode: 'provision',
+    pins: { kernel: child.pinsKernel ? hex(32) : null },
+    limits: child.limits,
+    settings: child.settings,
+  };
+  return Buffer.byteLength(JSON.stringify(preamble));
 }
 
 export function parsePreambleLine(line: Buffer): Preamble {

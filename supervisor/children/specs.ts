@@ -4,7 +4,7 @@
 import path from 'node:path';
 import { installedProgram } from '../../shared/entry-points.js';
 import type { JsonObject } from '../../shared/protocol/common.js';
-import type { CustodyConfig, ExecutorConfig } from '../config/schema.js';
+import { ADAPTER_DEADLINE_MARGIN_MS, type CustodyConfig, type ExecutorConfig } from '../config/schema.js';
 import type { StatePaths } from '../paths.js';
 import type { ChildSpec } from './child-handle.js';
 
@@ -18,12 +18,6 @@ export function executorArgv(executor: ExecutorConfig, paths: StatePaths): strin
   return [process.execPath, installedProgram('executor'), '--dir', paths.executorDir(executor.name), '--resources', paths.resourcesDir, ...adapters];
 }
 
-/**
- * How much longer an executor lets an adapter run than the supervisor's
- * watchdog waits: the watchdog must be the one that fires (and kills), the
- * executor's own deadline is only the backstop.
- */
-export const ADAPTER_DEADLINE_MARGIN_MS = 5_000;
 
 /** Settings an executor receives in its preamble: its identity, capacity and deadlines, then the operator's own. */
 export function executorSettings(executor: ExecutorConfig): JsonObject {

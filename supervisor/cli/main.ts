@@ -43,7 +43,7 @@ const argumentsOf = (tool: string, specs: Record<string, ArgSource>) => resolveA
 
 program
   .command('init')
-  .description('provision a state directory: keys, stores, pins, default grant, tokens')
+  .description('provision a state directory: keys, stores, pins, default grant, tokens (from a custody.json already in it, if there is one)')
   .option('--state <dir>', 'state directory')
   .option('--executors <n>', 'number of executors', parseCount('--executors', 1), 1)
   .option('--json', 'machine-readable output')
@@ -54,7 +54,7 @@ program
 
 program
   .command('start')
-  .description('run the service in the foreground (initializes a missing or empty state first)')
+  .description('run the service in the foreground (initializes a missing or empty state first, or one holding only custody.json)')
   .option('--state <dir>', 'state directory')
   .option('--port <n>', 'control API port on 127.0.0.1 (overrides custody.json; 0 = any free port)', parsePort)
   .action(async (options: { state?: string; port?: number }) => {

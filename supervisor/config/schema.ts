@@ -4,8 +4,19 @@
 // naming the key and the value.
 import { z } from 'zod';
 import { identifier, toolPattern } from '../../shared/protocol/common.js';
+import { EXECUTOR_TOOLS_MAX } from '../../shared/protocol/kernel-messages.js';
 
 const millis = (max: number) => z.number().int().min(1).max(max);
+
+/**
+ * How much longer an executor lets an adapter run than the supervisor's
+ * watchdog waits: the watchdog must be the one that fires (and kills), the
+ * executor's own deadline is only the backstop.
+ */
+export const ADAPTER_DEADLINE_MARGIN_MS = 5_000;
+
+/** The largest watchdog deadline: a day, less ADAPTER_DEADLINE_MARGIN_MS (the executor's settings stop at a day). */
+export const DEADLINE_MAX_MS = 86_400_000 - ADAPTER_DEADLINE_MARGIN_MS;
 
 export const restartPolicySchema = z.strictObject({
   /** Restarts allowed within `period_s` before the child is marked failed (OTP intensity). */
@@ -32,12 +43,16 @@ export const executorSchema = z.strictObject({
    * executor entry point on this machine's state directory.
    */
   argv: z.array(z.string().min(1)).min(1).nullable().default(null),
-  /** Tools this executor serves (names or prefixes ending in /*). */
-  tools: z.array(toolPattern).min(1).default(['review-notes/*']),
+  /** Tools this executor serves (names or prefixes ending in /*), at most 256 (the kernel's `executor.pin`). */
+  tools: z.array(toolPattern).min(1).max(EXECUTOR_TOOLS_MAX).default(['review-notes/*']),
   /** Adapter modules for the default argv (`--adapter`), resolved from the state directory. */
   adapters: z.array(z.string().min(1)).default([]),
-  /** Watchdog deadline per tool (ms); `*` is the default for tools not listed. */
-  deadlines_ms: z.record(z.string(), millis(86_400_000)).default({ '*': 30_000 }),
+  /**
+   * Watchdog deadline per tool (ms); `*` is the default for tools not listed.
+   * At most a day less the 5 s the executor's own deadline runs past it
+   * (supervisor/children/specs.ts), which must stay within the executor's day.
+   */
+  deadlines_ms: z.record(z.string(), millis(DEADLINE_MAX_MS)).default({ '*': 30_000 }),
   /** Requests in flight on this executor's channel. */
   max_in_flight: z.number().int().min(1).max(1024).default(64),
   /** Claims the ledger holds (set at provisioning). */
@@ -102,8 +117,13 @@ export const boundsSchema = z.strictObject({
 
 export const timingSchema = z.strictObject({
   heartbeat_interval_ms: millis(600_000).default(5_000),
-  /** A ping not answered within this long means the child hung. */
-  heartbeat_timeout_ms: millis(600_000).default(10_000),
+  /**
+   * A ping not answered within this long means the child hung. At least
+   * 100 ms: a pong crosses two event loops and a pipe each way, and below
+   * that every ping of a healthy child was missed (the boot failed as
+   * channel_closed).
+   */
+  heartbeat_timeout_ms: z.number().int().min(100).max(600_000).default(10_000),
   hello_timeout_ms: millis(600_000).default(15_000),
   /**
    * How long a child that announced a store migration (an upgrade's first

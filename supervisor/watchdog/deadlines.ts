@@ -5,7 +5,7 @@
 import type { CustodyError } from '../../shared/errors.js';
 import { toolPatternCovers } from '../../shared/protocol/common.js';
 import type { ChildHandle } from '../children/child-handle.js';
-import { ADAPTER_DEADLINE_MARGIN_MS } from '../children/specs.js';
+import { ADAPTER_DEADLINE_MARGIN_MS } from '../config/schema.js';
 import { runningNow } from '../../shared/timeout.js';
 import type { OperationContext } from '../operations/context.js';
 

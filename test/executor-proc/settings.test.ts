@@ -2,7 +2,7 @@
 // limit and refused one past it, naming the setting.
 import { expect } from 'chai';
 import { isCustodyError } from '../../shared/errors.js';
-import { DEFAULTS, parseExecutorSettings } from '../../executor-proc/settings.js';
+import { DEFAULTS, parseExecutorSettings } from '../../shared/protocol/executor-settings.js';
 
 function refusal(raw: unknown): string {
   try {

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { isCustodyError } from '../../shared/errors.js';
-import { DEFAULT_GRANT, argumentBytesFor, parseKernelSettings } from '../../kernel-proc/settings.js';
+import { DEFAULT_GRANT, argumentBytesFor, parseKernelSettings } from '../../shared/protocol/kernel-settings.js';
 
 function refusal(raw: unknown): string {
   try {

@@ -8,8 +8,8 @@ import { readFileSync } from 'node:fs';
 import type { z } from 'zod';
 import { parseConfig } from '../../supervisor/config/load.js';
 import { configSchema } from '../../supervisor/config/schema.js';
-import { executorSettingsSchema, parseExecutorSettings } from '../../executor-proc/settings.js';
-import { kernelSettingsSchema, parseKernelSettings } from '../../kernel-proc/settings.js';
+import { executorSettingsSchema, parseExecutorSettings } from '../../shared/protocol/executor-settings.js';
+import { kernelSettingsSchema, parseKernelSettings } from '../../shared/protocol/kernel-settings.js';
 import { DEFAULT_MAX_FRAME_BYTES } from '../../shared/wire/frame-reader.js';
 import { REPO_ROOT } from '../helpers/vectors.js';
 

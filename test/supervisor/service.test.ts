@@ -3,7 +3,7 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { isGone } from '../../shared/child/proc-stat.js';
@@ -389,6 +389,64 @@ describe('custody start on an empty state', function () {
         expect(existsSync(path.join(state, '.init-incomplete'))).to.equal(false);
         const invoked = await custody(['--state', state, 'invoke', 'review-notes/append', '--arg', 'note=after a killed init']);
         expect(invoked.code, invoked.stderr).to.equal(0);
+      });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("reads what init fixes from the operator's custody.json placed in the empty state, never rewrites it, and names the way back when a fixed key is changed later", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-placed-config-'));
+    const state = path.join(dir, 'state');
+    try {
+      mkdirSync(state, { mode: 0o700 });
+      const grant = { tool: 'review-notes/append', subject: '*', max_invocations: 7, max_cost_units: null, ttl_ms: 3_600_000 };
+      const placed = JSON.stringify({ port: 0, kernel: { settings: { default_grant: grant } }, executors: [{ name: 'default', claim_capacity: 16, settings: { refusal_reserve: 2 } }] });
+      const file = path.join(state, 'custody.json');
+      writeFileSync(file, placed, { mode: 0o600 });
+      const made = await custody(['init', '--state', state]);
+      expect(made.code, made.stderr).to.equal(0);
+      expect(readFileSync(file, 'utf8'), 'the operator\'s file is as written').to.equal(placed);
+      const [ledger] = await sqlite(path.join(state, 'executors', 'default', 'ledger.db'), 'SELECT claim_capacity, refusal_reserve FROM config');
+      expect(ledger).to.deep.equal({ claim_capacity: 16, refusal_reserve: 2 });
+      const grants = await sqlite(path.join(state, 'kernel', 'kernel.db'), 'SELECT max_invocations FROM grants');
+      expect(grants).to.deep.equal([{ max_invocations: 7 }]);
+      // Raised after the fact (the natural answer to ledger_full): refused, saying it is fixed and what to set it back to.
+      writeFileSync(file, placed.replace('"claim_capacity":16', '"claim_capacity":17'));
+      const started = await custody(['start', '--state', state], { timeoutMs: 30_000 });
+      expect(started.code).to.not.equal(0);
+      expect(started.stderr).to.contain('ledger_identity').and.to.contain('executors[].claim_capacity back to 16');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("refuses a placed custody.json it cannot use before making anything, and keeps the operator's file through an init killed half-way", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-placed-kill-'));
+    const state = path.join(dir, 'state');
+    try {
+      mkdirSync(state, { mode: 0o700 });
+      const file = path.join(state, 'custody.json');
+      writeFileSync(file, JSON.stringify({ executors: [{ name: 'default', claim_capacity: 15 }] }), { mode: 0o600 });
+      const refused = await custody(['init', '--state', state]);
+      expect(refused.code).to.not.equal(0);
+      expect(refused.stderr).to.contain('config_invalid').and.to.contain('executors.0.claim_capacity');
+      expect(readdirSync(state), 'nothing was made').to.deep.equal(['custody.json']);
+      const placed = JSON.stringify({ port: 0, executors: [{ name: 'default', claim_capacity: 16 }] });
+      writeFileSync(file, placed);
+      const child = spawn(process.execPath, [CLI, 'start', '--state', state], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let stderr = '';
+      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+      await until('the kernel provisioned', () => Promise.resolve(/"event":"kernel_provisioned"/.test(stderr) ? true : undefined));
+      const exited = once(child, 'exit');
+      child.kill('SIGKILL');
+      await exited;
+      expect(existsSync(path.join(state, '.init-incomplete')), 'killed half-way').to.equal(true);
+      await whileServing(state, async (againErr) => {
+        expect(againErr()).to.match(/"event":"init_interrupted_cleared"/);
+        expect(readFileSync(file, 'utf8'), 'the operator\'s file outlived the killed init').to.equal(placed);
+        const [ledger] = await sqlite(path.join(state, 'executors', 'default', 'ledger.db'), 'SELECT claim_capacity FROM config');
+        expect(ledger).to.deep.equal({ claim_capacity: 16 });
       });
     } finally {
       rmSync(dir, { recursive: true, force: true });

@@ -3,7 +3,7 @@
 import { expect } from 'chai';
 import { canonicalBytes } from '../../../shared/canonical/jcs.js';
 import { RESERVE_ENVELOPE_BYTES, argumentBytesBound } from '../../../shared/protocol/bounds.js';
-import { argumentBytesFor, parseKernelSettings } from '../../../kernel-proc/settings.js';
+import { argumentBytesFor, parseKernelSettings } from '../../../shared/protocol/kernel-settings.js';
 
 const TOOL = 'review-notes/append';
 

@@ -2,11 +2,11 @@
 // against one closed schema. Every bound has a default and a key; ARCHITECTURE.md §10
 // bounds are configurable lower only (their defaults are also their ceilings).
 import { z } from 'zod';
-import { CustodyError } from '../shared/errors.js';
-import { identifier, nonNegativeInt, toolName, toolPattern } from '../shared/protocol/common.js';
-import { describeIssues } from '../shared/wire/session.js';
-import { DEFAULT_MAX_FRAME_BYTES } from '../shared/wire/frame-reader.js';
-import { ARGUMENT_BYTES_DEFAULT, MAX_REQUEST_BYTES_DEFAULT } from '../shared/protocol/bounds.js';
+import { CustodyError } from '../errors.js';
+import { identifier, nonNegativeInt, toolName, toolPattern } from './common.js';
+import { describeIssues } from '../wire/session.js';
+import { DEFAULT_MAX_FRAME_BYTES } from '../wire/frame-reader.js';
+import { ARGUMENT_BYTES_DEFAULT, MAX_REQUEST_BYTES_DEFAULT } from './bounds.js';
 
 export const NONCE_TTL_MS_DEFAULT = 120_000;
 export const NONCE_CAPACITY_DEFAULT = 1024;

@@ -5,9 +5,9 @@
 // session. Every bound has a default here and may only be set lower than
 // its ceiling (ARCHITECTURE.md §10).
 import { z } from 'zod';
-import { CustodyError } from '../shared/errors.js';
-import { identifier, positiveInt, toolName } from '../shared/protocol/common.js';
-import { describeIssues } from '../shared/wire/session.js';
+import { CustodyError } from '../errors.js';
+import { identifier, positiveInt, toolName } from './common.js';
+import { describeIssues } from '../wire/session.js';
 
 export const DEFAULTS = {
   claimCapacity: 50_000,
