@@ -4,10 +4,15 @@
 //   a claim with no report   → ask the adapter; retain reconciled_applied or
 //                              reconciled_not_applied, or answer
 //                              indeterminate and keep the claim;
-//   nothing at all           → record a refusal under the claims' unique key
-//                              and sign never_claimed at once, window open or
-//                              not (H4b, ARCHITECTURE.md §6.5), so no claim can follow and
-//                              the kernel can release the hold.
+//   nothing at all           → ask the adapter first when it can reconcile
+//                              (a durable one fences): "applied" contradicts
+//                              the ledger (one restored from a backup with the
+//                              other stores, docs/ROLLBACK.md), so nothing is
+//                              signed and it stays in doubt; otherwise record a
+//                              refusal under the claims' unique key and sign
+//                              never_claimed, window open or not (H4b,
+//                              ARCHITECTURE.md §6.5), so no claim can follow
+//                              and the kernel can release the hold.
 import { CustodyError } from '../../shared/errors.js';
 import { crashPoint } from '../../shared/fault.js';
 import type { RequestOf } from '../../shared/protocol/messages.js';
@@ -15,6 +20,7 @@ import { AdapterHost } from '../adapters/host-client.js';
 import { type VerifiedAuthorization, verifyAuthorization } from '../authorization.js';
 import { type ExecutorContext, deadlineFor, effectRunning, withinDeadline } from '../context.js';
 import type { OperationRecord } from '../ledger/records.js';
+import type { AdapterDescriptor } from '../adapters/contract.js';
 import { reportSigner } from '../report.js';
 import { type ReportAnswer, replayable, retainObservation } from './answers.js';
 import { epochRetired } from './execute.js';
@@ -29,6 +35,7 @@ export async function reconcileOperation(context: ExecutorContext, body: Request
   const { config } = context.ledger;
   // Never claimed under an epoch a rotation retired: the report says so (the kernel's receipt carries epoch_retired).
   const retired = context.ledger.retiredReason(verified.subject.signedUnder);
+  if (!retired) await worldAgrees(context, verified);
   const refusalCause = retired ? epochRetired(verified, retired) : null;
   const sign = reportSigner(
     context.signer,
@@ -62,6 +69,55 @@ export async function reconcileOperation(context: ExecutorContext, body: Request
   }
 }
 
+/**
+ * Before "never claimed" is signed for an operation this ledger holds nothing
+ * of: the tool, when its adapter can reconcile, is asked what it holds (a
+ * durable adapter fences, so "not applied" stays true). A ledger restored
+ * together with the other stores (no head can tell, docs/ROLLBACK.md) has
+ * forgotten claims whose effects happened; signing never_claimed for one of
+ * those would release its hold as "no effect". When the tool says applied,
+ * or cannot tell, nothing is signed: the operation stays in doubt, its hold
+ * kept, and is asked about again. An adapter that cannot reconcile leaves
+ * the ledger's word, as before.
+ */
+async function worldAgrees(context: ExecutorContext, verified: VerifiedAuthorization): Promise<void> {
+  const { operationId } = verified.subject;
+  const { tool } = verified.invocation;
+  const descriptor = context.host.descriptors.get(tool);
+  if (!descriptor || descriptor.contract === null || !descriptor.reconcilable) return;
+  const doubt = (why: string) =>
+    new CustodyError('indeterminate', `operation ${operationId} (${tool}): this ledger holds no claim of it, but ${why}; nothing is signed and it is asked about again`);
+  const result = await reconcileWithAdapter(context, descriptor, operationId, doubt);
+  if (result.outcome === 'applied') {
+    context.log.error('ledger_contradicted', {
+      operation_id: operationId,
+      tool,
+      message: `the tool says operation ${operationId} was applied, but this ledger never claimed it: the ledger lost the claim (restored from a backup with the other stores? docs/ROLLBACK.md); it stays in doubt, its hold kept, until an operator settles it`,
+    });
+    throw doubt('the tool says it was applied: the ledger lost its claim (restored from a backup? docs/ROLLBACK.md)');
+  }
+  if (result.outcome === 'indeterminate') throw doubt(`the tool cannot tell: ${result.reason}`);
+}
+
+/** Ask the adapter about an operation (a durable adapter fences it); no answer in time, or a malformed one, is `fail`'s error. */
+async function reconcileWithAdapter(context: ExecutorContext, descriptor: AdapterDescriptor, operationId: string, fail: (why: string) => CustodyError) {
+  const { tool } = descriptor;
+  context.reconcileBudget.take(tool);
+  const call = context.host.call({ type: 'reconcile', tool, operation_key: operationId });
+  const deadline = deadlineFor(context, descriptor);
+  const answer = await withinDeadline(call.answer, deadline);
+  if (answer === undefined) throw fail(`the adapter did not answer within ${deadline} ms`);
+  if (!answer.ok) throw fail(answer.error.message);
+  let result;
+  try {
+    result = AdapterHost.reconcileResult(answer.value);
+  } catch (error) {
+    throw fail((error as Error).message);
+  }
+  context.log.info('reconcile_observed', { operation_id: operationId, tool, outcome: result.outcome });
+  return result;
+}
+
 async function askAdapter(context: ExecutorContext, verified: VerifiedAuthorization, claim: OperationRecord): Promise<ReportAnswer> {
   const { operationId, tool } = claim;
   const descriptor = context.host.descriptors.get(tool);
@@ -79,19 +135,7 @@ async function askAdapter(context: ExecutorContext, verified: VerifiedAuthorizat
   // not_applied true while its own effect may still be about to happen.
   if (descriptor.contract !== 'durable' && running) throw indeterminate('its effect is still running in this executor and the adapter cannot fence');
 
-  context.reconcileBudget.take(tool);
-  const call = context.host.call({ type: 'reconcile', tool, operation_key: operationId });
-  const deadline = deadlineFor(context, descriptor);
-  const answer = await withinDeadline(call.answer, deadline);
-  if (answer === undefined) throw indeterminate(`the adapter did not answer within ${deadline} ms`);
-  if (!answer.ok) throw indeterminate(answer.error.message);
-  let result;
-  try {
-    result = AdapterHost.reconcileResult(answer.value);
-  } catch (error) {
-    throw indeterminate((error as Error).message);
-  }
-  context.log.info('reconcile_observed', { operation_id: operationId, tool, outcome: result.outcome });
+  const result = await reconcileWithAdapter(context, descriptor, operationId, indeterminate);
   switch (result.outcome) {
     case 'applied':
       return retainObservation(context, verified, 'reconciled_applied', result.output ?? null, null, 'reconcile');

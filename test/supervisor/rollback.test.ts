@@ -132,6 +132,55 @@ describe('store rollback through the service', function () {
     });
   });
 
+  it('signs no "never claimed" for an operation a whole-state restore forgot: authorized before the backup, run after it, its window closed; the tool says applied, so it stays in doubt with its hold', async () => {
+    // A 6 s window: authorized, stopped, backed up, started, executed inside it; then the restore, and the window closes.
+    const WINDOW_MS = 6_000;
+    const service = await startService({ config: { kernel: { settings: { nonce_ttl_ms: WINDOW_MS } } } });
+    services.push(service);
+    expect((await service.cli(['authorize', 'review-notes/append', '--arg', 'note=w1', '--operation', 'w1'])).code).to.equal(0);
+    const authorizedAt = Date.now();
+    expect(await service.stop()).to.equal(0);
+    // The operator's backup of a stopped service: every store, none left out, so no head can tell it from the present.
+    const stores = [
+      path.join(service.paths.kernelDir, 'kernel.db'),
+      path.join(service.paths.supervisorDir, 'supervisor.db'),
+      path.join(service.paths.executorDir('default'), 'ledger.db'),
+      path.join(service.paths.executorDir('default'), 'archive.db'),
+    ];
+    const backups = stores.map((store) => {
+      const backup = `${store}.backup`;
+      copyFileSync(store, backup);
+      return backup;
+    });
+    const ran = await service.restart();
+    services.push(ran);
+    const executed = await ran.cli(['execute', 'w1']);
+    expect(executed.code, executed.stderr).to.equal(0);
+    expect(Date.now() - authorizedAt, 'executed inside its window').to.be.below(WINDOW_MS);
+    expect(journal(ran), 'the effect happened').to.have.length(1);
+    expect(await ran.stop()).to.equal(0);
+    // The whole state put back; the world (the tool's journal) is not.
+    stores.forEach((store, i) => restoreLedger(store, backups[i]!));
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, authorizedAt + WINDOW_MS + 500 - Date.now())));
+
+    const restored = await ran.restart();
+    services.push(restored);
+    const kernel = path.join(restored.paths.kernelDir, 'kernel.db');
+    // The sweep reconciles w1 at once (its window closed, nobody drives it): wait until the executor has answered it.
+    await eventually(() => /"event":"ledger_contradicted"|"event":"never_claimed"/.test(restored.stderr.join('\n')), 20_000, 'w1 answered by its executor');
+    const [operation] = await sqlite(kernel, "SELECT state, hold FROM operations_view WHERE request_id = 'w1'");
+    expect(operation?.hold, 'the hold is not released as "no effect"').to.not.equal('released');
+    expect(operation?.state).to.not.match(/released/);
+    const [request] = await sqlite(path.join(restored.paths.supervisorDir, 'supervisor.db'), "SELECT operation_id FROM requests WHERE request_id = 'w1'");
+    const reports = await sqlite(path.join(restored.paths.executorDir('default'), 'ledger.db'), `SELECT kind FROM claims WHERE operation_id = '${String(request?.operation_id)}'`);
+    expect(reports, 'no refusal recorded, nothing signed').to.deep.equal([]);
+    expect(restored.stderr.join('\n')).to.contain('this ledger never claimed it');
+    const reconciled = await restored.cli(['reconcile', 'w1', '--wait', '2s']);
+    expect(reconciled.code, 'never "ended without effect"').to.not.equal(3);
+    expect(reconciled.stdout + reconciled.stderr).to.not.match(/without effect/i);
+    expect(journal(restored), 'and never run again').to.have.length(1);
+  });
+
   it('takes the way back for a ledger restored from before a kernel key rotation: the ledger learns the new key first, then records the operation the new key authorized', async () => {
     const service = await startService({ config: { timing: { recovery_sweep_ms: 600_000 } } });
     services.push(service);
