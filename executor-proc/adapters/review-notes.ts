@@ -23,7 +23,7 @@ export function noteArgumentSchema(maxBytes: number) {
           maximum: maxBytes,
           inclusive: true,
           input: ctx.value,
-          message: `note is ${bytes} UTF-8 bytes; at most ${maxBytes} are allowed`,
+          message: `note is ${bytes} UTF-8 bytes; at most ${maxBytes} are allowed (executors[].settings.note_max_bytes)`,
         });
       }
     }),
@@ -53,6 +53,9 @@ export function reviewNotesAdapter(resources: string, maxBytes: number, warn: (e
       if (observed.outcome === 'applied') return Promise.resolve({ outcome: 'applied', output: { ...observed.line } });
       return Promise.resolve({ outcome: 'not_applied' });
     },
-    close: () => lock.close(),
+    close: () => {
+      journal.close();
+      lock.close();
+    },
   };
 }

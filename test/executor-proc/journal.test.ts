@@ -42,6 +42,7 @@ describe('executor-proc review-notes journal', () => {
   });
 
   afterEach(() => {
+    journal.close();
     lock.close();
     fs.rmSync(root, { recursive: true, force: true });
   });
@@ -100,6 +101,72 @@ describe('executor-proc review-notes journal', () => {
     expect(journal.observe(OP(5000))).to.deep.equal({ outcome: 'not_applied', fencedNow: true });
     expect(journal.append(OP(5000), 'fenced')).to.deep.equal({ outcome: 'fenced' });
     expect(warnings).to.deep.equal([]);
+  });
+
+  describe('its index (review-notes.jsonl.index)', () => {
+    const note = (n: number, text = 'note') => JSON.stringify({ operation_id: OP(n), note: text, sha256: noteDigest(text) });
+    /** A journal instance of a process started afresh: nothing in its memory, the lock and the index files as they are. */
+    const restarted = (events: string[]) => {
+      journal.close();
+      lock.close();
+      lock = new ExclusiveFileLock(`${file}.lock`, 300);
+      journal = new NotesJournal(file, lock, (event) => events.push(event));
+      return journal;
+    };
+
+    it('is kept beside the journal, private, and a restarted process reads on from where it stopped, not the whole journal again', () => {
+      fs.mkdirSync(path.dirname(file), { recursive: true });
+      // A line that does not parse, early: reading it again would say so again.
+      fs.writeFileSync(file, `${note(1)}\nnot a journal line\n${note(2)}\n`);
+      expect(journal.observe(OP(2))).to.deep.include({ outcome: 'applied' });
+      expect(warnings.filter((event) => event === 'journal_line_skipped')).to.have.length(1);
+      expect(fs.statSync(`${file}.index`).mode & 0o777).to.equal(0o600);
+      const events: string[] = [];
+      const again = restarted(events);
+      expect(again.observe(OP(1))).to.deep.include({ outcome: 'applied' });
+      expect(again.append(OP(3), 'after the restart')).to.deep.include({ outcome: 'applied', existing: false });
+      expect(again.observe(OP(4))).to.deep.equal({ outcome: 'not_applied', fencedNow: true });
+      expect(events, 'nothing read twice, nothing rebuilt').to.deep.equal([]);
+      const events2: string[] = [];
+      const third = restarted(events2);
+      expect(third.append(OP(4), 'fenced before the restart')).to.deep.equal({ outcome: 'fenced' });
+      expect(third.append(OP(3), 'again')).to.deep.include({ outcome: 'applied', existing: true });
+      expect(events2).to.deep.equal([]);
+    });
+
+    it('is rebuilt for a journal replaced by another file, cut short, or put back in place from a copy whose last line differs', () => {
+      fs.mkdirSync(path.dirname(file), { recursive: true });
+      journal.append(OP(1), 'one');
+      journal.append(OP(2), 'two');
+      const copy = fs.readFileSync(file);
+      journal.append(OP(3), 'three');
+      // Replaced (another inode): only what the new file holds.
+      const events: string[] = [];
+      fs.writeFileSync(`${file}.new`, `${note(9)}\n`);
+      fs.renameSync(`${file}.new`, file);
+      const replaced = restarted(events);
+      expect(replaced.observe(OP(9))).to.deep.include({ outcome: 'applied' });
+      expect(replaced.observe(OP(1))).to.deep.equal({ outcome: 'not_applied', fencedNow: true });
+      expect(events).to.include('journal_reindexed');
+      // Put back in place (the same inode) from the copy: shorter than what was read.
+      fs.writeFileSync(file, copy);
+      events.length = 0;
+      expect(journal.observe(OP(2))).to.deep.include({ outcome: 'applied' });
+      expect(journal.observe(OP(9))).to.deep.equal({ outcome: 'not_applied', fencedNow: true });
+      expect(journal.append(OP(9), 'fenced in the copy now')).to.deep.equal({ outcome: 'fenced' });
+      // The same length again, its last line another operation's: the index of the old bytes is not trusted.
+      const size = fs.statSync(file).size;
+      const lastStart = fs.readFileSync(file, 'utf8').slice(0, -1).lastIndexOf('\n') + 1;
+      const last = fs.readFileSync(file, 'utf8').slice(lastStart);
+      const swapped = last.replace(/"fence":"0+9"/, `"fence":"${OP(7)}"`);
+      expect(swapped.length).to.equal(last.length);
+      const fd = fs.openSync(file, 'r+');
+      fs.writeSync(fd, swapped, lastStart);
+      fs.closeSync(fd);
+      expect(fs.statSync(file).size).to.equal(size);
+      expect(journal.append(OP(9), 'no longer fenced')).to.deep.include({ outcome: 'applied', existing: false });
+      expect(journal.append(OP(7), 'fenced now')).to.deep.equal({ outcome: 'fenced' });
+    });
   });
 
   it('waits for a lock held by another process, and gets it the moment that process is killed with -9', async () => {
