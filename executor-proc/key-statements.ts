@@ -60,23 +60,33 @@ export function readStatements(dir: string): string[] {
  */
 export function keepStatementsIfPossible(dir: string, ledger: Database.Database, warn: (event: string, fields: Record<string, unknown>) => void): void {
   try {
-    keepStatements(dir, ledger);
+    if (keepStatements(dir, ledger)) {
+      warn('key_statements_ahead', {
+        file: path.join(dir, STATEMENTS_FILE),
+        message: `${STATEMENTS_FILE} holds rotations past this ledger's key: kept, not cut back to the ledger's; if executor.key was put back from a copy older than the newest key, put the newest one back (docs/ROLLBACK.md)`,
+      });
+    }
   } catch (error) {
     warn('key_statements_not_kept', { file: path.join(dir, STATEMENTS_FILE), ...errorFields(error), why: 'written again at the next start or rotation; a ledger restored from before a rotation needs it' });
   }
 }
 
 /**
- * Make the file hold exactly the ledger's statements (written anew, synced,
- * then renamed over the old one), unless it already does. Called once the
- * ledger names the key in executor.key: its statements are then the whole
- * chain to that key.
+ * Make the file hold the ledger's statements (written anew, synced, then
+ * renamed over the old one), unless it already does, or unless it holds
+ * more of them than the ledger: then it knows epochs the ledger does not (an
+ * older ledger and an older executor.key put back together, or a rotation
+ * cut before its promotion), and it is the only way forward for the first,
+ * so it is kept and said (`key_statements_ahead`). Called once the ledger
+ * names the key in executor.key. Returns whether the file was kept ahead.
  */
-export function keepStatements(dir: string, ledger: Database.Database): void {
+export function keepStatements(dir: string, ledger: Database.Database): boolean {
   const statements = new EpochBook(ledger).all('key_epochs').flatMap((row) => (row.statement === null ? [] : [row.statement]));
   const current = readStatements(dir);
-  if (current.length === statements.length && current.every((text, i) => text === statements[i])) return;
+  if (current.length === statements.length && current.every((text, i) => text === statements[i])) return false;
+  if (current.length > statements.length) return true;
   replacePrivateFile(path.join(dir, STATEMENTS_FILE), statements.map((text) => `${text}\n`).join(''), { durable: true });
+  return false;
 }
 
 /**
@@ -90,6 +100,14 @@ export function catchUpKeyEpochs(dir: string, ledger: Database.Database, executo
   const book = new EpochBook(ledger);
   const current = book.current('key_epochs');
   const mismatch = `ledger ${ledgerPath} names key ${current.public_key.slice(0, 16)}… (epoch ${current.epoch}), executor.key holds ${keyFilePublicKey.slice(0, 16)}…`;
+  // The key file is the stale one: a retired key of this very ledger, put back from an older copy.
+  const retiredEpoch = book.epochOf('key_epochs', keyFilePublicKey);
+  if (retiredEpoch !== undefined) {
+    throw new CustodyError(
+      'ledger_identity',
+      `${mismatch}, the key this ledger retired at epoch ${retiredEpoch}: executor.key was put back from a copy older than the ledger. Put back the newest executor.key (epoch ${current.epoch}); do not put back an older ledger (docs/ROLLBACK.md)`,
+    );
+  }
   let chain: ReturnType<typeof verifyChain>;
   try {
     // Up to the key in executor.key and no further: a rotation cut before its promotion can leave one statement past it.

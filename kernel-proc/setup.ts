@@ -108,9 +108,14 @@ function checkIdentity(dir: string, store: KernelStore, log: Logger): Signer {
   if (settlePendingKey(dir, 'kernel', recorded.public_key)) log.warn('kernel_rotation_finished', { key_epoch: recorded.epoch, public_key: recorded.public_key });
   const signer = loadSigner(path.join(dir, KERNEL_KEY_FILE));
   if (recorded.public_key !== signer.publicKeyHex) {
+    // The key file put back from a copy older than a rotation: a key this kernel.db retired.
+    const retired = store.kernelEpochs().find((row) => row.public_key === signer.publicKeyHex);
+    const hint = retired
+      ? `: the key of epoch ${retired.epoch}, which a rotation retired; ${KERNEL_KEY_FILE} was put back from an older copy. Put back the newest ${KERNEL_KEY_FILE} (epoch ${recorded.epoch}), not an older ${KERNEL_DB_FILE} (docs/ROLLBACK.md)`
+      : '';
     throw new CustodyError(
       'identity_mismatch',
-      `${KERNEL_KEY_FILE} holds key ${signer.publicKeyHex.slice(0, 16)}…, but ${KERNEL_DB_FILE} records ${recorded.public_key.slice(0, 16)}… for key epoch ${recorded.epoch}`,
+      `${KERNEL_KEY_FILE} holds key ${signer.publicKeyHex.slice(0, 16)}…, but ${KERNEL_DB_FILE} records ${recorded.public_key.slice(0, 16)}… for key epoch ${recorded.epoch}${hint}`,
     );
   }
   const published = readPublicKeyFile(path.join(dir, KERNEL_PUB_FILE));

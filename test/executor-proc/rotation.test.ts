@@ -180,7 +180,9 @@ describe('executor-proc ledger restored from before a key rotation', function ()
     expect(executor.identity).to.deep.include({ key_epoch: 2, public_key: rotated.public_key });
     expect(executor.stderr.some((line) => line.includes('ledger_key_epochs_caught_up'))).to.equal(true);
     expect(sqlite(home.ledgerFile, 'SELECT epoch, statement FROM key_epochs WHERE epoch >= 2').rows).to.deep.equal([{ epoch: 2, statement: rotated.statement }]);
-    expect(fs.readFileSync(statements, 'utf8'), 'the file is the ledger\'s chain again').to.equal(`${rotated.statement}\n`);
+    // The statement past the key stays (the file knows more than the ledger), and the start says so.
+    expect(fs.readFileSync(statements, 'utf8'), 'the file is not cut back').to.equal(`${rotated.statement}\n${past.text}\n`);
+    expect(executor.stderr.some((line) => line.includes('key_statements_ahead'))).to.equal(true);
     expect((await stopExecutor(executor)).code).to.equal(0);
   });
 
@@ -234,6 +236,59 @@ describe('executor-proc kernel statements at the message bound', function () {
     expect((await executor.channel.request('kernel.rotated', { statements: chain.slice(0, ROTATION_STATEMENTS_MAX) })).kernel_epoch).to.equal(ROTATION_STATEMENTS_MAX + 1);
     expect((await executor.channel.request('kernel.rotated', { statements: chain.slice(ROTATION_STATEMENTS_MAX) })).kernel_epoch).to.equal(ROTATION_STATEMENTS_MAX + 2);
     expect(sqlite(home.ledgerFile, 'SELECT count(*) AS n FROM kernel_epochs').rows).to.deep.equal([{ n: ROTATION_STATEMENTS_MAX + 2 }]);
+    expect((await stopExecutor(executor)).code).to.equal(0);
+  });
+});
+
+describe('executor-proc key and ledger put back from before a rotation', function () {
+  this.timeout(60_000);
+  let home: Home;
+
+  before(async () => {
+    home = makeHome('putback');
+    await provisioned(home);
+  });
+  after(() => removeHome(home));
+
+  it('keeps executor.statements when an older ledger and key are put back together, so the newest key leads the ledger forward again; a retired key alone is named as the stale file', async () => {
+    const keyFile = path.join(home.dir, 'executor.key');
+    const statements = path.join(home.dir, 'executor.statements');
+    const saved = (from: string, name: string) => {
+      const to = path.join(home.root, name);
+      fs.copyFileSync(from, to);
+      return to;
+    };
+    const putBack = (from: string, to: string) => {
+      fs.writeFileSync(to, fs.readFileSync(from));
+      if (to === home.ledgerFile) for (const sidecar of ['-wal', '-shm']) fs.rmSync(`${to}${sidecar}`, { force: true });
+    };
+    let executor = await startExecutor(home, {});
+    expect((await stopExecutor(executor)).code).to.equal(0);
+    const oldLedger = saved(home.ledgerFile, 'ledger.epoch1');
+    const oldKey = saved(keyFile, 'key.epoch1');
+    executor = await startExecutor(home, {});
+    const rotated = await executor.channel.request('key.rotate', {});
+    expect((await stopExecutor(executor)).code).to.equal(0);
+    const newKey = saved(keyFile, 'key.epoch2');
+
+    // The retired key alone put back: it is named as the stale file, and the way back is the newest key, not an older ledger.
+    putBack(oldKey, keyFile);
+    const stale = await refusal(startExecutor(home, {}));
+    expect(stale.code).to.equal('ledger_identity');
+    expect(stale.message).to.contain('the key this ledger retired at epoch 1').and.to.contain('Put back the newest executor.key (epoch 2)');
+
+    // The older ledger with it as well: it opens at epoch 1, and the statements that lead past it stay.
+    putBack(oldLedger, home.ledgerFile);
+    executor = await startExecutor(home, {});
+    expect(executor.identity.key_epoch).to.equal(1);
+    expect(executor.stderr.some((line) => line.includes('key_statements_ahead'))).to.equal(true);
+    expect((await stopExecutor(executor)).code).to.equal(0);
+    expect(fs.readFileSync(statements, 'utf8'), 'the rotation statement is kept').to.equal(`${rotated.statement}\n`);
+
+    // The newest key back: the ledger catches up from the statements and serves under it.
+    putBack(newKey, keyFile);
+    executor = await startExecutor(home, {});
+    expect(executor.identity).to.deep.include({ key_epoch: 2, public_key: rotated.public_key });
     expect((await stopExecutor(executor)).code).to.equal(0);
   });
 });
