@@ -2,6 +2,7 @@
 // in every child process.
 import { CustodyError } from './errors.js';
 import { stderrSink } from './log-sink.js';
+import { wellFormed } from './text/cut.js';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
@@ -48,7 +49,8 @@ export function createLogger(base: Record<string, unknown> = {}, options: Logger
     record.level = level;
     let line: string;
     try {
-      line = JSON.stringify(record, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value));
+      // Lone surrogates become U+FFFD: JSON.stringify escapes them as \udXXX, which strict readers (serde_json) refuse.
+      line = JSON.stringify(record, wellFormedMember);
     } catch {
       line = JSON.stringify({ ts: record.ts, level, ...base, event, unserializable: true });
     }
@@ -61,4 +63,18 @@ export function createLogger(base: Record<string, unknown> = {}, options: Logger
     error: (event, fields) => emit('error', event, fields),
     child: (fields) => createLogger({ ...base, ...fields }, options),
   };
+}
+
+/**
+ * JSON.stringify's replacer for a log line: a bigint as its digits, and every
+ * string and member name well-formed (lone surrogates → U+FFFD; escaped as
+ * \udXXX, strict readers such as serde_json refuse the line).
+ */
+function wellFormedMember(_key: string, value: unknown): unknown {
+  if (typeof value === 'bigint') return value.toString();
+  if (typeof value === 'string') return wellFormed(value);
+  if (value !== null && typeof value === 'object' && !Array.isArray(value) && Object.keys(value).some((key) => wellFormed(key) !== key)) {
+    return Object.fromEntries(Object.entries(value).map(([key, member]) => [wellFormed(key), member as unknown]));
+  }
+  return value;
 }

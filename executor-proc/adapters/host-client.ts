@@ -25,7 +25,7 @@ import {
   hostMessageSchema,
   reconcileResultSchema,
 } from './host-protocol.js';
-import { forwardLines } from './output-lines.js';
+import { forwardLines } from '../../shared/child/output-lines.js';
 
 const START_TIMEOUT_MS = 15_000;
 const OUTPUT_LINE_MAX = 2048;

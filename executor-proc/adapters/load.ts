@@ -14,6 +14,7 @@ import type { JsonObject } from '../../shared/protocol/common.js';
 import { type AdapterDescriptor, type CustodyAdapter, CONTRACTS, DEFAULT_MAX_ARGUMENT_BYTES } from './contract.js';
 import type { HostConfig } from './host-protocol.js';
 import { reviewNotesAdapter } from './review-notes.js';
+import { cutText } from '../../shared/text/cut.js';
 
 export interface LoadedAdapter {
   readonly descriptor: AdapterDescriptor;
@@ -74,7 +75,7 @@ function register(adapters: Map<string, LoadedAdapter>, candidate: unknown, sour
       reconcilable: typeof object.reconcile === 'function',
       deadlineMs: typeof deadline === 'number' && Number.isSafeInteger(deadline) && deadline > 0 ? deadline : null,
       source,
-      description: typeof object.description === 'string' ? object.description.slice(0, 1024) : null,
+      description: typeof object.description === 'string' ? cutText(object.description, 1024) : null,
       inputSchema: problem === null ? inputSchemaOf(object.argumentSchema) : null,
       maxArgumentBytes: typeof object.maxArgumentBytes === 'number' && problem === null ? object.maxArgumentBytes : DEFAULT_MAX_ARGUMENT_BYTES,
     },

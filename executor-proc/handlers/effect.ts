@@ -8,6 +8,7 @@ import type { JsonValue } from '../../shared/protocol/common.js';
 import type { AdapterDescriptor } from '../adapters/contract.js';
 import { AdapterHost } from '../adapters/host-client.js';
 import type { ExecutorContext } from '../context.js';
+import { wellFormed, wellFormedValue } from '../../shared/text/cut.js';
 
 export type EffectEnd =
   | {
@@ -36,9 +37,10 @@ export function runEffect(
     }
     switch (result.outcome) {
       case 'applied':
-        return { kind: 'observed', status: 'completed', output: result.output ?? null, costUnits: result.costUnits ?? null, cancelled: false };
+        // An adapter's lone surrogates (canonical JSON cannot carry one) become U+FFFD: the effect's report is still signed.
+        return { kind: 'observed', status: 'completed', output: wellFormedValue(result.output ?? null), costUnits: result.costUnits ?? null, cancelled: false };
       case 'not_applied':
-        return { kind: 'observed', status: 'failed_before_effect', output: { failure: result.reason }, costUnits: null, cancelled: false };
+        return { kind: 'observed', status: 'failed_before_effect', output: { failure: wellFormed(result.reason) }, costUnits: null, cancelled: false };
       case 'cancelled':
         return { kind: 'observed', status: 'failed_before_effect', output: { cancelled: true }, costUnits: null, cancelled: true };
     }

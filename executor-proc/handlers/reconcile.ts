@@ -24,7 +24,7 @@ import type { AdapterDescriptor } from '../adapters/contract.js';
 import { reportSigner } from '../report.js';
 import { type ReportAnswer, replayable, retainObservation } from './answers.js';
 import { epochRetired } from './execute.js';
-import { cutText } from '../../shared/text/cut.js';
+import { cutText, wellFormedValue } from '../../shared/text/cut.js';
 import { REPORT_REFUSAL_MESSAGE_MAX_CHARS } from '../../shared/protocol/artifacts.js';
 
 export async function reconcileOperation(context: ExecutorContext, body: RequestOf<'reconcile_operation'>): Promise<ReportAnswer> {
@@ -138,7 +138,7 @@ async function askAdapter(context: ExecutorContext, verified: VerifiedAuthorizat
   const result = await reconcileWithAdapter(context, descriptor, operationId, indeterminate);
   switch (result.outcome) {
     case 'applied':
-      return retainObservation(context, verified, 'reconciled_applied', result.output ?? null, null, 'reconcile');
+      return retainObservation(context, verified, 'reconciled_applied', wellFormedValue(result.output ?? null), null, 'reconcile');
     case 'not_applied':
       return retainObservation(context, verified, 'reconciled_not_applied', null, null, 'reconcile');
     case 'indeterminate':

@@ -4,7 +4,6 @@
 // that drive the real kernel and executor entry points.
 import { type ChildProcess, type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createInterface } from 'node:readline';
 import { CustodyError, limitRefusal } from '../errors.js';
 import { type Logger, errorFields } from '../log.js';
 import { stderrSink } from '../log-sink.js';
@@ -19,6 +18,8 @@ import { SessionEndpoint } from '../wire/session.js';
 import { withTimeout } from '../timeout.js';
 import { MIGRATING_EVENT } from '../store/migrations.js';
 import { type SessionSecrets, createSessionSecrets } from '../wire/session-keys.js';
+import { forwardLines } from './output-lines.js';
+import { wellFormed } from '../text/cut.js';
 
 export interface ChildExit {
   readonly code: number | null;
@@ -228,14 +229,28 @@ export function spawnError(name: string, command: string, error: NodeJS.ErrnoExc
  * only the echo of an early exit. Resolves with the first store migration
  * notice, if the child writes one.
  */
+/** A child's stderr line is kept up to this many bytes; the rest is counted (`dropped_bytes`), never buffered. */
+export const CHILD_LINE_MAX_BYTES = 64 * 1024;
+
+/**
+ * A child's stderr line as a line of the supervisor's own log: a JSON log
+ * line (docs/PROTOCOL.md §11.7) as it is; anything else (a crash trace, an
+ * ssh warning, text glued to a line by a wrapper's partial write, a line cut
+ * at its bound) wrapped as `child_stderr`, so every line of the log parses.
+ */
+export function asLogLine(line: string, droppedBytes: number, child: string): string {
+  if (droppedBytes === 0 && line.startsWith('{') && line.endsWith('}')) return line;
+  return JSON.stringify({ ts: new Date().toISOString(), level: 'warn', event: 'child_stderr', child, line: wellFormed(line), ...(droppedBytes > 0 ? { dropped_bytes: droppedBytes } : {}) });
+}
+
 function relayStderr(child: ChildProcessWithoutNullStreams, options: SpawnChildOptions, log: Logger): Promise<MigrationNotice> {
   const onLine = options.onStderrLine ?? ((line: string) => stderrSink().write(line + '\n'));
   let noticed: (notice: MigrationNotice) => void = () => undefined;
   const migrating = new Promise<MigrationNotice>((resolve) => (noticed = resolve));
-  createInterface({ input: child.stderr, crlfDelay: Infinity }).on('line', (line) => {
+  forwardLines(child.stderr, CHILD_LINE_MAX_BYTES, (line, droppedBytes) => {
     const notice = migrationNotice(line);
     if (notice) noticed(notice);
-    onLine(line);
+    onLine(asLogLine(line, droppedBytes, options.name));
   });
   // A child that dies early closes its stdin; the write error is the exit's echo.
   child.stdin.on('error', (error) => log.debug('child_stdin_error', errorFields(error)));

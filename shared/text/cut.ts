@@ -9,9 +9,26 @@ export const WIRE_ERROR_MESSAGE_MAX = 4096;
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
 
+const ANY_SURROGATE = /[\ud800-\udfff]/;
+
+/** `text` with every lone surrogate replaced by U+FFFD (a string without surrogates is returned as it is, unscanned by the replace). */
+export function wellFormed(text: string): string {
+  return ANY_SURROGATE.test(text) ? text.replace(LONE_SURROGATE, '\ufffd') : text;
+}
+
+/** A JSON value with every string (member names too) made well-formed: an adapter's output, whose canonical form must be signed. */
+export function wellFormedValue<T>(value: T): T {
+  if (typeof value === 'string') return wellFormed(value) as T;
+  if (Array.isArray(value)) return value.map((item: unknown) => wellFormedValue(item)) as T;
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([key, item]) => [wellFormed(key), wellFormedValue(item as unknown)])) as T;
+  }
+  return value;
+}
+
 /** `text` well-formed (lone surrogates → U+FFFD), then its first `max` code points. */
 export function cutText(text: string, max: number): string {
-  const whole = text.replace(LONE_SURROGATE, '\ufffd');
+  const whole = wellFormed(text);
   // Fast path: a string no longer in UTF-16 units than the bound has at most that many code points.
   if (whole.length <= max) return whole;
   let units = 0;

@@ -1,11 +1,11 @@
 // Parsing of the CLI's own value formats: --arg K=V / K=@FILE, names,
 // ports and durations. Everything here is checked before anything is sent
 // or written (docs/SECURITY.md "The CLI").
-import { closeSync, existsSync, openSync, readSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, readSync } from 'node:fs';
 import { CustodyError } from '../../shared/errors.js';
 import { argumentBytesBound } from '../../shared/protocol/bounds.js';
 import { checkOperationName } from '../../shared/protocol/names.js';
-import { decodeUtf8OrRefuse } from '../../shared/text/utf8.js';
+import { decodeUtf8OrRefuse, invalidUtf8Offset } from '../../shared/text/utf8.js';
 import { RESERVED_MEMBER } from '../../shared/wire/decode.js';
 import { loadConfig } from '../config/load.js';
 import { MAX_ANSWER_TIMEOUT_MS } from '../client/index.js';
@@ -23,7 +23,36 @@ export function collectArg(value: string, previous: Record<string, ArgSource> = 
   const raw = value.slice(at + 1);
   if (Object.hasOwn(previous, key)) throw new CustodyError('usage', `--arg ${key} is given twice`);
   if (key === RESERVED_MEMBER) throw new CustodyError('usage', `--arg ${key}: the service refuses an argument named ${RESERVED_MEMBER} (JavaScript drops it); name it otherwise`);
+  if (!raw.startsWith('@') && raw.includes('\ufffd') && notUtf8OnCommandLine(value)) {
+    throw new CustodyError(
+      'encoding_invalid',
+      `--arg ${key}: the value is not UTF-8 as it was given (Node would pass each bad byte on as U+FFFD, and that is what would be signed); give it in UTF-8, or as a file with --arg ${key}=@FILE, which names the first bad byte`,
+    );
+  }
   return { ...previous, [key]: raw.startsWith('@') ? { file: raw.slice(1) } : { value: raw } };
+}
+
+/**
+ * Whether `decoded` (an argument as Node decoded it, U+FFFD where a byte was
+ * not UTF-8) came from bytes that are not UTF-8: the raw command line in
+ * /proc/self/cmdline says. False when it cannot be read (not Linux): the
+ * value is then taken as decoded.
+ */
+function notUtf8OnCommandLine(decoded: string): boolean {
+  let raw: Buffer;
+  try {
+    raw = readFileSync('/proc/self/cmdline');
+  } catch {
+    return false;
+  }
+  let start = 0;
+  while (start < raw.length) {
+    const end = raw.indexOf(0, start) === -1 ? raw.length : raw.indexOf(0, start);
+    const bytes = raw.subarray(start, end);
+    if (bytes.toString('utf8').includes(decoded) && invalidUtf8Offset(bytes) !== -1) return true;
+    start = end + 1;
+  }
+  return false;
 }
 
 /**

@@ -28,6 +28,8 @@ import type { CustodyClient, DriveAnswer } from '../client/index.js';
 import { causeOf } from '../operations/causes.js';
 import { askedBefore } from '../operations/outcome.js';
 import { mcpNameOf, toolOfMcpName } from './names.js';
+import { PassThrough, type Readable } from 'node:stream';
+import { decodeJsonObject } from '../../shared/wire/decode.js';
 
 /** The argument an agent may add to any tool to name a call (stripped before the adapter sees the arguments). */
 export const REQUEST_KEY_ARGUMENT = 'custody_request_id';
@@ -262,6 +264,73 @@ export function createMcpServer(options: McpOptions): McpServer {
   return mcp;
 }
 
+/** A line past this is refused (-32700) and skipped to its newline, never held: the SDK's own buffer bound. */
+export const MCP_LINE_MAX_BYTES = 10 * 1024 * 1024;
+
+/** How deep a message may nest: the service bounds a tool's arguments itself (bounds.max_depth), this only bounds the scan. */
+const MCP_MAX_DEPTH = 128;
+
+/**
+ * The lines of `input` the SDK may read: each a JSON object in strict UTF-8
+ * with no member named twice (docs/PROTOCOL.md §3: parsers disagree on which
+ * of two they keep, so the arguments signed would not be the ones sent).
+ * Anything else is answered here, -32700 (or -32600 for JSON that is not an
+ * object) with id null, and never reaches a handler: the SDK would decode
+ * bad bytes to U+FFFD and keep the last of two members, and say nothing of
+ * a line it cannot parse.
+ */
+export function strictLines(input: Readable, answer: (error: Record<string, unknown>) => void, log: Logger): Readable {
+  const out = new PassThrough();
+  let held: Buffer[] = [];
+  let heldBytes = 0;
+  let skipping = false;
+  const refuse = (code: number, message: string) => {
+    log.warn('mcp_line_refused', { code, message });
+    answer({ jsonrpc: '2.0', id: null, error: { code, message } });
+  };
+  const line = (bytes: Buffer) => {
+    const text = bytes.at(-1) === 0x0d ? bytes.subarray(0, -1) : bytes;
+    if (text.length === 0) return;
+    try {
+      decodeJsonObject(text, MCP_MAX_DEPTH, 'the message');
+    } catch (error) {
+      const failure = toCustodyError(error);
+      refuse(/not a JSON object/.test(failure.message) ? -32600 : -32700, failure.message);
+      return;
+    }
+    out.write(Buffer.concat([text, Buffer.from('\n')]));
+  };
+  input.on('data', (chunk: Buffer) => {
+    let start = 0;
+    while (start < chunk.length) {
+      const newline = chunk.indexOf(0x0a, start);
+      const end = newline === -1 ? chunk.length : newline;
+      if (!skipping) {
+        held.push(chunk.subarray(start, end));
+        heldBytes += end - start;
+        if (heldBytes > MCP_LINE_MAX_BYTES) {
+          refuse(-32700, `a message of more than ${MCP_LINE_MAX_BYTES} bytes; it is skipped`);
+          held = [];
+          heldBytes = 0;
+          skipping = true;
+        }
+      }
+      if (newline === -1) return;
+      if (!skipping) line(Buffer.concat(held, heldBytes));
+      held = [];
+      heldBytes = 0;
+      skipping = false;
+      start = newline + 1;
+    }
+  });
+  input.on('end', () => {
+    if (!skipping && heldBytes > 0) line(Buffer.concat(held, heldBytes));
+    out.end();
+  });
+  input.on('error', (error) => out.destroy(error));
+  return out;
+}
+
 /** Serve MCP on this process's stdin/stdout until stdin ends. */
 export async function serveMcpOnStdio(options: McpOptions): Promise<void> {
   // A host that closes stdin after its last call (`printf '...' | custody mcp`, or a host shutting down) still
@@ -272,7 +341,7 @@ export async function serveMcpOnStdio(options: McpOptions): Promise<void> {
     void call.finally(() => calls.delete(call)).catch(() => undefined);
   };
   const mcp = createMcpServer({ ...options, track });
-  const transport = new StdioServerTransport();
+  const transport = new StdioServerTransport(strictLines(process.stdin, (answer) => process.stdout.write(`${JSON.stringify(answer)}\n`), options.log));
   const closed = new Promise<void>((resolve) => {
     transport.onclose = () => resolve();
     process.stdin.once('end', () => {

@@ -4,6 +4,7 @@
 // child relays other processes' logs (an adapter's) through its own.
 import { expect } from 'chai';
 import { createLogger } from '../../shared/log.js';
+import { LOG_ENVELOPE, ownFields } from '../../executor-proc/adapters/host/serve.js';
 
 function captured(): { lines: Array<Record<string, unknown>>; log: ReturnType<typeof createLogger> } {
   const lines: Array<Record<string, unknown>> = [];
@@ -23,5 +24,25 @@ describe('the JSON log line', () => {
     log.info('adapter_log', { event: 'store_migrating', level: 'error', store: 'forged' });
     expect(lines[0]).to.include({ event: 'adapter_log', level: 'info', store: 'forged' });
     expect(Object.keys(lines[0]!).slice(0, 5)).to.deep.equal(['ts', 'level', 'role', 'pid', 'event']);
+  });
+
+  it('writes a lone surrogate as U+FFFD, never as an escape a strict reader refuses (serde_json: lone leading surrogate)', () => {
+    const raw: string[] = [];
+    const log = createLogger({ role: 'executor' }, { level: 'debug', write: (line) => raw.push(line) });
+    log.warn('outcome_unknown', { reason: 'x\ud800y\udc00z', [`k\ud800`]: 1, pair: '😀' });
+    expect(raw[0]).to.not.match(/\\ud[89a-f]/i);
+    const line = JSON.parse(raw[0]!) as Record<string, unknown>;
+    expect(line.reason).to.equal('x\ufffdy\ufffdz');
+    expect(line.pair, 'a pair is kept').to.equal('😀');
+  });
+
+  it("keeps an adapter's own log fields from naming the line's process, event or error: they are kept as adapter_<name>", () => {
+    const { lines, log } = captured();
+    log.info('adapter_log', { ...ownFields({ ts: 12, role: 'kernel', pid: 'x', name: 'kernel', sid: '00', component: 'supervisor', tool: 'other', adapter_event: 'zz', code: 'frame_malformed', detail: 'kept' }), tool: 'fixture/x', adapter_event: 'said' });
+    expect(lines[0]).to.include({ role: 'executor', pid: 7, event: 'adapter_log', tool: 'fixture/x', adapter_event: 'said', detail: 'kept' });
+    expect(lines[0]).to.include({ adapter_role: 'kernel', adapter_pid: 'x', adapter_ts: 12, adapter_code: 'frame_malformed', adapter_tool: 'other' });
+    expect(lines[0]).to.not.have.property('code');
+    expect(typeof lines[0]!.ts).to.equal('string');
+    for (const key of LOG_ENVELOPE) expect(ownFields({ [key]: 1 }), key).to.deep.equal({ [`adapter_${key}`]: 1 });
   });
 });

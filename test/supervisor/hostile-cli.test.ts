@@ -62,6 +62,21 @@ describe('hostile input at the CLI', function () {
     expect(result.stderr).to.contain('[usage]').and.to.contain('__proto__');
   });
 
+  it('refuses an inline --arg value that is not UTF-8 as given (Node would have signed U+FFFD for each bad byte) with exit 2, and takes a real U+FFFD', async () => {
+    // argv of raw bytes needs a shell: Node's spawn encodes its arguments as UTF-8.
+    const run = (value: string) =>
+      custody([], { prefix: ['/bin/sh', '-c', `exec "$0" "$@" --state "${idle}" invoke review-notes/append --arg "note=$(printf '${value}')"`] });
+    for (const bad of ['bad\\377byte', 'lone \\355\\240\\200 surrogate']) {
+      const refused = await run(bad);
+      expect(refused.code, refused.stderr).to.equal(2);
+      expect(refused.stderr).to.contain('[encoding_invalid]').and.to.contain('--arg note');
+    }
+    // The character itself, in UTF-8: past the check, so the CLI reaches for the service (none runs here: exit 5).
+    const real = await run('real \\357\\277\\275 replacement');
+    expect(real.stderr).to.not.contain('encoding_invalid');
+    expect(real.code, real.stderr).to.equal(5);
+  });
+
   describe('@FILE arguments (reproduction 5)', () => {
     it('refuses a binary file with exit 2 (encoding_invalid), naming the byte offset', async () => {
       const file = path.join(scratch, 'binary.dat');
@@ -143,7 +158,7 @@ describe('custody receipt export writes only inside the directory it names', fun
     const out = path.join(scratch, 'fresh');
     const result = await service.cli(['receipt', 'export', 'exp-1', '--out', out]);
     expect(result.code, result.stderr).to.equal(0);
-    expect(readdirSync(out).sort()).to.deep.equal(['authorization.json', 'executor-default.e1.pub', 'kernel.e1.pub', 'kernel.pub', 'receipt-1-reserve.json', 'receipt-2-completion.json', 'report.json']);
+    expect(readdirSync(out).sort()).to.deep.equal(['authorization.json', 'executor-default.e1.pub', 'kernel.e1.pub', 'receipt-1-reserve.json', 'receipt-2-completion.json', 'report.json']);
   });
 
   it('refuses an --out that is a symlink to elsewhere, and writes nothing there', async () => {

@@ -50,13 +50,18 @@ describe('the walkthrough, through the CLI', function () {
     const exported = await service.cli(['receipt', 'export', 'note-1', '--out', out, '--json']);
     expect(exported.code, exported.stderr).to.equal(0);
     const files = readdirSync(out).sort();
-    expect(files).to.include.members(['authorization.json', 'report.json', 'kernel.pub']);
+    // The signers' keys by role and epoch, listed: no kernel.pub of whatever key is current now (after a rotation, not the signer's).
+    expect(files).to.include.members(['authorization.json', 'report.json', 'kernel.e1.pub']);
+    expect(files).to.not.include('kernel.pub');
+    expect((JSON.parse(exported.stdout) as { keys: Array<{ file: string }> }).keys.map((key) => path.basename(key.file))).to.include('kernel.e1.pub');
     const receipts = files.filter((f) => f.startsWith('receipt-'));
     expect(receipts.length).to.be.at.least(2);
     const pub = service.paths.kernelPub;
     for (const file of [...receipts, 'authorization.json']) {
       const verified = await custody(['receipt', 'verify', path.join(out, file), '--trusted-kernel-pubkey', pub]);
       expect(verified.code, `${file}: ${verified.stderr}`).to.equal(0);
+      const byExported = await custody(['receipt', 'verify', path.join(out, file), '--trusted-kernel-pubkey', path.join(out, 'kernel.e1.pub')]);
+      expect(byExported.code, `${file} against the exported key: ${byExported.stderr}`).to.equal(0);
       expect(verified.stdout).to.match(/^Verified /);
     }
     const report = await custody(['receipt', 'verify', path.join(out, 'report.json'), '--trusted-kernel-pubkey', pub, '--trusted-executor-pubkey', service.paths.executorPub('default')]);

@@ -52,7 +52,7 @@ export class HostServer {
 
   async #call(request: Exclude<HostRequest, { type: 'cancel' }>): Promise<unknown> {
     const adapter = this.#runnable(request.tool);
-    const log: AdapterLog = (event, fields) => this.log('info', 'adapter_log', { tool: request.tool, adapter_event: event, ...fields });
+    const log: AdapterLog = (event, fields) => this.log('info', 'adapter_log', { ...ownFields(fields), tool: request.tool, adapter_event: event });
     switch (request.type) {
       case 'validate':
         validateArguments(adapter, request.arguments);
@@ -138,4 +138,19 @@ function issuesOf(error: unknown): Issue[] {
 function describeIssue(issue: Issue): string {
   const where = Array.isArray(issue.path) && issue.path.length > 0 ? issue.path.join('.') : '(top)';
   return `${where}: ${typeof issue.message === 'string' ? issue.message : 'invalid'}`;
+}
+
+/**
+ * Members of a log line that say whose line it is and what it means
+ * (docs/PROTOCOL.md §11.7), which an adapter's own `log(event, fields)`
+ * must not set: a field of that name is kept as `adapter_<name>`, so a
+ * reader that trusts `role`, `pid` or `code` is never told another
+ * process's or another event's.
+ */
+export const LOG_ENVELOPE: ReadonlySet<string> = new Set(['ts', 'level', 'role', 'pid', 'name', 'sid', 'component', 'event', 'code', 'message', 'cause', 'tool', 'adapter_event']);
+
+export function ownFields(fields: Record<string, unknown> | undefined): Record<string, unknown> {
+  const own: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(fields ?? {})) own[LOG_ENVELOPE.has(key) ? `adapter_${key}` : key] = value;
+  return own;
 }

@@ -122,7 +122,6 @@ export async function receiptExportCommand(client: ServiceClient, out: Output, n
   const { body } = await client.get(`/v1/operations/${encodeURIComponent(name)}/artifacts`, artifactsAnswer);
   const target = exportDirectory(dir ?? `${name}-artifacts`);
   const written = body.artifacts.map((artifact) => ({ file: writeInside(target, artifact.file, artifact.text), kind: artifact.kind, bytes: Buffer.byteLength(artifact.text) }));
-  if (body.kernel_public_key !== null) writeInside(target, 'kernel.pub', `${body.kernel_public_key}\n`);
   const keys = signerKeyFiles(body.artifacts.map((artifact) => artifact.text), (await client.get('/v1/keys', keysAnswer)).body);
   const keyFiles = keys.map((key) => ({ file: writeInside(target, key.file, `${key.public_key}\n`), role: key.role, key_epoch: key.key_epoch }));
   out.result({ name, dir: target, files: written, keys: keyFiles }, () =>

@@ -36,7 +36,12 @@ export async function initCommand(out: Output, stateDir: string, executors: numb
   const { initState } = await import('../../init.js');
   const result = await out.progress(`provisioning ${stateDir}`, initState(stateDir, { executors, log, onChildStderr }));
   out.result(
-    { state_dir: result.paths.root, kernel_public_key: result.kernelPublicKey, executors: result.executors },
+    {
+      state_dir: result.paths.root,
+      kernel_public_key: result.kernelPublicKey,
+      // One naming in --json: the API's and the stores' snake_case.
+      executors: result.executors.map((e) => ({ name: e.name, id: e.id, public_key: e.publicKey, key_epoch: e.keyEpoch })),
+    },
     () =>
       [
         `Initialized ${result.paths.root}`,

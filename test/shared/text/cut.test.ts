@@ -6,7 +6,7 @@ import { expect } from 'chai';
 import { z } from 'zod';
 import { canonicalize } from '../../../shared/canonical/jcs.js';
 import { REPORT_REFUSAL_MESSAGE_MAX_CHARS } from '../../../shared/protocol/artifacts.js';
-import { WIRE_ERROR_MESSAGE_MAX, cutText } from '../../../shared/text/cut.js';
+import { WIRE_ERROR_MESSAGE_MAX, cutText, wellFormedValue } from '../../../shared/text/cut.js';
 
 describe('cutText', () => {
   it('keeps a text at the bound and cuts one past it to the bound, in code points', () => {
@@ -28,5 +28,11 @@ describe('cutText', () => {
   it('replaces lone surrogates with U+FFFD, so the text can be signed', () => {
     expect(cutText('a\ud800b\udc00', 10)).to.equal('a\ufffdb\ufffd');
     expect(() => canonicalize({ message: cutText('key \ud83d', 100) })).to.not.throw();
+  });
+
+  it("wellFormedValue: an adapter's output with lone surrogates (in values and names) becomes canonical JSON that can be signed; pairs stay", () => {
+    const output = { 'k\ud800': ['a\udc00', { pair: '😀', n: 1, none: null }], ok: true };
+    expect(() => canonicalize(output), 'as the adapter gave it').to.throw();
+    expect(canonicalize(wellFormedValue(output))).to.equal('{"k\ufffd":["a\ufffd",{"n":1,"none":null,"pair":"😀"}],"ok":true}');
   });
 });

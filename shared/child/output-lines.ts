@@ -1,4 +1,4 @@
-// Lines of what the adapter host prints, for the executor's log. Bounded:
+// Lines of what a child process prints on a pipe, for a log. Bounded:
 // a line keeps at most `maxBytes` and the rest is counted, not buffered, so a
 // subprocess that prints megabytes without a newline costs no memory
 // (readline would hold the whole line).
