@@ -123,7 +123,15 @@ let stderr: LogSink | null = null;
 
 /** This process's stderr sink, made (and its error listener attached) on first use. */
 export function stderrSink(): LogSink {
-  stderr ??= new LogSink(process.stderr, logBacklogBytes(), isRegularFile(STDERR_FD) ? STDERR_FD : null);
+  if (stderr) return stderr;
+  const asked = process.env.CUSTODY_LOG_BACKLOG_BYTES;
+  const bytes = logBacklogBytes(asked);
+  stderr = new LogSink(process.stderr, bytes, isRegularFile(STDERR_FD) ? STDERR_FD : null);
+  // A value it could not take is said once, not passed over in silence.
+  if (asked !== undefined && bytes === LOG_BACKLOG_DEFAULT_BYTES && Number(asked) !== LOG_BACKLOG_DEFAULT_BYTES) {
+    const message = `CUSTODY_LOG_BACKLOG_BYTES=${JSON.stringify(asked.slice(0, 40))} is not a whole number of bytes from ${LOG_BACKLOG_MIN_BYTES} to ${LOG_BACKLOG_MAX_BYTES}; the default ${bytes} is used`;
+    stderr.write(`${JSON.stringify({ ts: new Date().toISOString(), level: 'warn', pid: process.pid, event: 'log_backlog_ignored', message })}\n`);
+  }
   return stderr;
 }
 

@@ -184,7 +184,7 @@ function windowClosed(verified: VerifiedAuthorization, now: number): CustodyErro
       : '';
   return new CustodyError(
     'outside_window',
-    `operation ${verified.subject.operationId}: now (${now}, never earlier than the clock high-water mark) is past its window [${notBefore}, ${expiresAt}), which closed at ${expiresAt}; nothing was claimed and it never can be — reconcile it (never_claimed)${why}`,
+    `operation ${verified.subject.operationId}: now (${now}, never earlier than the clock high-water mark) is past its window [${notBefore}, ${expiresAt}), which closed at ${expiresAt}; this ledger holds no claim of it and none can be made now — reconcile it (its tool is asked first, when it can be, before never_claimed is signed)${why}`,
   );
 }
 

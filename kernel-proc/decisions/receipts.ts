@@ -100,7 +100,7 @@ export function assertHistoryRoom(kernel: Kernel, operation: OperationRow): void
   if (held + 1 + receiptsStillNeeded(operation.state) > bound) {
     throw new CustodyError(
       'history_full',
-      `operation ${operation.operation_id} (${operation.request_id}) holds ${held} receipts; history_per_operation is ${bound} ` +
+      `operation ${operation.operation_id} (${operation.request_id}) holds ${held} receipts; kernel.settings.history_per_operation is ${bound} ` +
         `and ${receiptsStillNeeded(operation.state)} stay reserved for its settlement, so this refusal is not retained`,
     );
   }

@@ -69,7 +69,11 @@ const PARSER_REFUSALS: Record<string, { status: number; reason: string; error: C
   HPE_INVALID_METHOD: { status: 405, reason: 'Method Not Allowed', error: new CustodyError('method_not_allowed', 'the request method is not served; the API serves GET, POST, DELETE') },
   HPE_INVALID_URL: { status: 400, reason: 'Bad Request', error: new CustodyError('target_invalid', 'the request target holds bytes a request line may not hold; send an origin-form target such as /v1/operations/NAME') },
   HPE_HEADER_OVERFLOW: { status: 431, reason: 'Request Header Fields Too Large', error: new CustodyError('bad_request', 'the request headers exceed their bound') },
-  ERR_HTTP_REQUEST_TIMEOUT: { status: 408, reason: 'Request Timeout', error: new CustodyError('bad_request', 'the request was not received in time') },
+  ERR_HTTP_REQUEST_TIMEOUT: {
+    status: 408,
+    reason: 'Request Timeout',
+    error: new CustodyError('bad_request', 'the request was not received in time (its headers within timing.api_headers_timeout_ms, the whole of it within timing.api_request_timeout_ms); nothing was done: send it again'),
+  },
 };
 const PARSER_DEFAULT = { status: 400, reason: 'Bad Request', error: new CustodyError('bad_request', 'the request is not valid HTTP/1.1 (request line, headers or framing)') };
 

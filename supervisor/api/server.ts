@@ -139,10 +139,15 @@ async function readOfChild(service: Service, read: () => Promise<RouteAnswer>, r
     return await read();
   } catch (error) {
     // A read the child did not answer in time (timing.child_read_timeout_ms): nothing to be unsure of, ask again.
-    if (error instanceof CustodyError && error.code === 'deadline_exceeded') throw new CustodyError('service_unavailable', `${error.message}: the read was given up; ask again in a moment`);
+    if (error instanceof CustodyError && error.code === 'deadline_exceeded') {
+      throw new CustodyError('service_unavailable', `${error.message} (timing.child_read_timeout_ms): the read was given up; ask again in a moment`);
+    }
     if (!(error instanceof CustodyError && error.code === 'too_many_in_flight')) throw error;
     channelFull.add();
-    throw new CustodyError('service_busy', `${error.message}; nothing was read: ask again in a moment`);
+    throw new CustodyError(
+      'service_busy',
+      `${error.message} (bounds.kernel_max_in_flight for the kernel, executors[].max_in_flight for an executor, each with 8 more kept for the channel's own messages); nothing was read: ask again in a moment`,
+    );
   } finally {
     release();
   }

@@ -54,7 +54,9 @@ export function decodeComponent(text: string, where: string): string {
 
 /** Parse `request.url` (as Node gives it: each byte of the target as one latin-1 character). */
 export function parseTarget(raw: string): Target {
-  if (raw.length > MAX_TARGET_CHARS) refuse(`request target of ${raw.length} characters exceeds ${MAX_TARGET_CHARS}`);
+  if (raw.length > MAX_TARGET_CHARS) {
+    throw new CustodyError('target_invalid', `request target of ${raw.length} characters exceeds ${MAX_TARGET_CHARS}; no route of this API needs so long a path and query: shorten the name or the query`);
+  }
   if (!raw.startsWith('/')) refuse(`request target ${shown(raw)} does not start with /`);
   const mark = raw.indexOf('?');
   const rawPath = mark < 0 ? raw : raw.slice(0, mark);

@@ -20,6 +20,8 @@ import type { ChildState } from './child-handle.js';
 export interface PoolChild {
   readonly name: string;
   readonly state: ChildState;
+  /** Why a failed child failed, if it did. */
+  readonly failure?: { readonly code: string } | null;
 }
 
 export interface PoolMember {
@@ -85,11 +87,13 @@ export class ExecutorPool {
       if (signal?.aborted) throw new CustodyError('shutting_down', 'the service is stopping');
       if (performance.now() >= deadline) {
         const states = candidates.map((member) => `${member.name} ${member.child.state}`).join(', ');
-        throw new CustodyError(
-          'executor_unavailable',
-          `no executor serving ${tool} is running after ${waitMs} ms (timing.executor_wait_ms): ${states}; nothing was started — ` +
-            'see custody status, restart one with custody restart NAME, and ask again with the same name',
-        );
+        // A store restored from a backup is not mended by a restart: say the way back instead.
+        const rolledBack = candidates.filter((member) => member.child.failure?.code === 'store_rolled_back').map((member) => member.name);
+        const way =
+          rolledBack.length > 0
+            ? `${rolledBack.join(', ')} refused a store restored from an older copy (store_rolled_back): a restart is refused again; put back the newest copy, or run custody recover-rollback ${rolledBack[0]} (docs/ROLLBACK.md), then ask again with the same name`
+            : 'see custody status, restart one with custody restart NAME, and ask again with the same name';
+        throw new CustodyError('executor_unavailable', `no executor serving ${tool} is running after ${waitMs} ms (timing.executor_wait_ms): ${states}; nothing was started — ${way}`);
       }
       await sleep(Math.min(WAIT_POLL_MS, Math.max(1, deadline - performance.now())));
     }

@@ -20,7 +20,7 @@ const CAUSES: Record<string, Cause> = {
   tool_unknown: (o) => `no executor serves ${o.tool}; add it to custody.json executors[].tools (with an adapter that serves it) and restart custody`,
   arguments_too_large: (o) =>
     `the arguments of ${o.tool} exceed the kernel's argument bound; shorten them, or raise kernel.settings.argument_bytes_per_tool in custody.json and restart custody`,
-  nonce_store_full: () => 'the kernel holds as many live authorizations as it may; try again once some have ended',
+  nonce_store_full: () => 'the kernel holds as many live authorizations as it may (kernel.settings.nonce_capacity in custody.json); try again once some have ended',
   nonce_expired: (o) => `the authorization of ${o.request_id} expired before it was executed; nothing ran and the hold was released — authorize it again under a new name`,
   child_failed: (o) =>
     `the executor${o.executor ? ` ${o.executor}` : ''} that serves ${o.tool} is failed and waits for its cool-down (custody status shows when); custody restart CHILD starts it now, then ask again with the same name`,

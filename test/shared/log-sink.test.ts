@@ -94,6 +94,17 @@ describe('the log sink', () => {
     expect(logBacklogBytes('8k')).to.equal(LOG_BACKLOG_DEFAULT_BYTES);
     expect(logBacklogBytes('-1')).to.equal(LOG_BACKLOG_DEFAULT_BYTES);
   });
+
+  it('says once, on stderr, that a CUSTODY_LOG_BACKLOG_BYTES it cannot take was not taken; a value it takes is not said', () => {
+    const logOnce = `import(${JSON.stringify(new URL('../../shared/log.js', import.meta.url).href)}).then(({ createLogger }) => { const log = createLogger({}); log.info('one', {}); log.info('two', {}); })`;
+    const run = (value: string) => spawnSync(process.execPath, ['-e', logOnce], { env: { ...process.env, CUSTODY_LOG_BACKLOG_BYTES: value, CUSTODY_LOG_LEVEL: 'info' }, encoding: 'utf8' }).stderr;
+    for (const bad of ['8k', '4095', String(1024 ** 3 + 1)]) {
+      const said = run(bad).split('\n').filter((line) => line.includes('log_backlog_ignored'));
+      expect(said, bad).to.have.length(1);
+      expect((JSON.parse(said[0]!) as { message: string }).message).to.contain(`CUSTODY_LOG_BACKLOG_BYTES=${JSON.stringify(bad)}`).and.to.contain(`the default ${LOG_BACKLOG_DEFAULT_BYTES} is used`);
+    }
+    for (const good of ['4096', String(LOG_BACKLOG_DEFAULT_BYTES)]) expect(run(good), good).to.not.contain('log_backlog_ignored');
+  });
 });
 
 /** Writes ten 330-byte lines through the stderr sink, says "full" on stdout, and three more lines on SIGUSR2. */

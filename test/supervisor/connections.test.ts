@@ -154,7 +154,7 @@ describe('the supervisor\'s file descriptors', function () {
       silent.on('data', (chunk: Buffer) => bytes.push(chunk));
       await new Promise((resolve) => silent.once('close', resolve));
       const held = Date.now() - silentAt;
-      expect(Buffer.concat(bytes).toString('utf8')).to.match(/^HTTP\/1\.1 408 /);
+      expect(Buffer.concat(bytes).toString('utf8')).to.match(/^HTTP\/1\.1 408 /).and.to.contain('timing.api_headers_timeout_ms');
       // Checked every second; at Node's default of every 30 s it would be closed up to 30 s later.
       expect(held, `closed after ${held} ms`).to.be.within(HEADERS_MS - 100, HEADERS_MS + 3_000);
     });

@@ -154,7 +154,7 @@ describe('the bound on reads in flight (bounds.max_reads_in_flight)', function (
       for (const answer of refused) {
         expect(answer.status).to.equal(503);
         expect(answer.body.code).to.equal('service_busy');
-        expect(String(answer.body.message)).to.match(/requests already in flight to this kernel; nothing was read: ask again in a moment$/);
+        expect(String(answer.body.message)).to.match(/requests already in flight to this kernel \(bounds\.kernel_max_in_flight for the kernel.*\); nothing was read: ask again in a moment$/);
       }
       await untilHolds('the refusal tallied in channel_full', () => logEvents(service, 'channel_full').length > 0, 15_000);
       expect(logEvents(service, 'api_refused').filter((line) => line.code === 'too_many_in_flight')).to.have.length(0);
@@ -177,7 +177,7 @@ describe('the bound on reads in flight (bounds.max_reads_in_flight)', function (
       const waited = performance.now() - started;
       expect(given.status, JSON.stringify(given.body)).to.equal(503);
       expect(given.body.code).to.equal('service_unavailable');
-      expect(String(given.body.message)).to.contain('had no answer within 1000 ms').and.to.contain('the read was given up');
+      expect(String(given.body.message)).to.contain('had no answer within 1000 ms').and.to.contain('(timing.child_read_timeout_ms): the read was given up');
       expect(waited).to.be.within(900, 4_000);
       // The one place (max_reads_in_flight 1) was given back: the next read is taken and answered.
       expect((await agentGet(service, '/v1/operations/after-the-timeout')).status).to.equal(404);

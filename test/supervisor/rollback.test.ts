@@ -9,9 +9,12 @@ import path from 'node:path';
 import { eventually, untilHolds } from '../helpers/eventually.js';
 import { type TestService, sqlite, startService } from '../helpers/service.js';
 
+/** The notes in the journal: its effects (a fence line, written by a reconcile before never_claimed is signed, is none). */
 function journal(service: TestService): string[] {
   try {
-    return readFileSync(path.join(service.paths.resourcesDir, 'review-notes.jsonl'), 'utf8').split('\n').filter(Boolean);
+    return readFileSync(path.join(service.paths.resourcesDir, 'review-notes.jsonl'), 'utf8')
+      .split('\n')
+      .filter((line) => line.includes('"operation_id"'));
   } catch {
     return [];
   }
@@ -59,7 +62,7 @@ describe('store rollback through the service', function () {
 
     before(async () => {
       // No sweep may settle op-2 between the lost reply and the stop: the restore must meet it open, as in the report.
-      const service = await startService({ config: { timing: { recovery_sweep_ms: 600_000 } } });
+      const service = await startService({ config: { timing: { recovery_sweep_ms: 600_000, executor_wait_ms: 500 } } });
       services.push(service);
       expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=one'])).code).to.equal(0);
       ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
@@ -107,6 +110,11 @@ describe('store rollback through the service', function () {
       expect(executor?.state).to.equal('failed');
       expect(executor?.restarts).to.equal(0);
       expect(executor?.failure).to.contain('custody recover-rollback default');
+
+      // A new call meanwhile is told the way back, not to restart (a restart is refused again); nothing is logged.
+      const invoked = await again.http('POST', '/v1/invoke', { request_id: 'while-rolled-back', tool: 'review-notes/append', arguments: { note: 'x' } }, 'agent');
+      expect(invoked.body.code).to.equal('executor_unavailable');
+      expect(String(invoked.body.message)).to.contain('store_rolled_back').and.to.contain('custody recover-rollback default').and.to.not.contain('restart one with');
     });
 
     it('takes the way back with recover-rollback: op-2 is recorded again as a claim with no report, never re-run, and reconciliation settles it from the journal', async () => {

@@ -586,9 +586,17 @@ describe('custody start on an empty state', function () {
     try {
       expect((await custody(['init', '--state', state])).code).to.equal(0);
       const file = path.join(state, 'custody.json');
-      const config = JSON.parse(readFileSync(file, 'utf8')) as { port: number; kernel: { settings?: Record<string, unknown> } };
+      const config = JSON.parse(readFileSync(file, 'utf8')) as { port: number; kernel: { argv: string[] | null; settings?: Record<string, unknown> } };
       config.port = 0;
       config.kernel.settings = { ...config.kernel.settings, bogus: 1 };
+      writeFileSync(file, JSON.stringify(config));
+      // This build's kernel: refused when custody.json is read, before any child starts.
+      const read = await custody(['start', '--state', state], { timeoutMs: 60_000 });
+      expect(read.code, read.stderr).to.equal(2);
+      expect(read.stderr).to.match(/kernel\.settings: .*bogus.* \[config_invalid\]/);
+      expect(read.stderr, 'no child was started').to.not.match(/"event":"setup_refused"/);
+      // A kernel run by a command of the operator's own (whose settings the configuration cannot know): the child refuses them.
+      config.kernel.argv = [process.execPath, programPath('kernel'), '--dir', path.join(state, 'kernel')];
       writeFileSync(file, JSON.stringify(config));
       const started = Date.now();
       const result = await custody(['start', '--state', state], { timeoutMs: 60_000 });
