@@ -60,10 +60,17 @@ export function readStatements(dir: string): string[] {
  */
 export function keepStatementsIfPossible(dir: string, ledger: Database.Database, warn: (event: string, fields: Record<string, unknown>) => void): void {
   try {
-    if (keepStatements(dir, ledger)) {
+    const kept = keepStatements(dir, ledger);
+    if (kept.kind === 'ahead') {
       warn('key_statements_ahead', {
         file: path.join(dir, STATEMENTS_FILE),
         message: `${STATEMENTS_FILE} holds rotations past this ledger's key: kept, not cut back to the ledger's; if executor.key was put back from a copy older than the newest key, put the newest one back (docs/ROLLBACK.md)`,
+      });
+    }
+    if (kept.kind === 'moved_aside') {
+      warn('key_statements_moved_aside', {
+        file: kept.file,
+        message: `${STATEMENTS_FILE} held rotations this ledger does not (another branch of its key chain): moved to ${kept.file}, never deleted, and the ledger's written in its place (docs/ROLLBACK.md)`,
       });
     }
   } catch (error) {
@@ -71,22 +78,30 @@ export function keepStatementsIfPossible(dir: string, ledger: Database.Database,
   }
 }
 
+const isPrefix = (shorter: readonly string[], longer: readonly string[]) => shorter.length <= longer.length && shorter.every((text, i) => text === longer[i]);
+
 /**
  * Make the file hold the ledger's statements (written anew, synced, then
- * renamed over the old one), unless it already does, or unless it holds
- * more of them than the ledger: then it knows epochs the ledger does not (an
- * older ledger and an older executor.key put back together, or a rotation
- * cut before its promotion), and it is the only way forward for the first,
- * so it is kept and said (`key_statements_ahead`). Called once the ledger
- * names the key in executor.key. Returns whether the file was kept ahead.
+ * renamed over the old one), unless it already does. Never destroy one it
+ * does not: a file that leads past the ledger (an older ledger and its older
+ * key put back together) is the only way forward to the newest key, so it
+ * is kept as it is ('ahead'); one that parts from the ledger's chain (a
+ * rotation made from such an older ledger) is moved aside first
+ * ('moved_aside'). Called once the ledger names the key in executor.key.
  */
-export function keepStatements(dir: string, ledger: Database.Database): boolean {
+export function keepStatements(dir: string, ledger: Database.Database): { kind: 'same' | 'written' | 'ahead' } | { kind: 'moved_aside'; file: string } {
   const statements = new EpochBook(ledger).all('key_epochs').flatMap((row) => (row.statement === null ? [] : [row.statement]));
   const current = readStatements(dir);
-  if (current.length === statements.length && current.every((text, i) => text === statements[i])) return false;
-  if (current.length > statements.length) return true;
-  replacePrivateFile(path.join(dir, STATEMENTS_FILE), statements.map((text) => `${text}\n`).join(''), { durable: true });
-  return false;
+  if (current.length === statements.length && isPrefix(current, statements)) return { kind: 'same' };
+  if (isPrefix(statements, current)) return { kind: 'ahead' };
+  const file = path.join(dir, STATEMENTS_FILE);
+  let aside: string | null = null;
+  if (!isPrefix(current, statements)) {
+    aside = `${file}.aside-${nowMs()}`;
+    fs.renameSync(file, aside);
+  }
+  replacePrivateFile(file, statements.map((text) => `${text}\n`).join(''), { durable: true });
+  return aside === null ? { kind: 'written' } : { kind: 'moved_aside', file: aside };
 }
 
 /**

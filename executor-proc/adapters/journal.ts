@@ -82,7 +82,7 @@ interface IndexMark {
 const INDEX_SCHEMA = `
 CREATE TABLE IF NOT EXISTS mark (
   id INTEGER PRIMARY KEY CHECK (id = 1),
-  identity TEXT NOT NULL,        -- dev:ino of the journal indexed
+  identity TEXT NOT NULL,        -- the inode of the journal indexed
   offset INTEGER NOT NULL,       -- bytes of complete lines read
   last_at INTEGER NOT NULL,      -- where the last of them starts
   last_digest TEXT NOT NULL      -- SHA-256 of that line, its newline included
@@ -154,6 +154,12 @@ class JournalIndex {
   }
 }
 
+/** SQLite's word for a file that is not (or no longer) a database it can read. */
+function unreadableIndex(error: unknown): boolean {
+  const code = (error as { code?: unknown }).code;
+  return typeof code === 'string' && (code.startsWith('SQLITE_CORRUPT') || code === 'SQLITE_NOTADB');
+}
+
 function lineDigest(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
@@ -199,16 +205,39 @@ export class NotesJournal {
     this.#index = null;
   }
 
-  /** Hold the lock, open the journal (creating it 0600), catch up, and decide. */
+  /**
+   * Hold the lock, open the journal (creating it 0600), catch up, and decide.
+   * An index SQLite cannot read (cut short by a full disk, overwritten) is
+   * only a cache: it is removed and rebuilt from the journal, and the section
+   * run again (every section asks the index before it writes the journal).
+   */
   #locked<T>(section: (view: JournalView & { readonly empty: boolean }) => T): T {
     return this.#lock.withLock(() => {
       const fd = fs.openSync(this.#file, fs.constants.O_RDONLY | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o600);
       try {
-        return section(this.#catchUp(fd));
+        try {
+          return section(this.#catchUp(fd));
+        } catch (error) {
+          if (!unreadableIndex(error)) throw error;
+          this.#warn('journal_index_rebuilt', { file: `${this.#file}.index`, code: (error as { code?: string }).code, message: 'the index could not be read; it is removed and rebuilt from the journal' });
+          this.#discardIndex();
+          return section(this.#catchUp(fd));
+        }
       } finally {
         fs.closeSync(fd);
       }
     });
+  }
+
+  /** Under the lock: another process that has the old file open keeps a whole index of its own, read from the same journal. */
+  #discardIndex(): void {
+    try {
+      this.#index?.close();
+    } catch {
+      // Closing an unreadable database may fail too: it is removed either way.
+    }
+    this.#index = null;
+    for (const suffix of ['', '-wal', '-shm']) fs.rmSync(`${this.#file}.index${suffix}`, { force: true });
   }
 
   /** Index the complete lines the index has not read; the unterminated tail is parsed each time, never indexed. */
@@ -216,7 +245,8 @@ export class NotesJournal {
     this.#index ??= new JournalIndex(`${this.#file}.index`);
     const index = this.#index;
     const stat = fs.fstatSync(fd);
-    const identity = `${stat.dev}:${stat.ino}`;
+    // The inode alone: a device number can change across a remount, and the size and last line tell the rest.
+    const identity = String(stat.ino);
     let mark = index.mark();
     if (mark && !this.#describes(fd, mark, identity, stat.size)) {
       this.#warn('journal_reindexed', { file: this.#file, message: 'the index describes another journal (replaced, cut short, or put back from a copy): it is read again from its start' });
@@ -224,7 +254,6 @@ export class NotesJournal {
       mark = null;
     }
     let offset = mark?.offset ?? 0;
-    let last = mark ? { at: mark.lastAt, digest: mark.lastDigest } : { at: 0, digest: '' };
     const chunk = Buffer.allocUnsafe(Math.min(CHUNK_BYTES, Math.max(1, stat.size - offset)));
     let carry = Buffer.alloc(0);
     for (;;) {
@@ -233,15 +262,19 @@ export class NotesJournal {
       const data = carry.length > 0 ? Buffer.concat([carry, chunk.subarray(0, read)]) : chunk.subarray(0, read);
       const entries: Array<{ entry: Entry; at: number }> = [];
       let start = 0;
+      let lastStart = -1;
       for (let end = data.indexOf(NEWLINE); end >= 0; end = data.indexOf(NEWLINE, start)) {
         const at = offset + start;
         const entry = this.#entryOf(data.subarray(start, end), at);
         if (entry) entries.push({ entry, at });
-        last = { at, digest: lineDigest(data.subarray(start, end + 1)) };
+        lastStart = start;
         start = end + 1;
       }
+      if (lastStart >= 0) {
+        // Only the last complete line's digest is kept: it tells this file from another at the next catch-up.
+        index.record(entries, { identity, offset: offset + start, lastAt: offset + lastStart, lastDigest: lineDigest(data.subarray(lastStart, start)) });
+      }
       offset += start;
-      if (start > 0) index.record(entries, { identity, offset, lastAt: last.at, lastDigest: last.digest });
       carry = Buffer.from(data.subarray(start));
     }
     const tail = carry.length > 0 ? parseEntry(carry.toString('utf8')) : null;
@@ -253,7 +286,7 @@ export class NotesJournal {
       },
       fenced: (id) => index.fenced(id) || (tail?.kind === 'fence' && tail.operationId === id),
       tailOpen: carry.length > 0,
-      empty: stat.size === 0,
+      empty: offset === 0,
     };
   }
 

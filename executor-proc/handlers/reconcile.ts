@@ -70,33 +70,59 @@ export async function reconcileOperation(context: ExecutorContext, body: Request
 }
 
 /**
- * Before "never claimed" is signed for an operation this ledger holds nothing
- * of: the tool, when its adapter can reconcile, is asked what it holds (a
- * durable adapter fences, so "not applied" stays true). A ledger restored
+ * Before "never claimed" is signed for an operation this ledger holds no
+ * claim of, the tool, when its adapter can reconcile, is asked what it holds
+ * (a durable adapter fences, so "not applied" stays true). A ledger restored
  * together with the other stores (no head can tell, docs/ROLLBACK.md) has
  * forgotten claims whose effects happened; signing never_claimed for one of
  * those would release its hold as "no effect". When the tool says applied,
- * or cannot tell, nothing is signed: the operation stays in doubt, its hold
- * kept, and is asked about again. An adapter that cannot reconcile leaves
- * the ledger's word, as before.
+ * nothing is signed: the operation stays `unknown` with its hold (the effect
+ * happened, so the hold is rightly spent) and the contradiction is logged
+ * once; this process answers so again without asking the tool (no reconcile
+ * budget spent on it, however often the supervisor asks). When the adapter
+ * gives no answer (a deadline, an error) it is asked again later; when it
+ * answers that it cannot tell, the ledger's word stands, as for an adapter
+ * without reconcile.
  */
 async function worldAgrees(context: ExecutorContext, verified: VerifiedAuthorization): Promise<void> {
   const { operationId } = verified.subject;
   const { tool } = verified.invocation;
   const descriptor = context.host.descriptors.get(tool);
   if (!descriptor || descriptor.contract === null || !descriptor.reconcilable) return;
+  // A ledger restored under this very process is refused as such first (the process is replaced, its hello refused).
+  context.ledger.assertCurrent();
   const doubt = (why: string) =>
-    new CustodyError('indeterminate', `operation ${operationId} (${tool}): this ledger holds no claim of it, but ${why}; nothing is signed and it is asked about again`);
+    new CustodyError('indeterminate', `operation ${operationId} (${tool}): this ledger holds no claim of it, but ${why}; nothing is signed and it stays unknown`);
+  const contradicted = contradictionsOf(context);
+  const applied = 'the tool says it was applied: this ledger lost its claim (restored from a backup with the other stores? docs/ROLLBACK.md)';
+  if (contradicted.has(operationId)) throw doubt(applied);
   const result = await reconcileWithAdapter(context, descriptor, operationId, doubt);
   if (result.outcome === 'applied') {
+    remember(contradicted, operationId);
     context.log.error('ledger_contradicted', {
       operation_id: operationId,
       tool,
-      message: `the tool says operation ${operationId} was applied, but this ledger never claimed it: the ledger lost the claim (restored from a backup with the other stores? docs/ROLLBACK.md); it stays in doubt, its hold kept, until an operator settles it`,
+      message: `the tool says operation ${operationId} was applied, but this ledger never claimed it: the ledger lost the claim (restored from a backup with the other stores? docs/ROLLBACK.md); nothing is signed, and it stays unknown with its hold, which the effect spent`,
     });
-    throw doubt('the tool says it was applied: the ledger lost its claim (restored from a backup? docs/ROLLBACK.md)');
+    throw doubt(applied);
   }
-  if (result.outcome === 'indeterminate') throw doubt(`the tool cannot tell: ${result.reason}`);
+  if (result.outcome === 'indeterminate') context.log.warn('never_claimed_unconfirmed', { operation_id: operationId, tool, reason: result.reason });
+}
+
+/** Operations a tool said were applied though this ledger never claimed them, per executor process; at most this many kept. */
+const CONTRADICTIONS_KEPT = 10_000;
+const contradictions = new WeakMap<ExecutorContext, Set<string>>();
+
+function contradictionsOf(context: ExecutorContext): Set<string> {
+  let set = contradictions.get(context);
+  if (!set) contradictions.set(context, (set = new Set()));
+  return set;
+}
+
+function remember(set: Set<string>, operationId: string): void {
+  set.add(operationId);
+  // The oldest goes first: it is asked of the tool again, no more.
+  if (set.size > CONTRADICTIONS_KEPT) set.delete(set.values().next().value!);
 }
 
 /** Ask the adapter about an operation (a durable adapter fences it); no answer in time, or a malformed one, is `fail`'s error. */

@@ -197,13 +197,18 @@ export class Ledger {
   }
 
   /**
-   * Inside the transaction of every claim, report and refusal, before it is
-   * written: a head below one this process read means the ledger was
-   * restored under it (shared/store/head-floor.ts). It would otherwise find
-   * no claim for an operation it ran and sign `never_claimed` for it, or
-   * claim and run it again.
+   * The checks every write makes, made without a write: the path still names
+   * the file this process opened, and its head is not below one it read.
+   * Before the executor asks a tool about an operation this ledger holds no
+   * claim of, so a ledger restored under it is refused (and the process
+   * replaced) rather than taken at its word.
    */
-  #advanceHead(): void {
+  assertCurrent(): void {
+    this.#assertWritable();
+    this.#checkHeadFloor();
+  }
+
+  #checkHeadFloor(): void {
     try {
       this.#floor.check(this.#headNow(), `ledger ${this.#file.path}`, 'executor', 'the newest copy is back or `custody recover-rollback` is run');
     } catch (error) {
@@ -213,6 +218,17 @@ export class Ledger {
       }
       throw this.#replaced;
     }
+  }
+
+  /**
+   * Inside the transaction of every claim, report and refusal, before it is
+   * written: a head below one this process read means the ledger was
+   * restored under it (shared/store/head-floor.ts). It would otherwise find
+   * no claim for an operation it ran and sign `never_claimed` for it, or
+   * claim and run it again.
+   */
+  #advanceHead(): void {
+    this.#checkHeadFloor();
     this.#raiseHead.run();
   }
 

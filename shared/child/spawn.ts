@@ -238,7 +238,9 @@ export const CHILD_LINE_MAX_BYTES = 64 * 1024;
  * ssh warning, text glued to a line by a wrapper's partial write, a line cut
  * at its bound) wrapped as `child_stderr`, so every line of the log parses.
  */
-export function asLogLine(line: string, droppedBytes: number, child: string): string {
+export function asLogLine(text: string, droppedBytes: number, child: string): string {
+  // A line ended with CRLF (as readline took it before) is the same line.
+  const line = text.endsWith('\r') ? text.slice(0, -1) : text;
   if (droppedBytes === 0 && line.startsWith('{') && line.endsWith('}')) return line;
   return JSON.stringify({ ts: new Date().toISOString(), level: 'warn', event: 'child_stderr', child, line: wellFormed(line), ...(droppedBytes > 0 ? { dropped_bytes: droppedBytes } : {}) });
 }

@@ -7,8 +7,9 @@
 // invoke` does not pay for them at every call (docs/PERFORMANCE.md "CLI start").
 import { logIgnoredSignals } from '../../shared/inspector-guard.js';
 import { Command, CommanderError, Option } from 'commander';
-import { toCustodyError } from '../../shared/errors.js';
-import { resolveStateDir } from '../paths.js';
+import { CustodyError, toCustodyError } from '../../shared/errors.js';
+import { resolveStateDir, statePaths } from '../paths.js';
+import { existsSync } from 'node:fs';
 import { type ArgSource, argumentBoundFor, collectArg, parseAnswerTimeout, parseCount, parseDuration, parseName, parsePort, parseWait, parseWaitAtLeast1ms, resolveArguments } from './args.js';
 import { connect } from './client.js';
 import { CLI_EXIT } from '../../shared/exit-codes.js';
@@ -48,8 +49,13 @@ program
   .option('--executors <n>', 'number of executors', parseCount('--executors', 1), 1)
   .option('--json', 'machine-readable output')
   .option('--verbose', "also show the info lines of init's JSON log and of the children it provisions (default: warnings and errors only)")
-  .action(async (options: { state?: string; executors: number; json?: boolean; verbose?: boolean }) => {
-    setExit(await initCommand(json(options), resolveStateDir(options.state ?? program.opts<{ state?: string }>().state), options.executors, options.verbose === true));
+  .action(async (options: { state?: string; executors: number; json?: boolean; verbose?: boolean }, command: Command) => {
+    const stateDir = resolveStateDir(options.state ?? program.opts<{ state?: string }>().state);
+    // A custody.json placed in the state names its executors itself: a count given as well would be passed over in silence.
+    if (command.getOptionValueSource('executors') === 'cli' && existsSync(statePaths(stateDir).config)) {
+      throw new CustodyError('usage', `${statePaths(stateDir).config} is there and names the executors; give --executors only for a state without one`);
+    }
+    setExit(await initCommand(json(options), stateDir, options.executors, options.verbose === true));
   });
 
 program

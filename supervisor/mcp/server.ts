@@ -16,6 +16,7 @@
 // stdout carries MCP messages only; logs are JSON lines on stderr.
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { STDIO_DEFAULT_MAX_BUFFER_SIZE } from '@modelcontextprotocol/sdk/shared/stdio.js';
 import { CallToolRequestSchema, type CallToolResult, ErrorCode, ListToolsRequestSchema, McpError, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { describeIssues } from '../../shared/wire/session.js';
@@ -264,8 +265,8 @@ export function createMcpServer(options: McpOptions): McpServer {
   return mcp;
 }
 
-/** A line past this is refused (-32700) and skipped to its newline, never held: the SDK's own buffer bound. */
-export const MCP_LINE_MAX_BYTES = 10 * 1024 * 1024;
+/** A line past this is refused (-32700) and skipped to its newline, never held: the SDK's own buffer bound, its newline included. */
+export const MCP_LINE_MAX_BYTES = STDIO_DEFAULT_MAX_BUFFER_SIZE - 1;
 
 /** How deep a message may nest: the service bounds a tool's arguments itself (bounds.max_depth), this only bounds the scan. */
 const MCP_MAX_DEPTH = 128;
@@ -324,7 +325,9 @@ export function strictLines(input: Readable, answer: (error: Record<string, unkn
     }
   });
   input.on('end', () => {
-    if (!skipping && heldBytes > 0) line(Buffer.concat(held, heldBytes));
+    // A last message without its newline is not one the SDK would read (it waits for the newline): said, never run,
+    // since its answer could not be waited for once the input has ended.
+    if (!skipping && heldBytes > 0) refuse(-32700, 'the input ended inside a message (no newline after it); it was not run');
     out.end();
   });
   input.on('error', (error) => out.destroy(error));

@@ -134,6 +134,25 @@ describe('executor-proc review-notes journal', () => {
       expect(events2).to.deep.equal([]);
     });
 
+    it('is removed and rebuilt when SQLite cannot read it (cut short, overwritten): the tool goes on, nothing in the journal lost', () => {
+      journal.append(OP(1), 'one');
+      journal.observe(OP(2));
+      for (const [i, junk] of [Buffer.from('not a database at all'), Buffer.alloc(0)].entries()) {
+        const events: string[] = [];
+        journal.close();
+        lock.close();
+        fs.writeFileSync(`${file}.index`, junk);
+        for (const suffix of ['-wal', '-shm']) fs.rmSync(`${file}.index${suffix}`, { force: true });
+        lock = new ExclusiveFileLock(`${file}.lock`, 300);
+        journal = new NotesJournal(file, lock, (event) => events.push(event));
+        expect(journal.append(OP(1), 'one')).to.deep.include({ outcome: 'applied', existing: true });
+        expect(journal.append(OP(2), 'fenced before')).to.deep.equal({ outcome: 'fenced' });
+        expect(journal.append(OP(10 + i), 'new')).to.deep.include({ outcome: 'applied', existing: false });
+        if (junk.length > 0) expect(events).to.include('journal_index_rebuilt');
+      }
+      expect(lines().filter((line) => line.includes('"operation_id"'))).to.have.length(3);
+    });
+
     it('is rebuilt for a journal replaced by another file, cut short, or put back in place from a copy whose last line differs', () => {
       fs.mkdirSync(path.dirname(file), { recursive: true });
       journal.append(OP(1), 'one');

@@ -404,6 +404,9 @@ describe('custody start on an empty state', function () {
       const placed = JSON.stringify({ port: 0, kernel: { settings: { default_grant: grant } }, executors: [{ name: 'default', claim_capacity: 16, settings: { refusal_reserve: 2 } }] });
       const file = path.join(state, 'custody.json');
       writeFileSync(file, placed, { mode: 0o600 });
+      const counted = await custody(['init', '--state', state, '--executors', '2']);
+      expect(counted.code, 'a count beside a placed custody.json is refused, not passed over').to.equal(2);
+      expect(counted.stderr).to.contain('names the executors');
       const made = await custody(['init', '--state', state]);
       expect(made.code, made.stderr).to.equal(0);
       expect(readFileSync(file, 'utf8'), 'the operator\'s file is as written').to.equal(placed);

@@ -65,8 +65,8 @@ export async function grantRevokeCommand(client: ServiceClient, out: Output, id:
 
 /**
  * File names an export may write: the service proposes them, but only these
- * shapes are written — an artifact (`receipt-2-completion.json`), `kernel.pub`,
- * or a signer's key named by role and epoch (`kernel.e1.pub`, `executor-default.e2.pub`).
+ * shapes are written — an artifact (`receipt-2-completion.json`) or a
+ * signer's key named by role and epoch (`kernel.e1.pub`, `executor-default.e2.pub`).
  */
 const EXPORT_FILE = /^[a-z0-9][a-z0-9-]{0,63}(\.e[1-9][0-9]{0,8})?\.(json|pub)$/;
 

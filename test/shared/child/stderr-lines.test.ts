@@ -12,6 +12,7 @@ describe("a child's stderr lines in the supervisor's log", () => {
   it('passes a JSON log line as it is, and wraps anything else as child_stderr, lone surrogates made U+FFFD', () => {
     const own = '{"ts":"2026-01-01T00:00:00.000Z","level":"info","role":"executor","event":"child_serving"}';
     expect(asLogLine(own, 0, 'default')).to.equal(own);
+    expect(asLogLine(`${own}\r`, 0, 'default'), 'ended with CRLF').to.equal(own);
     for (const text of ["Warning: Permanently added 'host' (ED25519) to the list of known hosts.", `partial line without newline then exec${own}`, 'x\ud800y']) {
       const wrapped = JSON.parse(asLogLine(text, 0, 'default')) as Record<string, unknown>;
       expect(wrapped).to.include({ level: 'warn', event: 'child_stderr', child: 'default', line: text.replace('\ud800', '\ufffd') });
