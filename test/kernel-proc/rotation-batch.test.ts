@@ -3,6 +3,7 @@
 // first's pending key exists, so the first's promotion never overwrites the
 // key kernel.db names. Before, the second replaced the pending key, the first
 // promoted it and zeroed kernel.key: the kernel could never start again.
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { loadSigner } from '../../shared/crypto/key-files.js';
@@ -28,5 +29,20 @@ describe('kernel-proc: two key rotations in one batch', function () {
     kernel = await KernelProcess.start(root, {});
     expect((await kernel.request('kernel.rotate', {})).key_epoch, 'the next rotation goes on from it').to.equal(3);
     await kernel.stop();
+  });
+
+  it('names a kernel.key put back from before a rotation as the stale file: the key of the epoch it retired, and the way back is the newest key', async () => {
+    const kernel = await KernelProcess.start(root, {});
+    const keyFile = path.join(root.dir, 'kernel.key');
+    const before = readFileSync(keyFile);
+    const rotated = await kernel.request('kernel.rotate', {});
+    await kernel.stop();
+    const newest = readFileSync(keyFile);
+    writeFileSync(keyFile, before);
+    const refusal = await KernelProcess.refusal(root, {});
+    expect(refusal.code).to.equal('identity_mismatch');
+    expect(refusal.message).to.contain(`the key of epoch ${rotated.key_epoch - 1}, which a rotation retired`).and.to.contain(`Put back the newest kernel.key (epoch ${rotated.key_epoch})`);
+    writeFileSync(keyFile, newest);
+    await (await KernelProcess.start(root, {})).stop();
   });
 });
