@@ -59,7 +59,7 @@ const CODES = {
   store_lock_lost: { class: 'internal', summary: 'the store lock is no longer held; writing stopped' },
   store_schema: { class: 'internal', summary: 'the store schema is unknown or newer than this build' },
   store_identity: { class: 'internal', summary: 'the store file is not the one provisioned (copied, swapped or changed identity)' },
-  store_corrupt: { class: 'internal', summary: 'a store guard refused a write (immutable or insert-once row)' },
+  store_corrupt: { class: 'internal', summary: 'a store guard refused a write (immutable or insert-once row), or SQLite found a store file damaged' },
   // kernel decisions
   capability_invalid: { class: 'refused', summary: 'the capability is malformed or its signature does not verify' },
   capability_expired: { class: 'refused', summary: 'the capability has expired' },
@@ -215,6 +215,14 @@ export function toCustodyError(value: unknown, fallback: ErrorCode = 'internal')
   const message = value instanceof Error ? value.message : String(value);
   if (isStorageFull(value)) return new CustodyError('storage_full', describeStorageFull(value, message), { cause: value });
   if (isStoreBusy(value)) return new CustodyError('store_busy', busyDescriber ? busyDescriber(message) : `a store is locked by another connection (${message}); end its transaction, then ask again with the same name`, { cause: value });
+  if (isStoreDamaged(value)) {
+    // Typically a file overwritten under its running process (docs/ROLLBACK.md, "What is and is not detected").
+    return new CustodyError(
+      'store_corrupt',
+      `SQLite found a store file damaged (${message}): stop the service, check each store with sqlite3 FILE 'PRAGMA integrity_check', and put back the newest good copy (docs/ROLLBACK.md)`,
+      { cause: value },
+    );
+  }
   return new CustodyError(fallback, message, { cause: value });
 }
 
@@ -224,6 +232,13 @@ export function isStoreBusy(value: unknown): boolean {
   if (typeof value !== 'object' || value === null) return false;
   const code = (value as { code?: unknown }).code;
   return typeof code === 'string' && (code === 'SQLITE_BUSY' || code.startsWith('SQLITE_BUSY_'));
+}
+
+/** SQLite's SQLITE_CORRUPT (also as an extended code) or SQLITE_NOTADB: a file it cannot read as the database it was. */
+export function isStoreDamaged(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null || value instanceof CustodyError) return false;
+  const code = (value as { code?: unknown }).code;
+  return typeof code === 'string' && (code.startsWith('SQLITE_CORRUPT') || code === 'SQLITE_NOTADB');
 }
 
 /** SQLite's SQLITE_FULL (also as an extended code) or ENOSPC/EDQUOT from a file write. */

@@ -23,6 +23,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
+import { isStoreDamaged } from '../../shared/errors.js';
 import { nowMs } from '../../shared/clock.js';
 import { syncDirectory } from '../../shared/store/private-fs.js';
 import type { ExclusiveFileLock } from './journal-lock.js';
@@ -154,12 +155,6 @@ class JournalIndex {
   }
 }
 
-/** SQLite's word for a file that is not (or no longer) a database it can read. */
-function unreadableIndex(error: unknown): boolean {
-  const code = (error as { code?: unknown }).code;
-  return typeof code === 'string' && (code.startsWith('SQLITE_CORRUPT') || code === 'SQLITE_NOTADB');
-}
-
 function lineDigest(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
@@ -218,7 +213,7 @@ export class NotesJournal {
         try {
           return section(this.#catchUp(fd));
         } catch (error) {
-          if (!unreadableIndex(error)) throw error;
+          if (!isStoreDamaged(error)) throw error;
           this.#warn('journal_index_rebuilt', { file: `${this.#file}.index`, code: (error as { code?: string }).code, message: 'the index could not be read; it is removed and rebuilt from the journal' });
           this.#discardIndex();
           return section(this.#catchUp(fd));

@@ -1,6 +1,7 @@
 // A full disk is a named condition (docs/POISON-AND-DISK.md). SQLite is made
 // to answer SQLITE_FULL for real with `PRAGMA max_page_count` (the same code
 // path as a full filesystem), and a file write's ENOSPC is given its path.
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type Database from 'better-sqlite3';
 import { expect } from 'chai';
@@ -87,6 +88,27 @@ describe('storage_full', () => {
       expect(toCustodyError(refused).code).to.equal('storage_full');
     } finally {
       store.close();
+    }
+  });
+});
+
+describe('store_corrupt from SQLite', () => {
+  it('is what a file SQLite cannot read as a database becomes (SQLITE_NOTADB, SQLITE_CORRUPT), saying how to check and what to put back', async () => {
+    const { default: Sqlite } = await import('better-sqlite3');
+    const dir = makeTempRoot();
+    try {
+      const file = path.join(dir, 'junk.db');
+      writeFileSync(file, Buffer.alloc(8192, 7));
+      const db = new Sqlite(file);
+      const raw = thrownBy(() => db.prepare('SELECT 1 FROM sqlite_master').get());
+      db.close();
+      expect((raw as { code?: string }).code).to.match(/^SQLITE_(NOTADB|CORRUPT)/);
+      const failure = toCustodyError(raw);
+      expect(failure.code).to.equal('store_corrupt');
+      expect(failure.message).to.include("PRAGMA integrity_check").and.include('put back the newest good copy');
+      expect(toCustodyError(Object.assign(new Error('database disk image is malformed'), { code: 'SQLITE_CORRUPT_INDEX' })).code).to.equal('store_corrupt');
+    } finally {
+      removeTempRoot(dir);
     }
   });
 });
