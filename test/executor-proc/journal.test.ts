@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { once } from 'node:events';
 import { expect } from 'chai';
-import { NotesJournal, noteDigest } from '../../executor-proc/adapters/journal.js';
+import { NotesJournal, RECORD_EVERY_LINES, noteDigest } from '../../executor-proc/adapters/journal.js';
 import { ExclusiveFileLock } from '../../executor-proc/adapters/journal-lock.js';
 import { REPO_ROOT } from '../helpers/vectors.js';
 
@@ -114,19 +114,24 @@ describe('executor-proc review-notes journal', () => {
       return journal;
     };
 
+    /** `count` notes written straight into the journal, for operations from `first` on: past RECORD_EVERY_LINES, the index is written. */
+    const filled = (first: number, count: number) => Array.from({ length: count }, (_, i) => note(first + i)).join('\n') + '\n';
+
     it('is kept beside the journal, private, and a restarted process reads on from where it stopped, not the whole journal again', () => {
       fs.mkdirSync(path.dirname(file), { recursive: true });
       // A line that does not parse, early: reading it again would say so again.
-      fs.writeFileSync(file, `${note(1)}\nnot a journal line\n${note(2)}\n`);
+      fs.writeFileSync(file, `${note(1)}\nnot a journal line\n${filled(100, RECORD_EVERY_LINES)}${note(2)}\n`);
       expect(journal.observe(OP(2))).to.deep.include({ outcome: 'applied' });
       expect(warnings.filter((event) => event === 'journal_line_skipped')).to.have.length(1);
       expect(fs.statSync(`${file}.index`).mode & 0o777).to.equal(0o600);
       const events: string[] = [];
       const again = restarted(events);
       expect(again.observe(OP(1))).to.deep.include({ outcome: 'applied' });
+      expect(again.observe(OP(100 + RECORD_EVERY_LINES - 1))).to.deep.include({ outcome: 'applied' });
       expect(again.append(OP(3), 'after the restart')).to.deep.include({ outcome: 'applied', existing: false });
       expect(again.observe(OP(4))).to.deep.equal({ outcome: 'not_applied', fencedNow: true });
       expect(events, 'nothing read twice, nothing rebuilt').to.deep.equal([]);
+      // What the last process read but never wrote to the index (fewer than RECORD_EVERY_LINES lines) is read again, and found.
       const events2: string[] = [];
       const third = restarted(events2);
       expect(third.append(OP(4), 'fenced before the restart')).to.deep.equal({ outcome: 'fenced' });
@@ -155,6 +160,8 @@ describe('executor-proc review-notes journal', () => {
 
     it('is rebuilt for a journal replaced by another file, cut short, or put back in place from a copy whose last line differs', () => {
       fs.mkdirSync(path.dirname(file), { recursive: true });
+      // Past RECORD_EVERY_LINES, so that the index holds a mark to be found wrong.
+      fs.writeFileSync(file, filled(100, RECORD_EVERY_LINES));
       journal.append(OP(1), 'one');
       journal.append(OP(2), 'two');
       const copy = fs.readFileSync(file);
