@@ -23,7 +23,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { isStoreDamaged } from '../../shared/errors.js';
+import { CustodyError, isStoreDamaged } from '../../shared/errors.js';
 import { nowMs } from '../../shared/clock.js';
 import { syncDirectory } from '../../shared/store/private-fs.js';
 import type { ExclusiveFileLock } from './journal-lock.js';
@@ -171,6 +171,11 @@ interface Unrecorded {
   readonly fences: Set<string>;
 }
 
+/** Nothing read yet past the mark at `base`, whose last line starts at `lastAt`. */
+function unrecorded(identity: string, base: number, lastAt: number, lastDigest: string): Unrecorded {
+  return { identity, base, end: base, lastAt, lastDigest, lines: 0, entries: [], notes: new Map(), fences: new Set() };
+}
+
 function lineDigest(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
@@ -278,8 +283,9 @@ export class NotesJournal {
     const base = mark?.offset ?? 0;
     let pending = this.#unrecorded;
     // Another process moved the mark, or the file is not the one read (another inode, cut short, its last line read no longer there).
-    if (pending && (pending.base !== base || pending.identity !== identity || stat.size < pending.end || !this.#lineStillThere(fd, pending))) pending = null;
-    pending ??= { identity, base, end: base, lastAt: mark?.lastAt ?? 0, lastDigest: mark?.lastDigest ?? '', lines: 0, entries: [], notes: new Map(), fences: new Set() };
+    // Nothing read past the mark: its last line is the mark's, checked just above.
+    if (pending && (pending.base !== base || pending.identity !== identity || stat.size < pending.end || (pending.end !== base && !this.#lineStillThere(fd, pending)))) pending = null;
+    pending ??= unrecorded(identity, base, mark?.lastAt ?? 0, mark?.lastDigest ?? '');
     const chunk = Buffer.allocUnsafe(Math.min(CHUNK_BYTES, Math.max(1, stat.size - pending.end)));
     let carry = Buffer.alloc(0);
     for (;;) {
@@ -310,7 +316,7 @@ export class NotesJournal {
       carry = Buffer.from(data.subarray(start));
       if (pending.lines >= RECORD_EVERY_LINES) {
         index.record(pending.entries, { identity, offset: pending.end, lastAt: pending.lastAt, lastDigest: pending.lastDigest });
-        pending = { identity, base: pending.end, end: pending.end, lastAt: pending.lastAt, lastDigest: pending.lastDigest, lines: 0, entries: [], notes: new Map(), fences: new Set() };
+        pending = unrecorded(identity, pending.end, pending.lastAt, pending.lastDigest);
       }
     }
     this.#unrecorded = pending;
@@ -358,7 +364,7 @@ export class NotesJournal {
     const end = buffer.subarray(0, read).indexOf(NEWLINE);
     const entry = parseEntry(buffer.subarray(0, end < 0 ? read : end).toString('utf8'));
     if (entry?.kind === 'note' && entry.line.operation_id === operationId) return entry.line;
-    throw new Error(`the index of ${this.#file} says the note of ${operationId} starts at byte ${at}, and it does not; remove ${this.#file}.index to have it rebuilt`);
+    throw new CustodyError('store_corrupt', `the index of ${this.#file} says the note of ${operationId} starts at byte ${at}, and it does not; remove ${this.#file}.index to have it rebuilt`);
   }
 
   #write(view: JournalView & { readonly empty: boolean }, entry: object): void {

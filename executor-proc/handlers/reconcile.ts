@@ -110,7 +110,7 @@ async function worldAgrees(context: ExecutorContext, verified: VerifiedAuthoriza
 }
 
 /** Operations a tool said were applied though this ledger never claimed them, per executor process; at most this many kept. */
-const CONTRADICTIONS_KEPT = 10_000;
+export const CONTRADICTIONS_KEPT = 10_000;
 const contradictions = new WeakMap<ExecutorContext, Set<string>>();
 
 function contradictionsOf(context: ExecutorContext): Set<string> {
@@ -119,7 +119,7 @@ function contradictionsOf(context: ExecutorContext): Set<string> {
   return set;
 }
 
-function remember(set: Set<string>, operationId: string): void {
+export function remember(set: Set<string>, operationId: string): void {
   set.add(operationId);
   // The oldest goes first: it is asked of the tool again, no more.
   if (set.size > CONTRADICTIONS_KEPT) set.delete(set.values().next().value!);

@@ -224,11 +224,6 @@ export function spawnError(name: string, command: string, error: NodeJS.ErrnoExc
   return new CustodyError('peer_exited', `${cannot}: ${error.message}`, { cause: error });
 }
 
-/**
- * The child's stderr is its JSON log, one line at a time; stdin errors are
- * only the echo of an early exit. Resolves with the first store migration
- * notice, if the child writes one.
- */
 /** A child's stderr line is kept up to this many bytes; the rest is counted (`dropped_bytes`), never buffered. */
 export const CHILD_LINE_MAX_BYTES = 64 * 1024;
 
@@ -245,6 +240,11 @@ export function asLogLine(text: string, droppedBytes: number, child: string): st
   return JSON.stringify({ ts: new Date().toISOString(), level: 'warn', event: 'child_stderr', child, line: wellFormed(line), ...(droppedBytes > 0 ? { dropped_bytes: droppedBytes } : {}) });
 }
 
+/**
+ * The child's stderr is its JSON log, one line at a time; stdin errors are
+ * only the echo of an early exit. Resolves with the first store migration
+ * notice, if the child writes one.
+ */
 function relayStderr(child: ChildProcessWithoutNullStreams, options: SpawnChildOptions, log: Logger): Promise<MigrationNotice> {
   const onLine = options.onStderrLine ?? ((line: string) => stderrSink().write(line + '\n'));
   let noticed: (notice: MigrationNotice) => void = () => undefined;

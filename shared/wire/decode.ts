@@ -171,6 +171,9 @@ export function decodeUtf8Strict(bytes: Uint8Array, what: string): string {
 }
 
 /** Decode one line as a JSON object under the nesting bound. */
+/** How decodeJsonObject ends the message of a value that is not an object (custody mcp answers it -32600, not -32700). */
+export const NOT_AN_OBJECT = 'is not a JSON object at top level';
+
 export function decodeJsonObject(bytes: Uint8Array, maxDepth: number, what = 'frame'): Record<string, unknown> {
   const text = decodeUtf8Strict(bytes, what);
   const { depth, duplicate, reserved } = scanJson(text, maxDepth);
@@ -184,7 +187,7 @@ export function decodeJsonObject(bytes: Uint8Array, maxDepth: number, what = 'fr
     throw new CustodyError('frame_malformed', `${what} is not valid JSON: ${(cause as Error).message}`, { cause });
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw new CustodyError('frame_malformed', `${what} is not a JSON object at top level`);
+    throw new CustodyError('frame_malformed', `${what} ${NOT_AN_OBJECT}`);
   }
   if (duplicate !== undefined) {
     throw new CustodyError('frame_malformed', `${what} has the member ${JSON.stringify(duplicate)} twice in one object`);

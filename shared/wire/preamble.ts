@@ -9,9 +9,13 @@ import { describeIssues } from './session.js';
 
 const PREAMBLE_MAX_DEPTH = 4;
 
+/** The preamble's line, its newline aside: checked against its schema, then serialized. */
+function preambleLine(preamble: Preamble): Buffer {
+  return Buffer.from(JSON.stringify(preambleSchema.parse(preamble)), 'utf8');
+}
+
 export function encodePreamble(preamble: Preamble): Buffer {
-  const checked = preambleSchema.parse(preamble);
-  const line = Buffer.from(JSON.stringify(checked), 'utf8');
+  const line = preambleLine(preamble);
   if (line.length > PREAMBLE_MAX_BYTES) {
     throw new CustodyError('preamble_too_large', `preamble of ${line.length} bytes exceeds ${PREAMBLE_MAX_BYTES} bytes; shorten the settings`);
   }
@@ -32,7 +36,7 @@ export function preambleBytes(child: {
   settings: Preamble['settings'];
 }): number {
   const hex = (bytes: number) => '0'.repeat(bytes * 2);
-  const preamble = {
+  const preamble: Preamble = {
     custody: PREAMBLE_TAG,
     sid: hex(16),
     key: hex(32),
@@ -44,7 +48,7 @@ export function preambleBytes(child: {
     limits: child.limits,
     settings: child.settings,
   };
-  return Buffer.byteLength(JSON.stringify(preamble));
+  return preambleLine(preamble).length;
 }
 
 export function parsePreambleLine(line: Buffer): Preamble {

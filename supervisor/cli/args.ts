@@ -47,7 +47,8 @@ function notUtf8OnCommandLine(decoded: string): boolean {
   }
   let start = 0;
   while (start < raw.length) {
-    const end = raw.indexOf(0, start) === -1 ? raw.length : raw.indexOf(0, start);
+    const nul = raw.indexOf(0, start);
+    const end = nul === -1 ? raw.length : nul;
     const bytes = raw.subarray(start, end);
     if (bytes.toString('utf8').includes(decoded) && invalidUtf8Offset(bytes) !== -1) return true;
     start = end + 1;

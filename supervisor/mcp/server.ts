@@ -30,7 +30,7 @@ import { causeOf } from '../operations/causes.js';
 import { askedBefore } from '../operations/outcome.js';
 import { mcpNameOf, toolOfMcpName } from './names.js';
 import { PassThrough, type Readable } from 'node:stream';
-import { decodeJsonObject } from '../../shared/wire/decode.js';
+import { NOT_AN_OBJECT, decodeJsonObject } from '../../shared/wire/decode.js';
 
 /** The argument an agent may add to any tool to name a call (stripped before the adapter sees the arguments). */
 export const REQUEST_KEY_ARGUMENT = 'custody_request_id';
@@ -296,7 +296,7 @@ export function strictLines(input: Readable, answer: (error: Record<string, unkn
       decodeJsonObject(text, MCP_MAX_DEPTH, 'the message');
     } catch (error) {
       const failure = toCustodyError(error);
-      refuse(/not a JSON object/.test(failure.message) ? -32600 : -32700, failure.message);
+      refuse(failure.message.endsWith(NOT_AN_OBJECT) ? -32600 : -32700, failure.message);
       return;
     }
     out.write(Buffer.concat([text, Buffer.from('\n')]));

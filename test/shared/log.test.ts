@@ -4,7 +4,7 @@
 // child relays other processes' logs (an adapter's) through its own.
 import { expect } from 'chai';
 import { createLogger } from '../../shared/log.js';
-import { LOG_ENVELOPE, ownFields } from '../../executor-proc/adapters/host/serve.js';
+import { LOG_ENVELOPE, adapterLogFields, ownFields } from '../../executor-proc/adapters/host/serve.js';
 
 function captured(): { lines: Array<Record<string, unknown>>; log: ReturnType<typeof createLogger> } {
   const lines: Array<Record<string, unknown>> = [];
@@ -38,7 +38,7 @@ describe('the JSON log line', () => {
 
   it("keeps an adapter's own log fields from naming the line's process, event or error: they are kept as adapter_<name>", () => {
     const { lines, log } = captured();
-    log.info('adapter_log', { ...ownFields({ ts: 12, role: 'kernel', pid: 'x', name: 'kernel', sid: '00', component: 'supervisor', tool: 'other', adapter_event: 'zz', code: 'frame_malformed', detail: 'kept' }), tool: 'fixture/x', adapter_event: 'said' });
+    log.info('adapter_log', adapterLogFields('fixture/x', 'said', { ts: 12, role: 'kernel', pid: 'x', name: 'kernel', sid: '00', component: 'supervisor', tool: 'other', adapter_event: 'zz', code: 'frame_malformed', detail: 'kept' }));
     expect(lines[0]).to.include({ role: 'executor', pid: 7, event: 'adapter_log', tool: 'fixture/x', adapter_event: 'said', detail: 'kept' });
     expect(lines[0]).to.include({ adapter_role: 'kernel', adapter_pid: 'x', adapter_ts: 12, adapter_code: 'frame_malformed', adapter_tool: 'other' });
     expect(lines[0]).to.not.have.property('code');

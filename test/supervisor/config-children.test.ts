@@ -18,16 +18,8 @@ import { SessionEndpoint } from '../../shared/wire/session.js';
 import { MESSAGES } from '../../shared/protocol/messages.js';
 import { ARTIFACT_MAX_BYTES } from '../../shared/protocol/artifacts.js';
 import { canonicalBytes } from '../../shared/canonical/jcs.js';
+import { configRefusal } from '../helpers/config-refusal.js';
 
-function refusal(input: unknown): string {
-  try {
-    parseConfig(input);
-  } catch (error) {
-    expect(error).to.have.property('code', 'config_invalid');
-    return (error as Error).message;
-  }
-  return expect.fail(`${JSON.stringify(input)} was accepted`);
-}
 
 const executor = (fields: Record<string, unknown>) => ({ executors: [{ name: 'default', ...fields }] });
 
@@ -51,14 +43,14 @@ describe('custody.json: what the children would refuse', () => {
     for (const key of ['*', 'review-notes/append']) {
       const config = parseConfig(executor({ deadlines_ms: { [key]: DEADLINE_MAX_MS } }));
       expect(() => parseExecutorSettings(executorSettings(config.executors[0]!)), 'the executor takes its deadline').to.not.throw();
-      expect(refusal(executor({ deadlines_ms: { [key]: DEADLINE_MAX_MS + 1 } }))).to.contain(`executors.0.deadlines_ms.${key}`).and.to.contain('86395000');
+      expect(configRefusal(executor({ deadlines_ms: { [key]: DEADLINE_MAX_MS + 1 } }))).to.contain(`executors.0.deadlines_ms.${key}`).and.to.contain('86395000');
     }
   });
 
   it(`executors[].tools: ${EXECUTOR_TOOLS_MAX} are taken, one more is refused (the kernel's executor.pin holds ${EXECUTOR_TOOLS_MAX})`, () => {
     const tools = (n: number) => Array.from({ length: n }, (_, i) => `tool-${i}/*`);
     expect(parseConfig(executor({ tools: tools(EXECUTOR_TOOLS_MAX) })).executors[0]!.tools).to.have.length(EXECUTOR_TOOLS_MAX);
-    expect(refusal(executor({ tools: tools(EXECUTOR_TOOLS_MAX + 1) }))).to.contain('executors.0.tools').and.to.contain(`<=${EXECUTOR_TOOLS_MAX}`);
+    expect(configRefusal(executor({ tools: tools(EXECUTOR_TOOLS_MAX + 1) }))).to.contain('executors.0.tools').and.to.contain(`<=${EXECUTOR_TOOLS_MAX}`);
   });
 
   it(`an executor's preamble of ${PREAMBLE_MAX_BYTES} bytes is taken and is what the child is sent; one byte more is refused, naming the keys to shorten`, () => {
@@ -80,12 +72,12 @@ describe('custody.json: what the children would refuse', () => {
     });
     expect(line.length - 1).to.equal(PREAMBLE_MAX_BYTES);
     const over = deadlinesOfPreamble(PREAMBLE_MAX_BYTES + 1);
-    expect(refusal(executor({ deadlines_ms: over }))).to.contain(`preamble of ${PREAMBLE_MAX_BYTES + 1} bytes`).and.to.contain('shorten executors.0.settings or executors.0.deadlines_ms');
+    expect(configRefusal(executor({ deadlines_ms: over }))).to.contain(`preamble of ${PREAMBLE_MAX_BYTES + 1} bytes`).and.to.contain('shorten executors.0.settings or executors.0.deadlines_ms');
   });
 
   it('a kernel.settings too long for its preamble is refused, naming kernel.settings', () => {
     const perTool = Object.fromEntries(Array.from({ length: 80 }, (_, i) => [`tool-${i}/${'x'.repeat(40)}`, 1024]));
-    expect(refusal({ kernel: { settings: { argument_bytes_per_tool: perTool } } })).to.match(/kernel\.settings: makes a preamble of \d+ bytes/);
+    expect(configRefusal({ kernel: { settings: { argument_bytes_per_tool: perTool } } })).to.match(/kernel\.settings: makes a preamble of \d+ bytes/);
   });
 
   it('an argument bound the frame bound cannot carry is refused, at the bound and one past, for the default and for a tool', () => {
@@ -94,13 +86,13 @@ describe('custody.json: what the children would refuse', () => {
     const settings = (bytes: number) => ({ max_request_bytes: 1024 * 1024, argument_bytes_default: bytes });
     expect(argumentBytesBound(settings(carried), null), 'the bound resolves to what was set').to.equal(carried);
     expect(() => parseConfig({ bounds: { max_frame_bytes: frame }, kernel: { settings: settings(carried) } })).to.not.throw();
-    expect(refusal({ bounds: { max_frame_bytes: frame }, kernel: { settings: settings(carried + 1) } }))
+    expect(configRefusal({ bounds: { max_frame_bytes: frame }, kernel: { settings: settings(carried + 1) } }))
       .to.contain('kernel.settings.argument_bytes_default')
       .and.to.contain(`at most ${carried}`)
       .and.to.contain('raise bounds.max_frame_bytes');
     const perTool = (bytes: number) => ({ max_request_bytes: 1024 * 1024, argument_bytes_per_tool: { 'review-notes/append': bytes } });
     expect(() => parseConfig({ bounds: { max_frame_bytes: frame }, kernel: { settings: perTool(carried) } })).to.not.throw();
-    expect(refusal({ bounds: { max_frame_bytes: frame }, kernel: { settings: perTool(carried + 1) } })).to.contain('kernel.settings.argument_bytes_per_tool["review-notes/append"]');
+    expect(configRefusal({ bounds: { max_frame_bytes: frame }, kernel: { settings: perTool(carried + 1) } })).to.contain('kernel.settings.argument_bytes_per_tool["review-notes/append"]');
     // The defaults fit the smallest frame bound.
     expect(() => parseConfig({ bounds: { max_frame_bytes: frame } })).to.not.throw();
   });
@@ -124,10 +116,10 @@ describe('custody.json: what the children would refuse', () => {
   });
 
   it("the children's own settings are checked with the configuration, named as custody.json names them", () => {
-    expect(refusal(executor({ settings: { note_max_bytes: 0 } }))).to.match(/executors\.0\.settings: note_max_bytes/);
-    expect(refusal(executor({ settings: { unknown_key: 1 } }))).to.match(/executors\.0\.settings: .*unknown_key/);
-    expect(refusal({ kernel: { settings: { nonce_ttl_ms: 0 } } })).to.match(/kernel\.settings: nonce_ttl_ms/);
-    expect(refusal({ kernel: { settings: { max_request_bytes: 1024, argument_bytes_default: 2048 } } })).to.match(/kernel\.settings: argument bound for default/);
+    expect(configRefusal(executor({ settings: { note_max_bytes: 0 } }))).to.match(/executors\.0\.settings: note_max_bytes/);
+    expect(configRefusal(executor({ settings: { unknown_key: 1 } }))).to.match(/executors\.0\.settings: .*unknown_key/);
+    expect(configRefusal({ kernel: { settings: { nonce_ttl_ms: 0 } } })).to.match(/kernel\.settings: nonce_ttl_ms/);
+    expect(configRefusal({ kernel: { settings: { max_request_bytes: 1024, argument_bytes_default: 2048 } } })).to.match(/kernel\.settings: argument bound for default/);
     // Another program's executor may take other keys: its settings are its own.
     expect(() => parseConfig(executor({ argv: ['/usr/bin/true'], settings: { unknown_key: 1 } }))).to.not.throw();
   });
@@ -140,7 +132,7 @@ describe('custody.json: what the children would refuse', () => {
       ['adapter_deadline_ms', 'executors.0.deadlines_ms["*"]', 1_000],
       ['adapter_deadlines', 'executors.0.deadlines_ms', {}],
     ] as const) {
-      expect(refusal(executor({ settings: { [key]: value } }))).to.contain(`executors.0.settings.${key}: set by ${instead}`);
+      expect(configRefusal(executor({ settings: { [key]: value } }))).to.contain(`executors.0.settings.${key}: set by ${instead}`);
     }
   });
 });

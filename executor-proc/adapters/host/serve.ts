@@ -52,7 +52,7 @@ export class HostServer {
 
   async #call(request: Exclude<HostRequest, { type: 'cancel' }>): Promise<unknown> {
     const adapter = this.#runnable(request.tool);
-    const log: AdapterLog = (event, fields) => this.log('info', 'adapter_log', { ...ownFields(fields), tool: request.tool, adapter_event: event });
+    const log: AdapterLog = (event, fields) => this.log('info', 'adapter_log', adapterLogFields(request.tool, event, fields));
     switch (request.type) {
       case 'validate':
         validateArguments(adapter, request.arguments);
@@ -148,6 +148,11 @@ function describeIssue(issue: Issue): string {
  * process's or another event's.
  */
 export const LOG_ENVELOPE: ReadonlySet<string> = new Set(['ts', 'level', 'role', 'pid', 'name', 'sid', 'component', 'event', 'code', 'message', 'cause', 'tool', 'adapter_event']);
+
+/** The fields of an adapter's `log(event, fields)` line: its own, renamed where they would say whose line it is, then the tool and its event. */
+export function adapterLogFields(tool: string, event: string, fields: Record<string, unknown> | undefined): Record<string, unknown> {
+  return { ...ownFields(fields), tool, adapter_event: event };
+}
 
 export function ownFields(fields: Record<string, unknown> | undefined): Record<string, unknown> {
   const own: Record<string, unknown> = {};
