@@ -16,7 +16,7 @@ import { nowMs } from '../shared/clock.js';
 import { defaultConfig, loadConfig } from './config/load.js';
 import type { CustodyConfig } from './config/schema.js';
 import { executorArgv, executorSettings, kernelArgv } from './children/specs.js';
-import { CONFIG_FILE, INIT_ENTRIES, INIT_MARKER, needsInit, type StatePaths, statePaths } from './paths.js';
+import { CONFIG_FILE, INIT_ENTRIES, INIT_MARKER, INIT_MARKER_NEXT, needsInit, type StatePaths, statePaths } from './paths.js';
 import { SupervisorStore } from './store/supervisor-store.js';
 import { withTimeout } from '../shared/timeout.js';
 
@@ -84,13 +84,11 @@ export async function initState(root: string, options: InitOptions): Promise<Ini
  */
 async function clearInterrupted(root: string, log: Logger): Promise<void> {
   const marker = path.join(root, INIT_MARKER);
-  let holder: { pid?: unknown; start_ticks?: unknown; config_given?: unknown; children?: unknown };
-  try {
-    holder = JSON.parse(readFileSync(marker, 'utf8')) as typeof holder;
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
-    holder = {};
-  }
+  const holder = readMarker(marker);
+  if (holder === undefined) return;
+  // A kill between writing the marker's next bytes and renaming them over it leaves both: the next names the child
+  // started last, which the marker does not yet.
+  const next = readMarker(path.join(root, INIT_MARKER_NEXT)) ?? {};
   const initProcess = markOf(holder);
   const pid = initProcess?.pid ?? null;
   if (initProcess && stillRuns(initProcess)) {
@@ -101,13 +99,34 @@ async function clearInterrupted(root: string, log: Logger): Promise<void> {
   if (foreign.length > 0) {
     throw new CustodyError('state_exists', `${root} holds an init that never finished (${INIT_MARKER}) and also ${foreign.join(', ')}, which init does not make; move those aside, then run this again`);
   }
-  await stopChildren(holder.children);
+  await stopChildren([...listOf(holder.children), ...listOf(next.children)]);
   // The operator's own custody.json, there before that init, stays for this one to read.
   const made = entries.filter((entry) => entry !== INIT_MARKER && !(entry === CONFIG_FILE && holder.config_given === true));
   for (const entry of made) rmSync(path.join(root, entry), { recursive: true, force: true });
   rmSync(marker);
   syncDirectory(root);
   log.warn('init_interrupted_cleared', { state: root, removed: made, message: `${root} was left by an init that never finished${pid === null ? '' : ` (pid ${pid})`}: what it made is removed and the state is made again` });
+}
+
+/** What a marker file holds: undefined where there is none, empty where it cannot be read (a kill mid-write). */
+function readMarker(file: string): MarkerFields | undefined {
+  try {
+    const value: unknown = JSON.parse(readFileSync(file, 'utf8'));
+    return typeof value === 'object' && value !== null ? value : {};
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'ENOENT' ? undefined : {};
+  }
+}
+
+interface MarkerFields {
+  readonly pid?: unknown;
+  readonly start_ticks?: unknown;
+  readonly config_given?: unknown;
+  readonly children?: unknown;
+}
+
+function listOf(value: unknown): unknown[] {
+  return Array.isArray(value) ? value : [];
 }
 
 /**
@@ -117,8 +136,8 @@ async function clearInterrupted(root: string, log: Logger): Promise<void> {
  * running (its pid and start time as the marker names them) is killed, its
  * process group with it, and waited for, before anything is removed.
  */
-async function stopChildren(children: unknown): Promise<void> {
-  for (const child of Array.isArray(children) ? children.map(markOf) : []) {
+async function stopChildren(children: readonly unknown[]): Promise<void> {
+  for (const child of children.map(markOf)) {
     // Without its start time a pid proves nothing (it may name another process by now): left alone.
     if (!child || child.start_ticks === null || !stillRuns(child)) continue;
     killGroup(child.pid, 'SIGKILL');

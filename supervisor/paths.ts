@@ -1,6 +1,7 @@
 // The state directory's layout (ARCHITECTURE.md §9), in one place.
 import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
+import { replacementOf } from '../shared/store/private-fs.js';
 
 export const DEFAULT_STATE_DIR = './custody-state';
 
@@ -52,8 +53,14 @@ export const CONFIG_FILE = 'custody.json';
  */
 export const INIT_MARKER = '.init-incomplete';
 
+/**
+ * The marker's next bytes, written beside it each time init starts a child and renamed over it: a kill between the
+ * two leaves it, naming that child when the marker does not yet.
+ */
+export const INIT_MARKER_NEXT = replacementOf(INIT_MARKER);
+
 /** Everything init makes at a state's top level: all an interrupted init can have left. */
-export const INIT_ENTRIES: ReadonlySet<string> = new Set([CONFIG_FILE, 'supervisor', 'kernel', 'executors', 'resources', INIT_MARKER]);
+export const INIT_ENTRIES: ReadonlySet<string> = new Set([CONFIG_FILE, 'supervisor', 'kernel', 'executors', 'resources', INIT_MARKER, INIT_MARKER_NEXT]);
 
 /**
  * A state directory that `custody start` should initialize first: missing,

@@ -141,6 +141,11 @@ export interface ReplaceFileOptions {
   readonly durable: boolean;
 }
 
+/** Where replacePrivateFile writes `file`'s next bytes before the rename: what a write killed before it leaves. */
+export function replacementOf(file: string): string {
+  return `${file}.next`;
+}
+
 /**
  * Replace `file` with `content`, private (0600), so that a reader sees the
  * old bytes or the new ones, never a part: written to `<file>.next` beside
@@ -151,7 +156,7 @@ export interface ReplaceFileOptions {
  * temporary name serves.
  */
 export function replacePrivateFile(file: string, content: string, options: ReplaceFileOptions): void {
-  const temporary = `${file}.next`;
+  const temporary = replacementOf(file);
   fs.rmSync(temporary, { force: true });
   const fd = fs.openSync(temporary, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
   try {

@@ -3,10 +3,11 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { isGone } from '../../shared/child/proc-stat.js';
+import { isGone, processStartTicks } from '../../shared/child/proc-stat.js';
 import { programPath } from '../../shared/entry-points.js';
 import { CLI, custody, FIXTURE_EXECUTOR, initTestState, sqlite, startService, type TestService } from '../helpers/service.js';
 import { statePaths } from '../../supervisor/paths.js';
@@ -312,14 +313,18 @@ describe('custody start on an empty state', function () {
     const child = spawn(command, [...before, CLI, 'start', '--state', state, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+    const exited = once(child, 'exit').then(([code]) => `exited ${String(code)}`);
+    const answered = new AbortController();
     try {
-      // Its line, or its exit (which would otherwise leave this waiting for a line that never comes).
-      const first = await Promise.race([once(child.stdout, 'data').then(([chunk]) => String(chunk)), once(child, 'exit').then(([code]) => `exited ${String(code)}`)]);
+      // Its line, or its exit (which would otherwise leave this waiting for a line that never comes), or 30 s of
+      // neither: each fails here with what it wrote, not at mocha's timeout with nothing.
+      const first = await Promise.race([once(child.stdout, 'data').then(([chunk]) => String(chunk)), exited, sleep(30_000, 'no line within 30 s', { signal: answered.signal })]);
       expect(first, stderr).to.match(/^custody is running/);
       await body(() => stderr);
     } finally {
-      child.kill('SIGTERM');
-      await once(child, 'exit');
+      answered.abort();
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      await exited;
     }
   }
 
@@ -452,6 +457,29 @@ describe('custody start on an empty state', function () {
         expect(ledger).to.deep.equal({ claim_capacity: 16 });
       });
     } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('clears what an init killed while it named a new child left: the marker\'s next bytes, and the child only they name', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-next-marker-'));
+    const state = path.join(dir, 'state');
+    // The child started last, in its own group as init starts its children; the kill came before the rename that
+    // would have put it in the marker.
+    const orphan = spawn('sleep', ['60'], { detached: true, stdio: 'ignore' });
+    try {
+      mkdirSync(path.join(state, 'kernel'), { recursive: true, mode: 0o700 });
+      const ticks = processStartTicks(orphan.pid!);
+      const killedInit = { pid: orphan.pid! + 1, start_ticks: 1, config_given: false };
+      writeFileSync(path.join(state, '.init-incomplete'), JSON.stringify({ ...killedInit, children: [] }), { mode: 0o600 });
+      writeFileSync(path.join(state, '.init-incomplete.next'), JSON.stringify({ ...killedInit, children: [{ pid: orphan.pid, start_ticks: ticks }] }), { mode: 0o600 });
+      const made = await custody(['init', '--state', state]);
+      expect(made.code, made.stderr).to.equal(0);
+      expect(made.stderr).to.match(/"event":"init_interrupted_cleared"/);
+      expect(isGone(orphan.pid!, null), 'the child only the next bytes named is stopped').to.equal(true);
+      expect(readdirSync(state)).to.not.include('.init-incomplete.next').and.not.include('.init-incomplete');
+    } finally {
+      orphan.kill('SIGKILL');
       rmSync(dir, { recursive: true, force: true });
     }
   });
