@@ -319,7 +319,7 @@ describe('custody start on an empty state', function () {
       // Its line, or its exit (which would otherwise leave this waiting for a line that never comes), or 30 s of
       // neither: each fails here with what it wrote, not at mocha's timeout with nothing.
       const first = await Promise.race([once(child.stdout, 'data').then(([chunk]) => String(chunk)), exited, sleep(30_000, 'no line within 30 s', { signal: answered.signal })]);
-      expect(first, stderr).to.match(/^custody is running/);
+      expect(first, stderr).to.match(/^custody is running: http:\/\/127\.0\.0\.1:\d+/);
       await body(() => stderr);
     } finally {
       answered.abort();
@@ -336,18 +336,17 @@ describe('custody start on an empty state', function () {
   }
 
   it('initializes it first, then serves', async () => {
-    const { dir, state, child } = startFresh('custody-fresh-');
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-fresh-'));
+    const state = path.join(dir, 'state');
     try {
-      const [line] = (await once(child.stdout!, 'data')) as [Buffer];
-      expect(line.toString()).to.match(/^custody is running: http:\/\/127\.0\.0\.1:\d+/);
-      const status = await custody(['--state', state, 'status', '--json']);
-      expect(status.code).to.equal(0);
-      const again = await custody(['init', '--state', state]);
-      expect(again.code, 'init refuses an existing state').to.equal(3);
-      expect(again.stderr).to.contain('state_exists');
+      await whileServing(state, async () => {
+        const status = await custody(['--state', state, 'status', '--json']);
+        expect(status.code).to.equal(0);
+        const again = await custody(['init', '--state', state]);
+        expect(again.code, 'init refuses an existing state').to.equal(3);
+        expect(again.stderr).to.contain('state_exists');
+      });
     } finally {
-      child.kill('SIGTERM');
-      await once(child, 'exit');
       rmSync(dir, { recursive: true, force: true });
     }
   });
