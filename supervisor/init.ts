@@ -18,7 +18,10 @@ import type { CustodyConfig } from './config/schema.js';
 import { executorArgv, executorSettings, kernelArgv } from './children/specs.js';
 import { CONFIG_FILE, INIT_ENTRIES, INIT_MARKER, INIT_MARKER_NEXT, needsInit, type StatePaths, statePaths } from './paths.js';
 import { SupervisorStore } from './store/supervisor-store.js';
-import { withTimeout } from '../shared/timeout.js';
+import { stopGracefully } from './watchdog/reap.js';
+
+/** How long a provisioned child has to answer `shutdown`. */
+const PROVISION_GRACE_MS = 10_000;
 
 export interface InitOptions {
   readonly executors?: number;
@@ -191,10 +194,10 @@ async function provision(
     onSpawned,
     ...(options.onChildStderr ? { onStderrLine: options.onChildStderr } : {}),
   };
-  const started: ChildSession[] = [];
+  const started: Array<{ name: string; session: ChildSession }> = [];
   try {
     const kernel = await spawnChild({ ...common, argv: kernelArgv(config, paths), role: 'kernel', name: 'kernel', pins: { kernel: null }, settings: config.kernel.settings });
-    started.push(kernel);
+    started.push({ name: 'kernel', session: kernel });
     const kernelPublicKey = kernel.hello.public_key;
     store.putPin({ name: 'kernel', role: 'kernel', identity_id: kernel.hello.id, public_key: kernelPublicKey, key_epoch: kernel.hello.key_epoch, pinned_at: nowMs() });
     log.info('kernel_provisioned', { public_key: kernelPublicKey });
@@ -209,7 +212,7 @@ async function provision(
         pins: { kernel: kernelPublicKey },
         settings: executorSettings(executor),
       });
-      started.push(child);
+      started.push({ name: executor.name, session: child });
       const { hello } = child;
       store.putPin({ name: executor.name, role: 'executor', identity_id: hello.id, public_key: hello.public_key, key_epoch: hello.key_epoch, pinned_at: nowMs() });
       await kernel.channel.request('executor.pin', { executor_id: hello.id, public_key: hello.public_key, key_epoch: hello.key_epoch, tools: executor.tools });
@@ -218,15 +221,10 @@ async function provision(
     }
     return { paths, kernelPublicKey, executors };
   } finally {
-    await Promise.all(started.map((child) => shutdownChild(child)));
+    // Provisioned children have nothing in flight: the grace only bounds a silent one.
+    const waits = { graceMs: PROVISION_GRACE_MS, leaveMs: config.timing.heartbeat_timeout_ms };
+    await Promise.all(started.map(({ name, session }) => stopGracefully(session, waits, log.child({ child: name }))));
     store.close();
   }
 }
 
-async function shutdownChild(child: ChildSession): Promise<void> {
-  await child.channel.request('shutdown', {}, { timeoutMs: 10_000 }).catch(() => child.kill('SIGKILL'));
-  await withTimeout(child.exited, 10_000, () => {
-    child.kill('SIGKILL');
-    return child.exited;
-  });
-}

@@ -25,7 +25,7 @@ import { nowMs } from '../../shared/clock.js';
 import type { RestartPolicy, Timing } from '../config/schema.js';
 import type { SupervisorStore } from '../store/supervisor-store.js';
 import { watchHeartbeat } from '../watchdog/heartbeat.js';
-import { killAndReap, reapGroup } from '../watchdog/reap.js';
+import { killAndReap, reapGroup, type StopWaits } from '../watchdog/reap.js';
 import { type RollbackRecovery, assertRecoverable, checkHead } from './head-check.js';
 import { InFlightRequests } from './in-flight.js';
 import { RestartBook } from './restart-book.js';
@@ -173,7 +173,7 @@ export class ChildHandle {
     const run = this.#run;
     if (from === 'failed') this.#book.startAfresh(reason);
     else if (from === 'backoff') this.#book.startNow(reason);
-    else if (from === 'running' && run) await run.stop(reason, graceMs);
+    else if (from === 'running' && run) await run.stop(reason, this.#stopWaits(graceMs), this.#deps.log);
     // starting: a start is already under way.
     return this.waitForSession(this.#deps.timing.hello_timeout_ms + graceMs);
   }
@@ -233,11 +233,15 @@ export class ChildHandle {
     await this.#spawning?.catch(() => undefined);
     const run = this.#run;
     if (run) {
-      await run.stop('service stopping', graceMs);
+      await run.stop('service stopping', this.#stopWaits(graceMs), this.#deps.log);
       await reapGroup(run.session, this.#deps.log);
     }
     this.#waiters.rejectAll(new CustodyError('shutting_down', `${this.name} is stopping`));
     this.#machine.moveTo('stopped', 'stopped');
+  }
+
+  #stopWaits(graceMs: number): StopWaits {
+    return { graceMs, leaveMs: this.#deps.timing.heartbeat_timeout_ms };
   }
 
   #spawnTracked(recovery: RollbackRecovery | null): Promise<void> {

@@ -3,7 +3,7 @@
 // wins: it decides how the exit is restarted (ARCHITECTURE.md §7 "restarts").
 import type { Logger } from '../../shared/log.js';
 import type { ChildSession } from '../../shared/child/spawn.js';
-import { killAndReap, stopGracefully } from '../watchdog/reap.js';
+import { killAndReap, stopGracefully, type StopWaits } from '../watchdog/reap.js';
 
 /** Why the current process is being killed. */
 export interface KillIntent {
@@ -38,10 +38,10 @@ export class Run {
     await killAndReap(this.session, log);
   }
 
-  /** `shutdown`, then SIGKILL after the grace; resolves once the leader has exited. */
-  async stop(reason: string, graceMs: number): Promise<void> {
+  /** `shutdown`, then SIGKILL past its waits; resolves once the leader has exited. */
+  async stop(reason: string, waits: StopWaits, log: Logger): Promise<void> {
     this.#intent ??= { reason, deliberate: true };
-    await stopGracefully(this.session, graceMs);
+    await stopGracefully(this.session, waits, log);
   }
 
   /** A poisoned channel is never resumed: the process is discarded, and its exit counts as a crash. */

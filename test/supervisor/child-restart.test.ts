@@ -154,6 +154,25 @@ describe('a failed child comes back', function () {
     expect(unknown.stderr).to.contain('no child named "nobody"').and.to.contain('kernel, default');
   });
 
+  it('restarts a running executor gracefully while an effect runs past the heartbeat timeout: the effect finishes and is answered, nothing killed', async () => {
+    // heartbeat_timeout_ms 3 s (FAST_TIMING), the grace 10 s: the effect outlasts the one, not the other.
+    service = await startService({ config: { executors: [{ ...FIXTURE_EXECUTOR, deadlines_ms: { '*': 30_000 } }] } });
+    expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
+    const request = { tool: 'fixture/sleep', request_id: 'running-through-a-restart', arguments: { ms: 6_000 } };
+    expect((await service.http('POST', '/v1/invoke', { ...request, wait_ms: 50 }, 'agent')).status).to.equal(202);
+    const db = path.join(service.paths.supervisorDir, 'supervisor.db');
+    await until('the execute in flight', async () => ((await sqlite(db, `SELECT phase FROM requests WHERE request_id = '${request.request_id}'`))[0]?.phase === 'executing' ? true : undefined));
+    const before = await executor(service);
+    const restarted = await service.http('POST', '/v1/children/default/restart', {});
+    expect(restarted.status, JSON.stringify(restarted.body)).to.equal(200);
+    const answer = await service.http('POST', '/v1/invoke', { ...request, wait_ms: 60_000 }, 'agent');
+    expect(answer.status, JSON.stringify(answer.body)).to.equal(200);
+    expect(answer.body, JSON.stringify(answer.body)).to.deep.include({ final: true, outcome: 'completed', output: { slept: 6_000 } });
+    const sessions = await sqlite(db, `SELECT end_reason FROM sessions WHERE pid = ${before.pid}`);
+    expect(String(sessions[0]?.end_reason), 'it exited on its own once the effect was answered').to.contain('(code 0)');
+    expect(service.stderr.join('\n')).to.not.contain('child_stop_overdue');
+  });
+
   it('kills, reaps and restarts an executor stopped past its heartbeat, and reconciles the operation it held', async () => {
     service = await startService({ config: { executors: [{ ...FIXTURE_EXECUTOR, deadlines_ms: { '*': 30_000 } }] } });
     expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
