@@ -92,6 +92,16 @@ describe('restart intensity and the wall clock', function () {
   });
 });
 
+/** A grant for the fixture tools, then fixture/sleep invoked for `ms` until its execute is in flight. */
+async function sleeping(service: TestService, requestId: string, ms: number) {
+  expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
+  const request = { tool: 'fixture/sleep', request_id: requestId, arguments: { ms } };
+  expect((await service.http('POST', '/v1/invoke', { ...request, wait_ms: 50 }, 'agent')).status).to.equal(202);
+  const db = path.join(service.paths.supervisorDir, 'supervisor.db');
+  await until('the execute in flight', async () => ((await sqlite(db, `SELECT phase FROM requests WHERE request_id = '${requestId}'`))[0]?.phase === 'executing' ? true : undefined));
+  return { request, db };
+}
+
 describe('a failed child comes back', function () {
   this.timeout(90_000);
   let service: TestService | undefined;
@@ -157,11 +167,7 @@ describe('a failed child comes back', function () {
   it('restarts a running executor gracefully while an effect runs past the heartbeat timeout: the effect finishes and is answered, nothing killed', async () => {
     // heartbeat_timeout_ms 3 s (FAST_TIMING), the grace 10 s: the effect outlasts the one, not the other.
     service = await startService({ config: { executors: [{ ...FIXTURE_EXECUTOR, deadlines_ms: { '*': 30_000 } }] } });
-    expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
-    const request = { tool: 'fixture/sleep', request_id: 'running-through-a-restart', arguments: { ms: 6_000 } };
-    expect((await service.http('POST', '/v1/invoke', { ...request, wait_ms: 50 }, 'agent')).status).to.equal(202);
-    const db = path.join(service.paths.supervisorDir, 'supervisor.db');
-    await until('the execute in flight', async () => ((await sqlite(db, `SELECT phase FROM requests WHERE request_id = '${request.request_id}'`))[0]?.phase === 'executing' ? true : undefined));
+    const { request, db } = await sleeping(service, 'running-through-a-restart', 6_000);
     const before = await executor(service);
     const restarted = await service.http('POST', '/v1/children/default/restart', {});
     expect(restarted.status, JSON.stringify(restarted.body)).to.equal(200);
@@ -175,11 +181,7 @@ describe('a failed child comes back', function () {
 
   it('kills, reaps and restarts an executor stopped past its heartbeat, and reconciles the operation it held', async () => {
     service = await startService({ config: { executors: [{ ...FIXTURE_EXECUTOR, deadlines_ms: { '*': 30_000 } }] } });
-    expect((await service.http('POST', '/v1/grants', { tool: 'fixture/*', max_invocations: 100, ttl_ms: 3_600_000 })).status).to.equal(201);
-    const request = { tool: 'fixture/sleep', request_id: 'held-by-a-stopped-executor', arguments: { ms: 20_000 } };
-    expect((await service.http('POST', '/v1/invoke', { ...request, wait_ms: 50 }, 'agent')).status).to.equal(202);
-    const db = path.join(service.paths.supervisorDir, 'supervisor.db');
-    await until('the execute in flight', async () => ((await sqlite(db, `SELECT phase FROM requests WHERE request_id = '${request.request_id}'`))[0]?.phase === 'executing' ? true : undefined));
+    const { request, db } = await sleeping(service, 'held-by-a-stopped-executor', 20_000);
     const stopped = (await executor(service)).pid!;
     process.kill(stopped, 'SIGSTOP');
     const back = await until('a new executor', async () => {
