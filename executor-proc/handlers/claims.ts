@@ -3,6 +3,7 @@
 import type { RequestOf, ResultOf } from '../../shared/protocol/messages.js';
 import { verifyAuthorization } from '../authorization.js';
 import type { ExecutorContext } from '../context.js';
+import { crashPoint } from '../../shared/fault.js';
 
 export function getClaim(context: ExecutorContext, body: RequestOf<'claims.get'>): ResultOf<'claims.get'> {
   const record = context.ledger.records.find(body.operation_id);
@@ -35,7 +36,8 @@ export function listLive(context: ExecutorContext, body: RequestOf<'ledger.live'
  * The way back after a restore (docs/ROLLBACK.md): each entry must be an
  * authorization the pinned kernel signed for this executor (verified as for
  * execute, without the window); those the ledger lacks are recorded as claims
- * without a report, then the head is raised to the supervisor's witness.
+ * without a report (the head left as it is), then, with the last message, the
+ * head is raised to the supervisor's witness.
  */
 export function recoverLedger(context: ExecutorContext, body: RequestOf<'ledger.recover'>): ResultOf<'ledger.recover'> {
   const verified = body.claims.map((entry) => verifyAuthorization(entry.authorization, entry.expected, context.ledger));
@@ -45,6 +47,8 @@ export function recoverLedger(context: ExecutorContext, body: RequestOf<'ledger.
     if (context.ledger.recoverClaim(subject)) recorded.push(subject.operationId);
     else already++;
   }
+  // A way back cut short here leaves the head below the witness: the next hello is refused until it is run again.
+  crashPoint('executor', 'after_recover_claims');
   const head = context.ledger.raiseHeadTo(body.raise_head_to);
   context.log.warn('ledger_recovered', { recorded, already, head });
   return { recorded, already, head };

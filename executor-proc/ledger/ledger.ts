@@ -410,16 +410,22 @@ export class Ledger {
    * outcome_unknown: never run again, settled by reconciliation. Its
    * claimed_at is the window's opening: the real time was lost with the
    * ledger, and the witness proves the claim was made inside the window.
+   * It leaves the head where it is: only raiseHeadTo, once the last lost
+   * claim is recorded, lifts it to the witness. Were each recovered claim to
+   * raise it, the entries the lost copy never held (operations authorized and
+   * never run) would lift it past the witness before the lost claims came,
+   * and a way back cut short there would pass the next hello with those
+   * claims still missing: an `execute` replay would run them again.
    */
   recoverClaim(subject: ClaimSubject): boolean {
     this.#assertWritable();
     return this.#db
       .transaction((): boolean => {
         if (this.records.find(subject.operationId)) return false;
+        this.#checkHeadFloor();
         const now = this.#advanceClock();
         CLAIM_MACHINE.assertMove('unclaimed', 'claimed', subject.operationId);
         this.#insertClaim.run({ ...subject, claimId: newClaimId('claim'), kind: 'claim', claimedAt: subject.notBefore, recordedAt: now });
-        this.#advanceHead();
         return true;
       })
       .immediate();

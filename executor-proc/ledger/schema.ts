@@ -118,7 +118,8 @@ ${claimsView('r.operation_id = c.operation_id')}
 /**
  * The head (docs/ROLLBACK.md): a sequence over every durable ledger event
  * (claim, refusal, report), raised by one in the transaction that records the
- * event and never lowered, archival included. The supervisor witnesses it
+ * event and never lowered, archival included (a claim recorded again by
+ * `recover-rollback` leaves it: the way back raises it once, at its end). The supervisor witnesses it
  * outside this file, so a ledger restored from an older copy presents a head
  * below the witness and is refused. A ledger from before the head starts at
  * the number of its live rows.

@@ -4,7 +4,8 @@
 // signed that contradicts what happened.
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { eventually, untilHolds } from '../helpers/eventually.js';
 import { type TestService, sqlite, startService } from '../helpers/service.js';
@@ -138,6 +139,64 @@ describe('store rollback through the service', function () {
       const again2 = await again.cli(['recover-rollback', 'default']);
       expect(again2.code, 'nothing to recover once it serves').to.not.equal(0);
     });
+  });
+
+  it('keeps refusing a ledger whose way back was cut short (the executor killed after recording claims, before raising its head): run again, it records the rest and nothing runs twice', async () => {
+    const faultDir = mkdtempSync(path.join(tmpdir(), 'custody-recover-cut-'));
+    try {
+      const service = await startService({
+        config: { timing: { recovery_sweep_ms: 600_000 } },
+        env: { CUSTODY_FAULT: 'executor:after_recover_claims', CUSTODY_FAULT_DIR: faultDir },
+      });
+      services.push(service);
+      expect((await service.cli(['grant', 'add', '--tool', 'review-notes/append', '--max', '100', '--ttl', '1h'])).code).to.equal(0);
+      expect((await service.cli(['invoke', 'review-notes/append', '--arg', 'note=one'])).code).to.equal(0);
+      const ledger = path.join(service.paths.executorDir('default'), 'ledger.db');
+      const backup = path.join(path.dirname(service.dir), 'ledger.backup');
+      copyFileSync(ledger, backup);
+      // The lost claim (op-2, its effect done), and operations authorized and never run: entries the lost copy never
+      // held, more of them than the heads the restore lost.
+      for (const operation of ['op-3', 'op-4', 'op-5']) {
+        const authorized = await service.cli(['authorize', 'review-notes/append', '--arg', `note=${operation}`, '--operation', operation]);
+        expect(authorized.code, authorized.stdout + authorized.stderr).to.equal(0);
+      }
+      expect((await service.cli(['authorize', 'review-notes/append', '--arg', 'note=two', '--operation', 'op-2'])).code).to.equal(0);
+      expect((await service.cli(['execute', 'op-2', '--drop-reply'])).code).to.equal(75);
+      expect(journal(service)).to.have.length(2);
+      expect(await service.stop()).to.equal(0);
+      const supervisorDb = path.join(service.paths.supervisorDir, 'supervisor.db');
+      const witnessed = (await sqlite(supervisorDb, "SELECT head FROM witness WHERE name = 'default'"))[0]?.head as number;
+      restoreLedger(ledger, backup);
+      const restoredHead = ((await sqlite(ledger, 'SELECT seq FROM head'))[0]?.seq as number | undefined) ?? 0;
+      expect(witnessed - restoredHead, `the restore lost fewer heads than there are entries to record (witness ${witnessed}, restored ${restoredHead})`).to.be.below(5);
+      const again = await service.restart();
+      services.push(again);
+
+      const cut = await again.cli(['recover-rollback', 'default']);
+      expect(cut.code, 'the executor died under it').to.not.equal(0);
+      expect(existsSync(path.join(faultDir, 'executor.after_recover_claims.fired')), 'killed where the test says').to.equal(true);
+      const recorded = await sqlite(ledger, "SELECT count(*) AS n FROM claims WHERE kind = 'claim'");
+      expect(recorded[0]?.n, 'op-1 to op-5 recorded before the kill').to.equal(5);
+      expect((await sqlite(ledger, 'SELECT seq FROM head'))[0]?.seq, 'the head left where the restore put it').to.equal(restoredHead);
+
+      const restarted = await again.cli(['restart', 'default']);
+      expect(restarted.code, 'its hello is still below the witness').to.not.equal(0);
+      expect(restarted.stdout + restarted.stderr).to.contain('store_rolled_back');
+      const replay = await again.cli(['execute', 'op-2']);
+      expect(replay.code, replay.stdout + replay.stderr).to.not.equal(0);
+      expect(journal(again), 'nothing ran again').to.have.length(2);
+
+      const recovered = await again.cli(['recover-rollback', 'default', '--json']);
+      expect(recovered.code, recovered.stderr).to.equal(0);
+      const result = JSON.parse(recovered.stdout) as { recorded: string[]; already: number; head: number };
+      expect(result).to.deep.include({ recorded: [], already: 5 });
+      expect(result.head).to.be.at.least(witnessed);
+      expect((await again.cli(['reconcile', 'op-2'])).code, 'op-2 found in the journal').to.equal(0);
+      expect((await again.cli(['reconcile', 'op-3'])).code, 'op-3 fenced: ended without effect').to.equal(3);
+      expect(journal(again), 'op-2 once, op-3 never').to.have.length(2);
+    } finally {
+      rmSync(faultDir, { recursive: true, force: true });
+    }
   });
 
   it('signs no "never claimed" for an operation a whole-state restore forgot: authorized before the backup, run after it, its window closed; the tool says applied, so it stays in doubt with its hold', async () => {
