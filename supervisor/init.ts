@@ -103,8 +103,10 @@ async function clearInterrupted(root: string, log: Logger): Promise<void> {
     throw new CustodyError('state_exists', `${root} holds an init that never finished (${INIT_MARKER}) and also ${foreign.join(', ')}, which init does not make; move those aside, then run this again`);
   }
   await stopChildren([...listOf(holder.children), ...listOf(next.children)]);
-  // The operator's own custody.json, there before that init, stays for this one to read.
-  const made = entries.filter((entry) => entry !== INIT_MARKER && !(entry === CONFIG_FILE && holder.config_given === true));
+  // The operator's own custody.json, there before that init, stays for this one to read. Only a marker that says
+  // init wrote it lets it go: one left empty or torn (init killed, or the disk full, while writing it) was written
+  // before init could have made a custody.json, so the one there is the operator's.
+  const made = entries.filter((entry) => entry !== INIT_MARKER && !(entry === CONFIG_FILE && holder.config_given !== false));
   for (const entry of made) rmSync(path.join(root, entry), { recursive: true, force: true });
   rmSync(marker);
   syncDirectory(root);

@@ -483,6 +483,25 @@ describe('custody start on an empty state', function () {
     }
   });
 
+  it("keeps the operator's custody.json beside a marker left empty (an init killed, or out of disk, while it wrote the marker) and makes the state from it", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'custody-empty-marker-'));
+    const state = path.join(dir, 'state');
+    try {
+      mkdirSync(state, { mode: 0o700 });
+      const placed = JSON.stringify({ port: 0, executors: [{ name: 'default', claim_capacity: 1234 }] });
+      writeFileSync(path.join(state, 'custody.json'), placed, { mode: 0o600 });
+      writeFileSync(path.join(state, '.init-incomplete'), '', { mode: 0o600 });
+      const made = await custody(['init', '--state', state]);
+      expect(made.code, made.stderr).to.equal(0);
+      expect(made.stderr).to.match(/"event":"init_interrupted_cleared"/);
+      expect(readFileSync(path.join(state, 'custody.json'), 'utf8'), "the operator's file").to.equal(placed);
+      const [ledger] = await sqlite(path.join(state, 'executors', 'default', 'ledger.db'), 'SELECT claim_capacity FROM config');
+      expect(ledger).to.deep.equal({ claim_capacity: 1234 });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('never clears a half-made state holding files init does not make: it names them', async () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'custody-foreign-init-'));
     const state = path.join(dir, 'state');
