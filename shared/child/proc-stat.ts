@@ -34,6 +34,12 @@ export function canAct(stat: Stat): boolean {
   return stat.state !== 'Z' && stat.state !== 'X';
 }
 
+/** Stopped from outside (SIGSTOP, a debugger: /proc state T or t): alive, and answering nothing until continued. */
+export function isStopped(pid: number): boolean {
+  const state = readStat(pid)?.state;
+  return state === 'T' || state === 't';
+}
+
 /** The session id of a live process, or undefined. */
 export function processSession(pid: number): number | undefined {
   return readStat(pid)?.session;

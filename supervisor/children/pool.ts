@@ -14,6 +14,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CustodyError } from '../../shared/errors.js';
 import { toolPatternCovers } from '../../shared/protocol/common.js';
+import { isStopped } from '../../shared/child/proc-stat.js';
 import type { ChildState } from './child-handle.js';
 
 /** What the pool needs of an executor's handle. */
@@ -22,6 +23,8 @@ export interface PoolChild {
   readonly state: ChildState;
   /** Why a failed child failed, if it did. */
   readonly failure?: { readonly code: string } | null;
+  /** The process it runs as, when it runs (a member stopped from outside is passed over). */
+  readonly session?: { readonly pid: number } | null;
 }
 
 export interface PoolMember {
@@ -66,6 +69,10 @@ export class ExecutorPool {
     let best: PoolMember | undefined;
     for (const member of this.candidates(tool)) {
       if (member.child.state !== 'running') continue;
+      // Stopped from outside (SIGSTOP, a debugger), it answers nothing until its heartbeat gets it killed: a request
+      // routed to it would wait for that, while another member could serve it now.
+      const pid = member.child.session?.pid;
+      if (pid !== undefined && isStopped(pid)) continue;
       if (!best || this.#rank(member) < this.#rank(best)) best = member;
     }
     return best;

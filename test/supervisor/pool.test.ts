@@ -5,6 +5,7 @@
 import { expect } from 'chai';
 import { type TestService, sqlite, startService } from '../helpers/service.js';
 import { until } from '../helpers/eventually.js';
+import { alive } from '../helpers/procs.js';
 
 interface ChildRow {
   name: string;
@@ -106,5 +107,40 @@ describe('executor pools: routing around a failed executor', function () {
     expect(String(refused.body.message)).to.contain('pool-a failed').and.to.contain('timing.executor_wait_ms');
     expect(Date.now() - started, 'it waited timing.executor_wait_ms first').to.be.at.least(300);
     expect(await sqlite(`${service.paths.supervisorDir}/supervisor.db`, `SELECT request_id FROM requests WHERE request_id = 'pool-none'`)).to.deep.equal([]);
+  });
+});
+
+describe('executor pools: routing around a stopped executor', function () {
+  this.timeout(120_000);
+  let service: TestService;
+  let stopped: number | null = null;
+
+  before(async () => {
+    // A heartbeat timeout well under the 10 s an arguments check waits: a request routed to the stopped member would
+    // see it killed (a new pid) before it went on elsewhere.
+    service = await startService({ config: { executors: ['pool-a', 'pool-b'].map((name) => ({ name })), timing: { heartbeat_timeout_ms: 6000 } } });
+  });
+  after(async () => {
+    // Still stopped, or killed by now for its missed heartbeat.
+    if (stopped !== null && alive(stopped)) process.kill(stopped, 'SIGCONT');
+    await service.stop();
+    service.cleanup();
+  });
+
+  it('passes over a member stopped from outside (SIGSTOP): the call goes to the other at once, while the stopped one still waits for its heartbeat', async () => {
+    const rows = await until('both running', async () => {
+      const found = await children(service);
+      return found.filter((c) => c.role === 'executor' && c.state === 'running' && c.pid !== null).length === 2 ? found : undefined;
+    });
+    // pool-a, the first name, takes a call among equals: it is the one stopped.
+    const first = rows.find((c) => c.name === 'pool-a')!.pid!;
+    stopped = first;
+    process.kill(first, 'SIGSTOP');
+    const answer = await service.http('POST', '/v1/invoke', { request_id: 'around-a-stopped-one', tool: 'review-notes/append', arguments: { note: 'x' } }, 'agent');
+    const after = (await children(service)).find((c) => c.name === 'pool-a')!;
+    expect(answer.body).to.include({ phase: 'settled', outcome: 'completed' });
+    const [pin] = await sqlite(`${service.paths.supervisorDir}/supervisor.db`, `SELECT name FROM pins WHERE identity_id = '${String(answer.body.executor)}'`);
+    expect(pin?.name).to.equal('pool-b');
+    expect(after.pid, 'answered before the stopped member was killed for its heartbeat').to.equal(first);
   });
 });
