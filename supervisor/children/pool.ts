@@ -41,6 +41,9 @@ export interface PoolCounts {
   readonly routed: number;
 }
 
+/** How long what /proc said of a member being stopped is taken as still true. */
+const STOPPED_LOOK_MS = 100;
+
 /** How often a waiting caller looks again for a running candidate. */
 const WAIT_POLL_MS = 25;
 
@@ -52,6 +55,7 @@ export class ExecutorPool {
   readonly #completed = new Map<string, number>();
   readonly #routed = new Map<string, number>();
   readonly #waitMs: () => number;
+  readonly #stoppedSeen = new Map<PoolMember, { pid: number; at: number; stopped: boolean }>();
 
   constructor(members: readonly PoolMember[], waitMs: () => number) {
     this.#members = [...members].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
@@ -69,13 +73,27 @@ export class ExecutorPool {
     let best: PoolMember | undefined;
     for (const member of this.candidates(tool)) {
       if (member.child.state !== 'running') continue;
-      // Stopped from outside (SIGSTOP, a debugger), it answers nothing until its heartbeat gets it killed: a request
-      // routed to it would wait for that, while another member could serve it now.
-      const pid = member.child.session?.pid;
-      if (pid !== undefined && isStopped(pid)) continue;
       if (!best || this.#rank(member) < this.#rank(best)) best = member;
     }
+    // Stopped from outside (SIGSTOP, a debugger), a member answers nothing until its heartbeat gets it killed: a call
+    // routed to it would wait for that while another could serve it now. Looked at only where there is a choice.
+    if (best && this.#isStopped(best)) {
+      const others = this.candidates(tool).filter((member) => member !== best && member.child.state === 'running' && !this.#isStopped(member));
+      return others.reduce<PoolMember | undefined>((chosen, member) => (!chosen || this.#rank(member) < this.#rank(chosen) ? member : chosen), undefined) ?? best;
+    }
     return best;
+  }
+
+  /** Whether a member's process is stopped, read from /proc at most every STOPPED_LOOK_MS (a read costs tens of µs). */
+  #isStopped(member: PoolMember): boolean {
+    const pid = member.child.session?.pid;
+    if (pid === undefined || this.#members.length < 2) return false;
+    const now = performance.now();
+    const seen = this.#stoppedSeen.get(member);
+    if (seen && seen.pid === pid && now - seen.at < STOPPED_LOOK_MS) return seen.stopped;
+    const stopped = isStopped(pid);
+    this.#stoppedSeen.set(member, { pid, at: now, stopped });
+    return stopped;
   }
 
   /**
